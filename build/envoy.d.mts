@@ -1,0 +1,3 @@
+export const ENVOY_WHEEL: string;
+export function resolveEnvoy(): string;
+export function envoyVersion(binary: string): string;
