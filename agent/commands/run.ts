@@ -1,0 +1,156 @@
+import { accessSync, constants } from "node:fs";
+import { delimiter, join } from "node:path";
+import type { Command } from "commander";
+import { Agent, EXIT, StartError } from "../agent.ts";
+import { formatDuration, parseDuration } from "../duration.ts";
+import { createEventLog } from "../log.ts";
+import type { RunOptions } from "../options.ts";
+import { environment, onSignal, writeErr } from "../runtime/process.ts";
+
+/** A bad combination of options: one line naming the values, exit 2. */
+export class UsageError extends Error {
+  override name = "UsageError";
+}
+
+/** Finds Envoy: `--envoy`, then `$ENVOY_BIN`, then `envoy` on PATH. */
+export function findEnvoy(explicit: string | undefined, env = environment()): string {
+  const isExecutable = (path: string) => {
+    try {
+      accessSync(path, constants.X_OK);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  for (const [source, path] of [["--envoy", explicit], ["ENVOY_BIN", env.ENVOY_BIN]] as const) {
+    if (!path) continue;
+    if (!isExecutable(path)) throw new UsageError(`Envoy binary from ${source} is not executable: ${path}`);
+    return path;
+  }
+  const found = (env.PATH ?? "").split(delimiter).map((dir) => join(dir, "envoy")).find(isExecutable);
+  if (!found) throw new UsageError("Envoy not found: pass --envoy PATH, set ENVOY_BIN, or put envoy on PATH");
+  return found;
+}
+
+/**
+ * Applies Istio's environment variables where no lastcall flag or variable was given, so a
+ * pilot-agent deployment keeps its drain behaviour (see docs/migration.md).
+ */
+export function applyIstioEnvironment(options: RunOptions, isDefault: (key: string) => boolean, env = environment()): string[] {
+  const applied: string[] = [];
+  const duration = (name: string, value: string) => {
+    try {
+      return parseDuration(value);
+    } catch {
+      throw new UsageError(`Invalid ${name}: "${value}" (use e.g. 5s)`);
+    }
+  };
+  if (env.EXIT_ON_ZERO_ACTIVE_CONNECTIONS !== undefined && isDefault("drainMode")) {
+    if (/^(1|true)$/i.test(env.EXIT_ON_ZERO_ACTIVE_CONNECTIONS)) {
+      options.drainMode = "connections";
+      applied.push("EXIT_ON_ZERO_ACTIVE_CONNECTIONS→--drain-mode connections");
+    }
+  }
+  const termination = env.TERMINATION_DRAIN_DURATION ?? env.TERMINATION_DRAIN_DURATION_SECONDS;
+  if (termination !== undefined && isDefault("terminationDrainMs")) {
+    options.terminationDrainMs = duration("TERMINATION_DRAIN_DURATION", termination);
+    applied.push(`TERMINATION_DRAIN_DURATION→--termination-drain ${formatDuration(options.terminationDrainMs)}`);
+    if (isDefault("drainMode") && options.drainMode === "inflight") {
+      options.drainMode = "sleep";
+      applied.push("TERMINATION_DRAIN_DURATION→--drain-mode sleep");
+    }
+  }
+  if (env.MINIMUM_DRAIN_DURATION !== undefined && isDefault("minDrainMs")) {
+    options.minDrainMs = duration("MINIMUM_DRAIN_DURATION", env.MINIMUM_DRAIN_DURATION);
+    applied.push(`MINIMUM_DRAIN_DURATION→--min-drain ${formatDuration(options.minDrainMs)}`);
+  }
+  return applied;
+}
+
+/** Refuses timings that cannot all hold within the grace period, with the numbers. */
+export function checkTimings(o: RunOptions): void {
+  const budget = o.graceMs - o.stopMarginMs;
+  const f = formatDuration;
+  if (budget <= 0) throw new UsageError(`--stop-margin ${f(o.stopMarginMs)} leaves no time within --grace ${f(o.graceMs)}`);
+  if (o.minDrainMs >= budget) {
+    throw new UsageError(`--min-drain ${f(o.minDrainMs)} must be shorter than --grace ${f(o.graceMs)} minus --stop-margin ${f(o.stopMarginMs)}`);
+  }
+  if (o.drainDelayMs >= budget) {
+    throw new UsageError(`--drain-delay ${f(o.drainDelayMs)} must be shorter than --grace ${f(o.graceMs)} minus --stop-margin ${f(o.stopMarginMs)}`);
+  }
+  if (o.drainMode === "sleep" && o.drainDelayMs + o.terminationDrainMs > budget) {
+    throw new UsageError(`--termination-drain ${f(o.terminationDrainMs)} does not fit in --grace ${f(o.graceMs)} minus --stop-margin ${f(o.stopMarginMs)}`);
+  }
+  if (o.parentShutdownMs <= o.drainTimeMs) {
+    throw new UsageError(`--parent-shutdown ${f(o.parentShutdownMs)} must be longer than --drain-time ${f(o.drainTimeMs)}`);
+  }
+}
+
+/** Turns commander's parsed values into validated {@linkcode RunOptions}. */
+export function resolveRunOptions(command: Command, envoyArgs: string[]): RunOptions {
+  const v = command.opts();
+  const isDefault = (key: string) => {
+    const source = command.getOptionValueSource(key);
+    return source === undefined || source === "default";
+  };
+  const gateway = v.role === "gateway";
+  const options: RunOptions = {
+    config: v.config,
+    envoy: v.envoy,
+    adminPort: v.adminPort,
+    statusPort: v.statusPort,
+    statusAddress: v.statusAddress,
+    concurrency: v.concurrency,
+    watch: v.watch,
+    hotRestart: v.hotRestart !== false,
+    restartBudget: v.restartBudget,
+    logFormat: v.logFormat,
+    filter: v.filter !== false,
+    filterWasm: v.filterWasm,
+    excludePath: v.excludePath,
+    heartbeatMs: v.heartbeat,
+    runDir: v.runDir,
+    drainTimeMs: v.drainTime,
+    parentShutdownMs: v.parentShutdown,
+    graceMs: v.grace,
+    drainMode: v.drainMode,
+    drainDelayMs: v.drainDelay,
+    minDrainMs: v.minDrain,
+    terminationDrainMs: v.terminationDrain,
+    drainScope: v.drainScope ?? (gateway ? "all" : "inbound"),
+    failHealthcheck: v.failHealthcheck ?? gateway,
+    stopMarginMs: v.stopMargin,
+    zeroConfirmMs: v.zeroConfirm,
+    envoyArgs,
+  };
+  const applied = applyIstioEnvironment(options, (key) => {
+    const flag = { drainMode: "drainMode", terminationDrainMs: "terminationDrain", minDrainMs: "minDrain" }[key] ?? key;
+    return isDefault(flag);
+  });
+  if (applied.length) createEventLog(options.logFormat)("istio_environment", { applied });
+  checkTimings(options);
+  return options;
+}
+
+/** `lastcall run`: supervise Envoy until terminated; resolves with the exit code. */
+export async function runCommand(options: RunOptions): Promise<number> {
+  const log = createEventLog(options.logFormat);
+  const agent = new Agent(options, log, findEnvoy(options.envoy));
+  const off = [
+    onSignal("SIGTERM", () => agent.terminate("SIGTERM")),
+    onSignal("SIGINT", () => agent.terminate("SIGINT")),
+    onSignal("SIGHUP", () => agent.reload("SIGHUP")),
+  ];
+  try {
+    return await agent.run();
+  } catch (error) {
+    if (error instanceof StartError) {
+      writeErr(`lastcall: ${error.message}`);
+      for (const line of error.details) writeErr(`  ${line}`);
+      return EXIT.badConfig;
+    }
+    throw error;
+  } finally {
+    for (const remove of off) remove();
+  }
+}

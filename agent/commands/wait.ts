@@ -1,0 +1,52 @@
+import { delay } from "../async.ts";
+import { formatDuration } from "../duration.ts";
+import { writeErr } from "../runtime/process.ts";
+
+/** Options of {@linkcode waitReady}. */
+export interface WaitOptions {
+  /** `/healthz/ready` of the agent. @default "http://127.0.0.1:15020/healthz/ready" */
+  statusUrl: string;
+  /** Give up after this long. @default 60000 */
+  timeoutMs: number;
+  /** Time between probes. @default 100 */
+  periodMs?: number;
+}
+
+/** Asks the status server once; returns undefined when ready, else why not. */
+async function probe(url: string, signal: AbortSignal): Promise<string | undefined> {
+  try {
+    const response = await fetch(url, { signal: AbortSignal.any([signal, AbortSignal.timeout(1000)]) });
+    const body = await response.text();
+    if (response.ok) return undefined;
+    try {
+      return (JSON.parse(body) as { reason?: string }).reason ?? `status ${response.status}`;
+    } catch {
+      return `status ${response.status}: ${body.trim().slice(0, 200)}`;
+    }
+  } catch (error) {
+    const cause = (error as { cause?: { code?: string } }).cause?.code;
+    return `status server unreachable at ${url}${cause ? ` (${cause})` : ""}`;
+  }
+}
+
+/**
+ * `lastcall wait`: exits 0 once the proxy is ready; after the timeout, exits 1 with the last
+ * reason seen (not just "timeout"), so a stuck pod says why.
+ *
+ * @example
+ * ```ts
+ * process.exitCode = await waitReady({ statusUrl: "http://127.0.0.1:15020/healthz/ready", timeoutMs: 60_000 });
+ * ```
+ */
+export async function waitReady(options: WaitOptions): Promise<number> {
+  const deadline = AbortSignal.timeout(options.timeoutMs);
+  let reason = "no answer yet";
+  while (!deadline.aborted) {
+    const answer = await probe(options.statusUrl, deadline);
+    if (answer === undefined) return 0;
+    if (!deadline.aborted) reason = answer;
+    await delay(options.periodMs ?? 100, deadline).catch(() => {});
+  }
+  writeErr(`lastcall wait: not ready after ${formatDuration(options.timeoutMs)}: ${reason}`);
+  return 1;
+}

@@ -1,0 +1,18 @@
+import type { DrainWait } from "./context.ts";
+import { waitRequests } from "./requests.ts";
+
+/**
+ * The filter's pushed count reaches a confirmed zero in every live Envoy. A filter that never
+ * reported (not inserted, failed to load) makes this fall back to `requests`, and says so.
+ */
+export const waitInflight: DrainWait = async function waitInflight(context, signal) {
+  const instances = context.instances();
+  const silent = instances.filter((id) => context.tracker.status(id) === "never");
+  if (instances.length === 0 || silent.length > 0) {
+    context.log("drain_fallback", { from: "inflight", to: "requests", reason: "filter never reported", instances: silent });
+    const reason = await waitRequests(context, signal);
+    return reason === "requests_zero" ? "requests_zero_fallback" : reason;
+  }
+  await context.tracker.waitForZero(instances, signal);
+  return "inflight_zero";
+};

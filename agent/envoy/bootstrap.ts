@@ -1,0 +1,151 @@
+// The user's Envoy config in, the effective bootstrap out: admin on loopback, a cluster to the
+// agent, and the in-flight filter first in each inbound HTTP connection manager. Pure: no I/O.
+
+/** The agent cluster's name, also the filter's `agent_cluster`. */
+export const AGENT_CLUSTER = "lastcall_agent";
+/** The filter's name, root id and VM id in Envoy. */
+export const FILTER_NAME = "lastcall_inflight";
+
+const HCM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+const WASM_TYPE = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
+
+/** Options of {@linkcode deriveBootstrap}. */
+export interface BootstrapOptions {
+  /** Admin port on 127.0.0.1 (0: any). */
+  adminPort: number;
+  /** Where the agent's status server listens, for the filter's reports. */
+  statusAddress: string;
+  statusPort: number;
+  /** The filter to insert, or undefined for `--no-filter`. */
+  filter?: {
+    /** Path of filter.wasm. */
+    wasmPath: string;
+    /** Plugin configuration (see docs/filter-protocol.md). */
+    pluginConfig: Record<string, unknown>;
+  };
+}
+
+/** The effective bootstrap and what lastcall learned from it. */
+export interface Bootstrap {
+  /** The config to hand to Envoy. */
+  config: Record<string, unknown>;
+  /** Names of the listeners treated as inbound. */
+  inboundListeners: string[];
+  /** `stat_prefix` of every HTTP connection manager of those listeners. */
+  inboundStatPrefixes: string[];
+  /** Listeners whose HTTP connection managers got the filter. */
+  filteredListeners: string[];
+}
+
+type Json = Record<string, unknown>;
+const isObject = (v: unknown): v is Json => typeof v === "object" && v !== null && !Array.isArray(v);
+const LOOPBACK = new Set(["127.0.0.1", "localhost", "::1"]);
+
+/** Refuses a config that lastcall cannot run, naming what is wrong. */
+export class BootstrapError extends Error {
+  override name = "BootstrapError";
+}
+
+function isHcm(filter: Json): boolean {
+  const typed = filter.typed_config;
+  return filter.name === "envoy.filters.network.http_connection_manager" ||
+    (isObject(typed) && typed["@type"] === HCM_TYPE);
+}
+
+function wasmFilter(filter: NonNullable<BootstrapOptions["filter"]>): Json {
+  return {
+    name: FILTER_NAME,
+    typed_config: {
+      "@type": WASM_TYPE,
+      config: {
+        name: FILTER_NAME,
+        root_id: FILTER_NAME,
+        vm_config: {
+          vm_id: FILTER_NAME,
+          runtime: "envoy.wasm.runtime.v8",
+          code: { local: { filename: filter.wasmPath } },
+        },
+        configuration: {
+          "@type": "type.googleapis.com/google.protobuf.StringValue",
+          value: JSON.stringify(filter.pluginConfig),
+        },
+        // A broken filter must never turn into 503s for users: requests pass, and the agent
+        // notices the silence (no heartbeat) and falls back to Envoy's own counters.
+        failure_policy: "FAIL_OPEN",
+      },
+    },
+  };
+}
+
+function checkAdmin(config: Json, adminPort: number): void {
+  const admin = config.admin;
+  if (admin === undefined) {
+    config.admin = { address: { socket_address: { address: "127.0.0.1", port_value: adminPort } } };
+    return;
+  }
+  const socket = isObject(admin) && isObject(admin.address) ? admin.address.socket_address : undefined;
+  if (!isObject(socket)) throw new BootstrapError("Envoy config admin has no socket_address: lastcall needs admin on 127.0.0.1");
+  if (!LOOPBACK.has(String(socket.address))) {
+    throw new BootstrapError(`Envoy config admin address must be loopback, not ${String(socket.address)}`);
+  }
+  if (Number(socket.port_value ?? 0) !== adminPort) {
+    throw new BootstrapError(`Envoy config admin port ${String(socket.port_value)} differs from --admin-port ${adminPort}`);
+  }
+}
+
+/**
+ * Derives the effective bootstrap from the user's parsed Envoy config. Nothing else in the
+ * user's config changes; the input is not modified.
+ *
+ * @example
+ * ```ts
+ * const { config } = deriveBootstrap(YAML.parse(text), { adminPort: 15000, statusAddress: "127.0.0.1", statusPort: 15020 });
+ * ```
+ * @throws {BootstrapError} when the config is not an object, admin is not loopback, or a name is taken
+ */
+export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions): Bootstrap {
+  if (!isObject(userConfig)) throw new BootstrapError("Envoy config must be a YAML or JSON object");
+  const config = structuredClone(userConfig) as Json;
+  checkAdmin(config, options.adminPort);
+
+  const staticResources = (config.static_resources ??= {}) as Json;
+  const clusters = (staticResources.clusters ??= []) as Json[];
+  if (clusters.some((c) => c.name === AGENT_CLUSTER)) {
+    throw new BootstrapError(`Envoy config already has a cluster named ${AGENT_CLUSTER}`);
+  }
+  clusters.push({
+    name: AGENT_CLUSTER,
+    type: "STATIC",
+    connect_timeout: "1s",
+    load_assignment: {
+      cluster_name: AGENT_CLUSTER,
+      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: options.statusAddress, port_value: options.statusPort } } } }] }],
+    },
+  });
+
+  const listeners = ((staticResources.listeners ?? []) as Json[]).filter(isObject);
+  const anyMarked = listeners.some((l) => l.traffic_direction === "INBOUND");
+  const inbound = listeners.filter((l) => !anyMarked || l.traffic_direction === "INBOUND");
+  const inboundStatPrefixes: string[] = [];
+  const filteredListeners: string[] = [];
+  for (const listener of inbound) {
+    let filtered = false;
+    for (const chain of (listener.filter_chains ?? []) as Json[]) {
+      for (const filter of (chain.filters ?? []) as Json[]) {
+        if (!isHcm(filter) || !isObject(filter.typed_config)) continue;
+        const hcm = filter.typed_config;
+        if (typeof hcm.stat_prefix === "string") inboundStatPrefixes.push(hcm.stat_prefix);
+        if (!options.filter) continue;
+        hcm.http_filters = [wasmFilter(options.filter), ...((hcm.http_filters ?? []) as Json[])];
+        filtered = true;
+      }
+    }
+    if (filtered) filteredListeners.push(String(listener.name ?? "(unnamed)"));
+  }
+  return {
+    config,
+    inboundListeners: inbound.map((l) => String(l.name ?? "(unnamed)")),
+    inboundStatPrefixes,
+    filteredListeners,
+  };
+}

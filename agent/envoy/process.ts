@@ -1,0 +1,99 @@
+import { type ChildProcess, spawn } from "node:child_process";
+
+/** How an Envoy process ended. */
+export interface EnvoyExit {
+  /** Exit code, or null when a signal ended it. */
+  code: number | null;
+  /** Signal that ended it, if any. */
+  signal: string | null;
+}
+
+/** A running Envoy: its pid, a promise of its end, and a stop that escalates. */
+export interface EnvoyProcess {
+  /** Process id. */
+  readonly pid: number;
+  /** Settles once, when the process has ended. */
+  readonly exited: Promise<EnvoyExit>;
+  /** Whether the process has ended. */
+  readonly running: boolean;
+  /** Sends SIGTERM, then SIGKILL after `killAfterMs`; resolves with the exit. */
+  stop(killAfterMs?: number): Promise<EnvoyExit>;
+  /** Sends a signal if the process still runs. */
+  signal(signal: NodeJS.Signals): void;
+}
+
+/** Renders an exit for logs and messages: `code 1`, `signal SIGKILL`. */
+export function describeExit(exit: EnvoyExit): string {
+  return exit.signal ? `signal ${exit.signal}` : `code ${exit.code}`;
+}
+
+// If lastcall itself is killed (SIGKILL, OOM), nothing would stop its Envoy: Envoy sets a
+// parent-death signal only when hot restart is enabled, and PR_SET_PDEATHSIG follows the
+// spawning *thread*, not the process. A tiny shell holds the read end of a pipe whose write end
+// only lastcall has; the kernel closes it when lastcall dies, `read` returns, Envoy is stopped.
+const WATCHDOG = 'read -r _ || true; kill -TERM "$1" 2>/dev/null; sleep 5; kill -KILL "$1" 2>/dev/null';
+
+function startWatchdog(pid: number): ChildProcess | undefined {
+  try {
+    const watchdog = spawn("/bin/sh", ["-c", WATCHDOG, "lastcall-watchdog", String(pid)], {
+      stdio: ["pipe", "ignore", "ignore"],
+      detached: true,
+    });
+    watchdog.on("error", () => {});
+    watchdog.stdin?.on("error", () => {});
+    watchdog.unref();
+    (watchdog.stdin as unknown as { unref?: () => void })?.unref?.();
+    return watchdog;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Starts Envoy with its output passed through, in its own process group so a terminal's Ctrl-C
+ * reaches only lastcall (which then drains), with a watchdog against orphaning.
+ *
+ * @example
+ * ```ts
+ * const envoy = spawnEnvoy("/usr/bin/envoy", ["-c", "envoy.yaml"]);
+ * const exit = await envoy.exited;
+ * ```
+ */
+export function spawnEnvoy(binary: string, args: string[]): Promise<EnvoyProcess> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(binary, args, { stdio: ["ignore", "inherit", "inherit"], detached: true });
+    let running = true;
+    let watchdog: ChildProcess | undefined;
+    const exited = new Promise<EnvoyExit>((done) => {
+      child.once("exit", (code, signal) => {
+        running = false;
+        // SIGKILL, not closing the pipe: closing would make the watchdog kill a reused pid.
+        watchdog?.kill("SIGKILL");
+        done({ code, signal });
+      });
+    });
+    child.once("error", (error) => reject(new Error(`Cannot start Envoy: ${binary}: ${error.message}`)));
+    child.once("spawn", () => {
+      const pid = child.pid as number;
+      watchdog = startWatchdog(pid);
+      const signal = (sig: NodeJS.Signals) => {
+        if (running) child.kill(sig);
+      };
+      resolve({
+        pid,
+        exited,
+        get running() {
+          return running;
+        },
+        signal,
+        async stop(killAfterMs = 5000) {
+          signal("SIGTERM");
+          const timer = setTimeout(() => signal("SIGKILL"), killAfterMs);
+          const exit = await exited;
+          clearTimeout(timer);
+          return exit;
+        },
+      });
+    });
+  });
+}

@@ -1,0 +1,40 @@
+// Finds the in-flight filter module: an explicit path, the copy embedded in the single
+// executable (written out once, since Envoy loads it from a file), or dist/ beside the code.
+import { existsSync } from "node:fs";
+import { writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+async function embedded(): Promise<ArrayBuffer | undefined> {
+  try {
+    const sea = await import("node:sea");
+    return sea.isSea() ? sea.getAsset("filter.wasm") : undefined;
+  } catch {
+    return undefined; // not Node's single executable (or not Node at all)
+  }
+}
+
+/**
+ * Returns a file path of filter.wasm that Envoy can load.
+ *
+ * @param explicit `--filter-wasm`, if given
+ * @param runDir where an embedded copy is written
+ * @throws when no filter module can be found, naming the places looked at
+ */
+export async function filterWasmPath(explicit: string | undefined, runDir: string): Promise<string> {
+  if (explicit) {
+    if (!existsSync(explicit)) throw new Error(`Filter module not found: ${explicit}`);
+    return explicit;
+  }
+  const asset = await embedded();
+  if (asset) {
+    const path = join(runDir, "filter.wasm");
+    await writeFile(path, new Uint8Array(asset));
+    return path;
+  }
+  const candidates = [new URL("./filter.wasm", import.meta.url), new URL("../dist/filter.wasm", import.meta.url)]
+    .map((url) => fileURLToPath(url));
+  const found = candidates.find((path) => existsSync(path));
+  if (!found) throw new Error(`Filter module not found: looked at ${candidates.join(", ")} (run npm run build:filter, or pass --filter-wasm)`);
+  return found;
+}

@@ -1,0 +1,79 @@
+// Entry point (SIGTERM path 1/3): parse the command line, run the command, map the result to
+// an exit code. Signals become calls on the agent in commands/run.ts.
+import { Command, CommanderError } from "commander";
+import { mkdtemp } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { printBootstrap } from "./commands/bootstrap.ts";
+import { resolveRunOptions, runCommand, UsageError } from "./commands/run.ts";
+import { waitReady } from "./commands/wait.ts";
+import { filterWasmPath } from "./filter-asset.ts";
+import { durationArg, integerArg, option, runOptionList } from "./options.ts";
+import { commandArguments, exitWith, writeErr } from "./runtime/process.ts";
+import { VERSION } from "./version.ts";
+
+/** Builds the command-line program; `run` resolves each command's exit code. */
+export function createProgram(run: (code: Promise<number>) => void): Command {
+  const program = new Command("lastcall")
+    .description("Sidecar lifecycle agent for Envoy: supervise, tell readiness, drain to exactly zero in flight")
+    .version(VERSION, "-v, --version")
+    .showHelpAfterError("(run with --help for usage)")
+    .exitOverride()
+    .configureOutput({ writeErr: (s) => writeErr(s.trimEnd()) });
+
+  const runCmd = program.command("run")
+    .description("start Envoy with the in-flight filter, serve the status port, drain on SIGTERM")
+    .argument("[envoy-args...]", "extra Envoy arguments, after --")
+    .exitOverride();
+  for (const opt of runOptionList()) runCmd.addOption(opt);
+  runCmd.action((envoyArgs: string[], _opts, command: Command) => run(runCommand(resolveRunOptions(command, envoyArgs))));
+
+  program.command("wait")
+    .description("exit 0 once the proxy is ready; exit 1 with the last reason after --timeout")
+    .addOption(option("--timeout <duration>", "give up after").default(60_000, "60s").argParser(durationArg))
+    .addOption(option("--status-url <url>", "the agent's readiness URL").default("http://127.0.0.1:15020/healthz/ready"))
+    .exitOverride()
+    .action((o) => run(waitReady({ statusUrl: o.statusUrl, timeoutMs: o.timeout })));
+
+  program.command("bootstrap")
+    .description("print the effective Envoy bootstrap lastcall derives from a config")
+    .addOption(option("-c, --config <file>", "the Envoy config (YAML or JSON)").makeOptionMandatory())
+    .addOption(option("--admin-port <port>", "Envoy admin port").default(15000).argParser(integerArg(0, 65535)))
+    .addOption(option("--status-port <port>", "status server port").default(15020).argParser(integerArg(0, 65535)))
+    .addOption(option("--status-address <address>", "status server address").default("127.0.0.1"))
+    .addOption(option("--no-filter", "do not insert the in-flight filter"))
+    .addOption(option("--filter-wasm <path>", "the filter module to reference"))
+    .addOption(option("--heartbeat <duration>", "filter heartbeat period").default(1000, "1s").argParser(durationArg))
+    .addOption(option("--exclude-path <path>", "request path not counted (repeatable)").default([]).argParser((v: string, p: string[] = []) => [...p, v]))
+    .exitOverride()
+    .action((o) =>
+      run((async () => {
+        const wasm = o.filter === false ? undefined : await filterWasmPath(o.filterWasm, await mkdtemp(join(tmpdir(), "lastcall-")));
+        return printBootstrap({ ...o, filterWasm: wasm, heartbeatMs: o.heartbeat });
+      })())
+    );
+  return program;
+}
+
+/** Runs lastcall with the process's arguments and exits with the command's code. */
+export async function main(argv: string[] = commandArguments()): Promise<void> {
+  let pending: Promise<number> | undefined;
+  const program = createProgram((code) => (pending = code));
+  try {
+    await program.parseAsync(argv, { from: "user" });
+    exitWith(pending ? await pending : 0);
+  } catch (error) {
+    if (error instanceof CommanderError) {
+      // --help and --version end here with code 0; usage errors were printed by commander.
+      exitWith(error.exitCode === 0 ? 0 : 2);
+    }
+    if (error instanceof UsageError || error instanceof RangeError) {
+      writeErr(`lastcall: ${error.message}`);
+      exitWith(2);
+    }
+    writeErr(`lastcall: ${(error as Error).stack ?? error}`);
+    exitWith(1);
+  }
+}
+
+main();

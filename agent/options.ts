@@ -1,0 +1,145 @@
+// Every option of every command in one table: flag, default, environment variable, validation.
+// Commander does the parsing; the parsers here refuse bad values with the flag and the value.
+import { InvalidArgumentError, Option } from "commander";
+import { parseDuration } from "./duration.ts";
+
+/** How the termination sequence decides that draining is over. */
+export type DrainMode = "inflight" | "requests" | "connections" | "sleep";
+/** Which listeners are drained on termination. */
+export type DrainScope = "inbound" | "all";
+
+/** Options of `lastcall run`, after defaults and validation. */
+export interface RunOptions {
+  /** The user's Envoy config (YAML or JSON). */
+  config: string;
+  /** Envoy binary. @default $ENVOY_BIN, else `envoy` on PATH */
+  envoy?: string;
+  /** Envoy admin port on 127.0.0.1; 0 picks a free one. @default 15000 */
+  adminPort: number;
+  /** Status server port; 0 picks a free one. @default 15020 */
+  statusPort: number;
+  /** Status server address. @default "127.0.0.1" */
+  statusAddress: string;
+  /** Envoy worker threads. @default 2 */
+  concurrency: number;
+  /** Files whose change triggers a hot restart. @default [] */
+  watch: string[];
+  /** Hot restart on reload; false means stop and start again. @default true */
+  hotRestart: boolean;
+  /** Crash restarts allowed per desired config. @default 10 */
+  restartBudget: number;
+  /** Format of lastcall's own event lines. @default "json" */
+  logFormat: "json" | "text";
+  /** Insert the in-flight filter into inbound HTTP connection managers. @default true */
+  filter: boolean;
+  /** The filter module; defaults to the one shipped with lastcall. */
+  filterWasm?: string;
+  /** Request paths the filter does not count (probes, scrapes). @default [] */
+  excludePath: string[];
+  /** Filter heartbeat period. @default 1000 */
+  heartbeatMs: number;
+  /** Folder for generated bootstraps; defaults to a fresh temporary folder. */
+  runDir?: string;
+  /** Envoy's --drain-time-s: graceful drain and hot-restart drain. @default 5000 */
+  drainTimeMs: number;
+  /** Envoy's --parent-shutdown-time-s for hot restarts. @default 10000 */
+  parentShutdownMs: number;
+  /** Termination: the pod's grace period; the drain ends before it. @default 30000 */
+  graceMs: number;
+  /** Termination: how the end of the drain is detected. @default "inflight" */
+  drainMode: DrainMode;
+  /** Termination: wait before draining listeners, for load balancers to notice. @default 0 */
+  drainDelayMs: number;
+  /** Termination: never stop Envoy earlier than this after the signal. @default 5000 */
+  minDrainMs: number;
+  /** Termination: sleep length of `--drain-mode sleep`. @default 5000 */
+  terminationDrainMs: number;
+  /** Termination: listeners to drain. @default "inbound" */
+  drainScope: DrainScope;
+  /** Termination: POST /healthcheck/fail before draining. @default false (true with --role gateway) */
+  failHealthcheck: boolean;
+  /** Termination: time kept back from the deadline for stopping Envoy. @default 2000 */
+  stopMarginMs: number;
+  /** Termination: how long a zero must stand unchallenged before it counts. @default 50 */
+  zeroConfirmMs: number;
+  /** Extra arguments passed to Envoy as they are. @default [] */
+  envoyArgs: string[];
+}
+
+/** Refuses a value with the reason; commander prefixes the flag and the value. */
+function invalid(reason: string): never {
+  throw new InvalidArgumentError(reason);
+}
+
+/** Parses a duration option value. */
+export function durationArg(value: string): number {
+  try {
+    return parseDuration(value);
+  } catch {
+    return invalid("Expected a duration such as 500ms, 5s or 2m.");
+  }
+}
+
+/** Returns a parser for an integer option within [min, max]. */
+export function integerArg(min: number, max: number): (value: string) => number {
+  return (value) => {
+    const n = Number(value);
+    if (!/^\s*\d+\s*$/.test(value) || n < min || n > max) invalid(`Expected a whole number from ${min} to ${max}.`);
+    return n;
+  };
+}
+
+/** Returns a parser that accepts one of `choices`. */
+export function choiceArg<T extends string>(choices: readonly T[]): (value: string) => T {
+  return (value) => (choices.includes(value as T) ? (value as T) : invalid(`Expected one of: ${choices.join(", ")}.`));
+}
+
+/** Collects a repeatable option; an environment variable may hold a comma-separated list. */
+function listArg(value: string, previous: string[] = []): string[] {
+  return [...previous, ...value.split(",").map((s) => s.trim()).filter(Boolean)];
+}
+
+/** Environment variable of a flag: `--admin-port` → `LASTCALL_ADMIN_PORT`. */
+export function envName(flag: string): string {
+  return `LASTCALL_${flag.replace(/^--/, "").replace(/-/g, "_").toUpperCase()}`;
+}
+
+/** Creates a commander option whose environment variable follows the `LASTCALL_<FLAG>` rule. */
+export function option(flags: string, description: string): Option {
+  const long = /--[a-z0-9-]+/.exec(flags)?.[0] ?? flags;
+  return new Option(flags, description).env(envName(long));
+}
+
+/** The options of `lastcall run`, in the order `--help` lists them. */
+export function runOptionList(): Option[] {
+  return [
+    option("-c, --config <file>", "the Envoy config (YAML or JSON) to run").makeOptionMandatory(),
+    option("--envoy <path>", "Envoy binary (default: $ENVOY_BIN, else envoy on PATH)"),
+    option("--admin-port <port>", "Envoy admin port on 127.0.0.1 (0: any free port)").default(15000).argParser(integerArg(0, 65535)),
+    option("--status-port <port>", "status server port (0: any free port)").default(15020).argParser(integerArg(0, 65535)),
+    option("--status-address <address>", "status server address").default("127.0.0.1"),
+    option("--concurrency <n>", "Envoy worker threads").default(2).argParser(integerArg(1, 256)),
+    option("--watch <path>", "hot restart when this file changes (repeatable)").default([]).argParser(listArg),
+    option("--no-hot-restart", "restart Envoy cold on reload (no shared memory needed)"),
+    option("--restart-budget <n>", "crash restarts allowed per config").default(10).argParser(integerArg(0, 1000)),
+    option("--log-format <format>", "lastcall's own event lines").default("json").argParser(choiceArg(["json", "text"] as const)),
+    option("--no-filter", "do not insert the in-flight filter"),
+    option("--filter-wasm <path>", "the in-flight filter module (default: the one shipped with lastcall)"),
+    option("--exclude-path <path>", "request path the filter does not count; '*' suffix for a prefix (repeatable)").default([]).argParser(listArg),
+    option("--heartbeat <duration>", "filter heartbeat period").default(1000, "1s").argParser(durationArg),
+    option("--run-dir <dir>", "folder for generated bootstraps (default: a new temporary folder)"),
+    option("--drain-time <duration>", "Envoy --drain-time-s: graceful and hot-restart drain").default(5000, "5s").argParser(durationArg),
+    option("--parent-shutdown <duration>", "Envoy --parent-shutdown-time-s for hot restarts").default(10000, "10s").argParser(durationArg),
+    option("--role <role>", "sidecar or gateway: gateway defaults --fail-healthcheck on and --drain-scope all").default("sidecar").argParser(choiceArg(["sidecar", "gateway"] as const)),
+    option("--grace <duration>", "the pod's terminationGracePeriodSeconds: the drain ends before it").default(30000, "30s").argParser(durationArg),
+    option("--drain-mode <mode>", "inflight | requests | connections | sleep").default("inflight").argParser(choiceArg(["inflight", "requests", "connections", "sleep"] as const)),
+    option("--drain-delay <duration>", "wait before draining listeners").default(0, "0s").argParser(durationArg),
+    option("--min-drain <duration>", "never stop Envoy sooner after the signal").default(5000, "5s").argParser(durationArg),
+    option("--termination-drain <duration>", "how long --drain-mode sleep sleeps").default(5000, "5s").argParser(durationArg),
+    option("--drain-scope <scope>", "inbound | all (default: inbound; all with --role gateway)").argParser(choiceArg(["inbound", "all"] as const)),
+    option("--fail-healthcheck", "POST /healthcheck/fail before draining (default with --role gateway)"),
+    option("--no-fail-healthcheck", "do not fail Envoy's health check filter"),
+    option("--stop-margin <duration>", "time kept back from the deadline to stop Envoy").default(2000, "2s").argParser(durationArg),
+    option("--zero-confirm <duration>", "how long a reported zero must stand before it counts").default(50, "50ms").argParser(durationArg),
+  ];
+}

@@ -1,0 +1,50 @@
+// The only module that touches the host process: Node and Deno both provide `node:process`,
+// so the agent stays runtime-neutral by going through here.
+import process from "node:process";
+
+/** Environment variables of the agent's process. */
+export function environment(): Record<string, string | undefined> {
+  return process.env;
+}
+
+/** Command-line arguments after the program (and script) name. */
+export function commandArguments(): string[] {
+  return process.argv.slice(2);
+}
+
+/** Process id of the agent. */
+export function ownPid(): number {
+  return process.pid;
+}
+
+/** Writes one line to standard output. */
+export function writeOut(line: string): void {
+  process.stdout.write(line.endsWith("\n") ? line : `${line}\n`);
+}
+
+/** Writes one line to standard error. */
+export function writeErr(line: string): void {
+  process.stderr.write(line.endsWith("\n") ? line : `${line}\n`);
+}
+
+/** Ends the agent with an exit code once pending output is flushed. */
+export function exitWith(code: number): never {
+  process.exitCode = code;
+  process.exit(code);
+}
+
+/** Signals the agent reacts to. */
+export type StopSignal = "SIGTERM" | "SIGINT" | "SIGHUP";
+
+/**
+ * Calls `handler` on each delivery of `signal`; returns a function that removes the handler.
+ *
+ * @example
+ * ```ts
+ * const off = onSignal("SIGHUP", () => reload());
+ * ```
+ */
+export function onSignal(signal: StopSignal, handler: () => void): () => void {
+  process.on(signal, handler);
+  return () => process.off(signal, handler);
+}

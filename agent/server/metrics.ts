@@ -1,0 +1,57 @@
+// Prometheus exposition through prom-client: values are read from the agent's state at scrape.
+import { Gauge, Registry } from "prom-client";
+import type { AgentState, Phase } from "../state.ts";
+
+const PHASES: Phase[] = ["starting", "running", "restarting", "draining", "stopping", "stopped"];
+
+/** What a scrape reads. */
+export interface MetricsSource {
+  state(): AgentState;
+  /** Latest in-flight count reported by the filters of all live Envoys. */
+  inflight(): number;
+  /** Readiness as `/healthz/ready` would answer, without calling Envoy. */
+  ready(): boolean;
+  reports(): { accepted: number; stale: number };
+}
+
+/**
+ * Creates the registry behind `GET /metrics`.
+ *
+ * @example
+ * ```ts
+ * const registry = createMetrics(source);
+ * const text = await registry.metrics();
+ * ```
+ */
+export function createMetrics(source: MetricsSource): Registry {
+  const registry = new Registry();
+  const gauge = (name: string, help: string, collect: (g: Gauge) => void, labelNames: string[] = []) =>
+    new Gauge({ name, help, labelNames, registers: [registry], collect() { collect(this as Gauge); } });
+
+  gauge("lastcall_envoy_restarts_total", "Crash restarts of Envoy since lastcall started", (g) => g.set(source.state().restarts));
+  gauge("lastcall_hot_restarts_total", "Hot restarts (new epochs) since lastcall started", (g) => g.set(source.state().hotRestarts));
+  gauge("lastcall_reloads_rejected_total", "Reloads refused because the new config did not validate", (g) => g.set(source.state().reloadsRejected));
+  gauge("lastcall_envoy_epoch", "Hot-restart epoch of the current Envoy", (g) => g.set(source.state().current?.epoch ?? -1));
+  gauge("lastcall_envoy_processes", "Live Envoy processes (hot-restart parents included)", (g) => g.set(source.state().epochs.length));
+  gauge("lastcall_phase", "1 for the agent's current phase", (g) => {
+    const phase = source.state().phase;
+    for (const p of PHASES) g.set({ phase: p }, p === phase ? 1 : 0);
+  }, ["phase"]);
+  gauge("lastcall_ready", "1 when /healthz/ready answers 200", (g) => g.set(source.ready() ? 1 : 0));
+  gauge("lastcall_inflight_requests", "Requests in flight in Envoy, as the filter last reported", (g) => g.set(source.inflight()));
+  gauge("lastcall_filter_reports_total", "Filter reports accepted", (g) => g.set(source.reports().accepted));
+  gauge("lastcall_filter_stale_reports_total", "Filter reports ignored as older than one already seen", (g) => g.set(source.reports().stale));
+  gauge("lastcall_drain_seconds", "Duration of the last drain, from signal to Envoy stop", (g) => {
+    const t = source.state().termination;
+    if (t) g.set(t.drainMs / 1000);
+  });
+  gauge("lastcall_inflight_at_stop", "Requests still in flight when Envoy was stopped", (g) => {
+    const t = source.state().termination;
+    if (t) g.set(t.inflightAtStop);
+  });
+  gauge("lastcall_termination", "1 for the reason the last drain ended", (g) => {
+    const t = source.state().termination;
+    if (t) g.set({ reason: t.reason, mode: t.mode }, 1);
+  }, ["reason", "mode"]);
+  return registry;
+}

@@ -1,0 +1,59 @@
+import { createHash } from "node:crypto";
+import { type FSWatcher, watch } from "node:fs";
+import { readFile } from "node:fs/promises";
+import { basename, dirname, resolve } from "node:path";
+
+/** Options of {@linkcode watchFiles}. */
+export interface WatchOptions {
+  /** Quiet time that ends a burst of events. @default 250 */
+  settleMs?: number;
+}
+
+async function fingerprint(paths: readonly string[]): Promise<string> {
+  const hash = createHash("sha256");
+  for (const path of paths) {
+    hash.update(path);
+    hash.update(await readFile(path).catch(() => Buffer.from("\0missing")));
+  }
+  return hash.digest("hex");
+}
+
+/**
+ * Calls `onChange` once per burst of changes to `paths` whose content really changed.
+ * Watches the parent folders, because editors and Kubernetes secret updates replace files
+ * (rename, symlink swap) rather than writing them in place. Returns a function that stops.
+ *
+ * @example
+ * ```ts
+ * const stop = await watchFiles(["/etc/envoy/envoy.yaml"], (changed) => reload(changed));
+ * ```
+ */
+export async function watchFiles(paths: readonly string[], onChange: (paths: string[]) => void, options: WatchOptions = {}): Promise<() => void> {
+  const settleMs = options.settleMs ?? 250;
+  const files = paths.map((p) => resolve(p));
+  let last = await fingerprint(files);
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const watchers: FSWatcher[] = [];
+  const names = new Set(files.map((f) => basename(f)));
+  const settle = () => {
+    clearTimeout(timer);
+    timer = setTimeout(async () => {
+      const now = await fingerprint(files);
+      if (now === last) return;
+      last = now;
+      onChange(files);
+    }, settleMs);
+  };
+  for (const dir of new Set(files.map((f) => dirname(f)))) {
+    const watcher = watch(dir, (_event, name) => {
+      // Kubernetes swaps a `..data` symlink; other names are our files themselves.
+      if (!name || names.has(String(name)) || String(name).startsWith("..")) settle();
+    });
+    watcher.on("error", () => {});
+    watchers.push(watcher);
+  }
+  return () => {
+    clearTimeout(timer);
+    for (const w of watchers) w.close();
+  };
+}

@@ -1,0 +1,55 @@
+#!/usr/bin/env node
+// Bundles the agent with esbuild into dist/lastcall.mjs, then builds dist/lastcall: one
+// executable made with Node's single-executable applications (works offline), with the filter
+// module embedded as an asset.
+import { spawnSync } from "node:child_process";
+import { copyFileSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { build } from "esbuild";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const dist = join(root, "dist");
+mkdirSync(dist, { recursive: true });
+const wasm = join(dist, "filter.wasm");
+if (!existsSync(wasm)) {
+  console.error("lastcall build: dist/filter.wasm is missing: run npm run build:filter first");
+  process.exit(1);
+}
+
+const common = { entryPoints: [join(root, "agent/main.ts")], bundle: true, platform: "node", target: "node20", logLevel: "warning", legalComments: "none" };
+// The ESM bundle runs with `node dist/lastcall.mjs`; createRequire lets bundled CommonJS
+// dependencies require Node built-ins.
+await build({
+  ...common,
+  format: "esm",
+  outfile: join(dist, "lastcall.mjs"),
+  banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
+});
+// Single executables run CommonJS only.
+await build({ ...common, format: "cjs", outfile: join(dist, "lastcall.cjs"), define: { "import.meta.url": "__lastcall_url" },
+  banner: { js: "const __lastcall_url = require('node:url').pathToFileURL(__filename).href;" } });
+
+const seaConfig = join(dist, "sea-config.json");
+writeFileSync(seaConfig, JSON.stringify({
+  main: join(dist, "lastcall.cjs"),
+  output: join(dist, "lastcall.blob"),
+  disableExperimentalSEAWarning: true,
+  assets: { "filter.wasm": wasm },
+}));
+/** Runs a build step quietly; prints its output only when it fails. */
+function step(args) {
+  const result = spawnSync(process.execPath, args, { encoding: "utf8" });
+  if (result.status !== 0) {
+    console.error(`lastcall build: ${args.join(" ")} failed:\n${result.stdout}${result.stderr}`);
+    process.exit(1);
+  }
+}
+
+step(["--experimental-sea-config", seaConfig]);
+const binary = join(dist, "lastcall");
+copyFileSync(process.execPath, binary);
+step([
+  join(root, "node_modules/postject/dist/cli.js"), binary, "NODE_SEA_BLOB", join(dist, "lastcall.blob"),
+  "--sentinel-fuse", "NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2",
+]);
