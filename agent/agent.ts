@@ -7,7 +7,7 @@ import { join } from "node:path";
 import YAML from "yaml";
 import { delay, EventQueue, pollUntil } from "./async.ts";
 import { RestartBudget, restartDelay } from "./backoff.ts";
-import { InflightTracker } from "./drain/in-flight.ts";
+import { type InflightReport, InflightTracker } from "./drain/in-flight.ts";
 import type { ModeContext } from "./drain/modes/context.ts";
 import { drainEnvoy, type DrainPlan, stopEnvoys } from "./drain/shutdown.ts";
 import { AdminClient, readAdminAddress } from "./envoy/admin.ts";
@@ -34,6 +34,11 @@ export class StartError extends Error {
   constructor(message: string, readonly details: string[] = []) {
     super(message);
   }
+}
+
+/** Timeout of the filter's report calls: longer than the longest heartbeat hold. */
+export function reportTimeoutMs(heartbeatMs: number): number {
+  return heartbeatMs + 1000;
 }
 
 type AgentEvent =
@@ -89,6 +94,9 @@ export class Agent {
   #draining?: Promise<string>;
   #drainPlan?: DrainPlan;
   #unwatch?: () => void;
+  /** Resolves when a drain starts: releases the heartbeats the status server is holding. */
+  #drainStarted!: () => void;
+  readonly #drainStartedPromise = new Promise<void>((resolve) => (this.#drainStarted = resolve));
 
   constructor(options: RunOptions, log: EventLog, envoyBinary: string) {
     this.#options = options;
@@ -179,10 +187,7 @@ export class Agent {
       readiness: () => this.#readiness(),
       state: () => this.snapshot(),
       metrics: () => metrics.metrics(),
-      report: (report) => {
-        this.#tracker.report(report);
-        return this.#state.drainStartedAt !== undefined;
-      },
+      report: (report) => this.#onReport(report),
       quit: () => this.terminate("POST /quitquitquit"),
       drain: () => this.drain(),
     });
@@ -196,6 +201,21 @@ export class Agent {
     if (o.watch.length > 0) {
       this.#unwatch = await watchFiles(o.watch, (paths) => this.reload(`changed: ${paths.join(", ")}`));
     }
+  }
+
+  /**
+   * Takes a filter report and answers whether the agent is draining. A heartbeat outside a
+   * drain is answered only after a hold shorter than the heartbeat period (a long poll), or at
+   * once when a drain starts: the filter then learns of the drain in one round trip instead of
+   * up to one heartbeat later, and at no cost per request.
+   */
+  async #onReport(report: InflightReport): Promise<boolean> {
+    this.#tracker.report(report);
+    if (this.#state.drainStartedAt === undefined && report.reason === "heartbeat") {
+      const holdMs = Math.min(this.#options.heartbeatMs * 0.9, reportTimeoutMs(this.#options.heartbeatMs) - 500);
+      await Promise.race([this.#drainStartedPromise, delay(holdMs)]);
+    }
+    return this.#state.drainStartedAt !== undefined;
   }
 
   #reportsAccepted(): number {
@@ -227,6 +247,7 @@ export class Agent {
             pluginConfig: {
               agent_cluster: AGENT_CLUSTER,
               heartbeat_ms: o.heartbeatMs,
+              push_timeout_ms: reportTimeoutMs(o.heartbeatMs),
               epoch,
               instance,
               exclude_paths: o.excludePath,
@@ -423,6 +444,7 @@ export class Agent {
     const o = this.#options;
     const startedAt = Date.now();
     this.#state.drainStartedAt = startedAt; // step 1: /healthz/ready answers 503 from now on
+    this.#drainStarted();
     this.#state.phase = "draining";
     const plan: DrainPlan = {
       mode: o.drainMode,

@@ -16,7 +16,7 @@ export interface StatusControls {
   state(): AgentState & { inflight: number; filter: string };
   metrics(): Promise<string>;
   /** Takes a filter report; answers whether the agent is draining. */
-  report(report: InflightReport): boolean;
+  report(report: InflightReport): Promise<boolean>;
   /** `POST /quitquitquit`: the termination sequence, as on SIGTERM. */
   quit(): void;
   /** `POST /drain`: drain without exiting. */
@@ -50,7 +50,7 @@ export function createStatusApp(controls: StatusControls): Hono {
     } catch (error) {
       return c.json({ error: (error as Error).message }, 400);
     }
-    return c.json({ draining: controls.report(report) });
+    return c.json({ draining: await controls.report(report) });
   });
   app.post("/quitquitquit", (c) => {
     controls.quit();

@@ -1,0 +1,94 @@
+// The process-wide state every worker VM shares: the in-flight counter and the draining flag.
+// Raw shared-data calls with a compare-and-swap loop (docs/filter-protocol.md, "Counting").
+import {
+  Result, proxy_get_shared_data, proxy_set_shared_data,
+} from "./abi";
+import { OUT_PTR, OUT_SIZE, OUT_U32, freeHostBlock, utf8 } from "./memory";
+
+const INFLIGHT_KEY = utf8("lastcall.inflight");
+const DRAINING_KEY = utf8("lastcall.draining");
+const value = __alloc(16, 0); // the 16 bytes written back: u64 count, u64 version (little-endian)
+
+/** Count read by the last `readInflight` or written by the last `addInflight`. */
+export let inflightCount: u64 = 0;
+/** Version (the reports' `seq`) matching `inflightCount`. */
+export let inflightVersion: u64 = 0;
+
+// Reads `key` into `value` (16 bytes, zero-filled); returns the CAS token, 0 when absent, -1 on error.
+function read(key: ArrayBuffer): i64 {
+  store<u64>(value, 0);
+  store<u64>(value + 8, 0);
+  store<u32>(OUT_PTR, 0);
+  store<u32>(OUT_SIZE, 0);
+  const result = proxy_get_shared_data(changetype<usize>(key), key.byteLength, OUT_PTR, OUT_SIZE, OUT_U32);
+  if (result == Result.NotFound) return 0;
+  const ptr = load<u32>(OUT_PTR) as usize;
+  const size = load<u32>(OUT_SIZE) as usize;
+  if (result == Result.Ok) memory.copy(value, ptr, size < 16 ? size : 16);
+  freeHostBlock(ptr);
+  return result == Result.Ok ? load<u32>(OUT_U32) as i64 : -1;
+}
+
+function write(key: ArrayBuffer, size: usize, cas: u32): u32 {
+  return proxy_set_shared_data(changetype<usize>(key), key.byteLength, value, size, cas);
+}
+
+/**
+ * Creates `lastcall.inflight` as (0, 0) if it is absent. There is no atomic create-if-absent: safe
+ * because the main-thread VM configures before any worker VM exists (see docs/filter.md).
+ */
+export function initInflight(): bool {
+  const cas = read(INFLIGHT_KEY);
+  if (cas != 0) return cas > 0;
+  store<u64>(value, 0);
+  store<u64>(value + 8, 0);
+  return write(INFLIGHT_KEY, 16, 0) == Result.Ok;
+}
+
+/** Reads the counter into `inflightCount`/`inflightVersion`; false if the host failed. */
+export function readInflight(): bool {
+  const cas = read(INFLIGHT_KEY);
+  inflightCount = load<u64>(value);
+  inflightVersion = load<u64>(value + 8);
+  return cas >= 0;
+}
+
+/** Adds `delta` (±1) to the counter with a CAS loop; false if the host failed. Never below zero. */
+export function addInflight(delta: i64): bool {
+  while (true) {
+    const cas = read(INFLIGHT_KEY);
+    if (cas < 0) return false;
+    const count = load<u64>(value);
+    const next: u64 = delta < 0 && count == 0 ? 0 : count + (delta as u64);
+    const version = load<u64>(value + 8) + 1;
+    store<u64>(value, next);
+    store<u64>(value + 8, version);
+    const result = write(INFLIGHT_KEY, 16, cas as u32);
+    if (result == Result.Ok) {
+      inflightCount = next;
+      inflightVersion = version;
+      return true;
+    }
+    if (result != Result.CasMismatch) return false;
+  }
+}
+
+/** Whether some VM recorded that the agent is draining. */
+export function readDraining(): bool {
+  return read(DRAINING_KEY) > 0 && load<u8>(value) == 1;
+}
+
+/**
+ * Sets the draining flag; true only for the one caller whose write set it. Sticky: a drain ends
+ * with the process, so no answer clears it (a late stale answer must not hide a drain).
+ */
+export function setDraining(): bool {
+  while (true) {
+    const cas = read(DRAINING_KEY);
+    if (cas < 0 || (cas > 0 && load<u8>(value) == 1)) return false;
+    store<u8>(value, 1);
+    const result = write(DRAINING_KEY, 1, cas as u32);
+    if (result == Result.Ok) return true;
+    if (result != Result.CasMismatch) return false;
+  }
+}

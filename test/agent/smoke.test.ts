@@ -1,0 +1,43 @@
+// Issue 2's loop, end to end, in each way lastcall ships: run → wait → request → SIGTERM →
+// exit 0 with Envoy gone. Real Envoy, real sockets, real signals.
+import { execFile } from "node:child_process";
+import { promisify } from "node:util";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { waitFor } from "../support/envoy.ts";
+import { inboundConfig, isAlive, lastcallCommand, type Runtime, startLastcall, stopAllLastcalls } from "../support/lastcall.ts";
+import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
+
+const run = promisify(execFile);
+let app: UpstreamApp;
+beforeAll(async () => (app = await startUpstreamApp()));
+afterAll(() => app.close());
+afterEach(stopAllLastcalls);
+
+describe.each<Runtime>(["bundle", "binary", "deno"])("lastcall (%s)", (runtime) => {
+  it("runs Envoy with the filter, waits for ready, serves, and stops Envoy on SIGTERM", async () => {
+    const lc = startLastcall(inboundConfig({ upstreamPort: app.port }), { runtime, args: ["--min-drain", "0s"] });
+    const start = await lc.event("start");
+    expect(start.filter).toEqual(["ingress"]);
+
+    const [command, ...prefix] = lastcallCommand(runtime);
+    const waited = await run(command, [...prefix, "wait", "--timeout", "30s", "--status-url", `${await lc.statusUrl()}/healthz/ready`]);
+    expect(waited.stderr).toBe("");
+    const ready = await fetch(`${await lc.statusUrl()}/healthz/ready`);
+    expect(ready.status).toBe(200);
+
+    const port = await lc.listenerPort("ingress");
+    const response = await fetch(`http://127.0.0.1:${port}/delay?ms=1`);
+    expect(response.status).toBe(200);
+    await response.text();
+    // The filter inside Envoy counted that request.
+    const stats = await fetch(`${lc.adminUrl()}/stats?filter=lastcall_streams_total&format=json`).then((r) => r.json());
+    expect(stats.stats.find((s: { name: string }) => s.name === "wasmcustom.lastcall_streams_total")?.value).toBeGreaterThanOrEqual(1);
+
+    const envoyPid = Number(start.pid);
+    expect(isAlive(envoyPid)).toBe(true);
+    const exit = await lc.stop("SIGTERM");
+    expect(exit).toEqual({ code: 0, signal: null });
+    expect(lc.events.map((e) => e.event)).toContain("terminated");
+    await waitFor(() => (isAlive(envoyPid) ? undefined : true), { what: `Envoy ${envoyPid} to be gone` });
+  });
+});

@@ -1,0 +1,59 @@
+// The same module as a network filter in front of tcp_proxy counts connections.
+import { type Server, type Socket, connect, createServer } from "node:net";
+import { afterEach, expect, test } from "vitest";
+import { localCluster, startEnvoy, stopAllEnvoys, waitFor, wasmPluginConfig } from "../support/envoy.ts";
+
+let echo: Server | undefined;
+afterEach(async () => {
+  await stopAllEnvoys();
+  await new Promise((done) => (echo ? echo.close(done) : done(undefined)));
+});
+
+function tcpBootstrap(upstreamPort: number): Record<string, unknown> {
+  return {
+    static_resources: {
+      listeners: [{
+        name: "tcp",
+        address: { socket_address: { address: "127.0.0.1", port_value: 0 } },
+        filter_chains: [{ filters: [
+          { name: "envoy.filters.network.wasm", typed_config: {
+            "@type": "type.googleapis.com/envoy.extensions.filters.network.wasm.v3.Wasm",
+            config: wasmPluginConfig({ vmId: "lastcall_inflight_tcp", configuration: { heartbeat_ms: 0 } }),
+          } },
+          { name: "envoy.filters.network.tcp_proxy", typed_config: {
+            "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+            stat_prefix: "tcp", cluster: "echo",
+          } },
+        ] }],
+      }],
+      clusters: [localCluster("echo", upstreamPort), localCluster("lastcall_agent", 9)],
+    },
+  };
+}
+
+async function roundTrip(socket: Socket, text: string): Promise<void> {
+  const echoed = new Promise<string>((done) => socket.once("data", (data) => done(String(data))));
+  socket.write(text);
+  expect(await echoed).toBe(text);
+}
+
+test("an open TCP connection counts 1 and closing it brings the count back to 0", async () => {
+  echo = createServer((socket) => socket.pipe(socket));
+  await new Promise<void>((done) => echo!.listen(0, "127.0.0.1", done));
+  const envoy = await startEnvoy(tcpBootstrap((echo.address() as { port: number }).port), { concurrency: 2 });
+  const gauge = async () => (await envoy.stats("^wasmcustom\\.lastcall_"))["wasmcustom.lastcall_inflight"];
+
+  const sockets: Socket[] = [];
+  for (let i = 0; i < 3; i++) {
+    const socket = connect(envoy.port("tcp"), "127.0.0.1");
+    await new Promise((done) => socket.once("connect", done));
+    await roundTrip(socket, `hello ${i}`);
+    sockets.push(socket);
+  }
+  expect(await gauge()).toBe(3);
+  sockets[0]!.end();
+  await waitFor(async () => ((await gauge()) === 2 ? true : undefined), { what: "lastcall_inflight = 2" });
+  for (const socket of sockets.slice(1)) socket.destroy();
+  await waitFor(async () => ((await gauge()) === 0 ? true : undefined), { what: "lastcall_inflight = 0" });
+  expect((await envoy.stats("^wasmcustom\\.lastcall_streams_total$"))["wasmcustom.lastcall_streams_total"]).toBe(3);
+});

@@ -1,0 +1,83 @@
+// The agent's side of docs/filter-protocol.md for tests: records every `POST /v1/inflight` and
+// answers `{"draining": …}` as the test decides. (This is the agent, not Envoy: a stand-in is fair.)
+import { EventEmitter } from "node:events";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
+
+/** One report as the filter sent it. */
+export interface Report {
+  instance: string;
+  epoch: number;
+  seq: number;
+  inflight: number;
+  draining: boolean;
+  reason: "heartbeat" | "drain_ack" | "zero" | "busy";
+  /** Arrival order at the sink. */
+  arrival: number;
+  /** Request headers, lower-case. */
+  headers: Record<string, string | string[] | undefined>;
+}
+
+/** A recording agent endpoint. */
+export interface ReportSink {
+  /** Port on 127.0.0.1. */
+  readonly port: number;
+  /** Every report, in arrival order. */
+  readonly reports: Report[];
+  /** What to answer from now on. */
+  draining: boolean;
+  /** Status to answer with. @default 200 */
+  status: number;
+  /** Resolves with the first report (from now on) matching `predicate`. */
+  next(predicate: (report: Report) => boolean, timeoutMs?: number): Promise<Report>;
+  /** Closes the server. */
+  close(): Promise<void>;
+}
+
+/** Starts the sink on a free port. */
+export async function startReportSink(): Promise<ReportSink> {
+  const events = new EventEmitter();
+  events.setMaxListeners(0);
+  const reports: Report[] = [];
+  const server = createServer((request, response) => {
+    let body = "";
+    request.setEncoding("utf8").on("data", (chunk: string) => { body += chunk; }).on("end", () => {
+      if (request.method !== "POST" || request.url !== "/v1/inflight") {
+        response.writeHead(404).end();
+        return;
+      }
+      const report = { ...JSON.parse(body), arrival: reports.length, headers: request.headers } as Report;
+      reports.push(report);
+      response.writeHead(sink.status, { "content-type": "application/json" });
+      response.end(JSON.stringify({ draining: sink.draining }));
+      events.emit("report", report);
+    });
+  });
+  await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
+  const sink: ReportSink = {
+    port: (server.address() as AddressInfo).port,
+    reports,
+    draining: false,
+    status: 200,
+    next(predicate, timeoutMs = 15_000) {
+      return new Promise((done, fail) => {
+        const onReport = (report: Report) => {
+          if (!predicate(report)) return;
+          clearTimeout(timer);
+          events.off("report", onReport);
+          done(report);
+        };
+        const timer = setTimeout(() => {
+          events.off("report", onReport);
+          fail(new Error(`No matching report within ${timeoutMs} ms (${reports.length} received)`));
+        }, timeoutMs);
+        events.on("report", onReport);
+      });
+    },
+    close() {
+      server.closeAllConnections();
+      return new Promise((done) => server.close(() => done()));
+    },
+  };
+  return sink;
+}

@@ -1,0 +1,254 @@
+// Runs the real lastcall (the bundle, the single executable, or the TypeScript under Deno) as a
+// child process and follows its JSON event lines, so tests wait on events, not on sleeps.
+import { type ChildProcess, spawn } from "node:child_process";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { createInterface } from "node:readline";
+import { localCluster } from "./envoy.ts";
+
+const root = resolve(import.meta.dirname, "../..");
+
+/** How lastcall is run. */
+export type Runtime = "bundle" | "binary" | "deno";
+
+/** The command line that runs lastcall in `runtime`. */
+export function lastcallCommand(runtime: Runtime = "bundle"): string[] {
+  switch (runtime) {
+    case "bundle":
+      return [process.execPath, join(root, "dist/lastcall.mjs")];
+    case "binary":
+      return [join(root, "dist/lastcall")];
+    case "deno":
+      return [join(root, "node_modules/.bin/deno"), "run", "--allow-all", "--quiet", join(root, "agent/main.ts")];
+  }
+}
+
+/** One event line of lastcall. */
+export interface LastcallEvent {
+  ts: string;
+  event: string;
+  [field: string]: unknown;
+}
+
+/** Options of {@linkcode startLastcall}. */
+export interface StartOptions {
+  runtime?: Runtime;
+  /** Extra `lastcall run` flags (admin and status ports default to 0). */
+  args?: string[];
+  /** Extra Envoy arguments (after `--`). @default ["-l", "warning"] */
+  envoyArgs?: string[];
+  env?: Record<string, string>;
+}
+
+/** A running `lastcall run`. */
+export interface TestLastcall {
+  readonly pid: number;
+  /** Every event seen so far, in order. */
+  readonly events: LastcallEvent[];
+  /** The config file lastcall runs (tests rewrite it to trigger reloads). */
+  readonly configPath: string;
+  /** Resolves with the first event named `name` (past or future) matching `match`. */
+  event(name: string, match?: (e: LastcallEvent) => boolean, timeoutMs?: number): Promise<LastcallEvent>;
+  /** Status server base URL, once the `start` event came. */
+  statusUrl(): Promise<string>;
+  /** Admin base URL of the current Envoy, from the latest `ready` event. */
+  adminUrl(): string;
+  /** Port of a listener of the current Envoy. */
+  listenerPort(name: string): Promise<number>;
+  /** Everything printed on stdout and stderr. */
+  output(): string;
+  readonly exited: Promise<{ code: number | null; signal: string | null }>;
+  signal(signal: NodeJS.Signals): void;
+  /** SIGTERM (or the given signal), then SIGKILL after 20 s; resolves with the exit. */
+  stop(signal?: NodeJS.Signals): Promise<{ code: number | null; signal: string | null }>;
+}
+
+const started = new Set<TestLastcall>();
+
+/** Writes a config object to a fresh temporary file and returns its path. */
+export function writeConfig(config: unknown, dir = mkdtempSync(join(tmpdir(), "lastcall-test-"))): string {
+  const path = join(dir, "envoy.json");
+  writeFileSync(path, JSON.stringify(config, null, 2));
+  return path;
+}
+
+/**
+ * Starts `lastcall run --config <file>` with admin and status on port 0.
+ *
+ * @example
+ * ```ts
+ * const lc = await startLastcall(inboundConfig({ upstreamPort: app.port }));
+ * await lc.event("ready");
+ * ```
+ */
+export function startLastcall(config: unknown, options: StartOptions = {}): TestLastcall {
+  const configPath = typeof config === "string" ? config : writeConfig(config);
+  const [command, ...prefix] = lastcallCommand(options.runtime);
+  const args = [
+    ...prefix, "run", "--config", configPath, "--admin-port", "0", "--status-port", "0",
+    ...(options.args ?? []), "--", ...(options.envoyArgs ?? ["-l", "warning"]),
+  ];
+  const child: ChildProcess = spawn(command, args, {
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, ...options.env },
+  });
+  const events: LastcallEvent[] = [];
+  let output = "";
+  const waiters = new Set<() => void>();
+  const notify = () => {
+    for (const w of waiters) w();
+  };
+  createInterface({ input: child.stdout! }).on("line", (line) => {
+    output += `${line}\n`;
+    if (line.startsWith("{")) {
+      try {
+        events.push(JSON.parse(line) as LastcallEvent);
+      } catch { /* Envoy output that happens to start with { */ }
+    }
+    notify();
+  });
+  child.stderr!.on("data", (chunk) => (output += String(chunk)));
+  const exited = new Promise<{ code: number | null; signal: string | null }>((done) => {
+    child.once("exit", (code, signal) => {
+      started.delete(handle);
+      // Let the last lines be read before anyone looks.
+      setImmediate(() => {
+        notify();
+        done({ code, signal });
+      });
+    });
+  });
+  let hasExited = false;
+  exited.then(() => (hasExited = true));
+
+  const event = (name: string, match: (e: LastcallEvent) => boolean = () => true, timeoutMs = 30_000) =>
+    new Promise<LastcallEvent>((resolve, reject) => {
+      const check = () => {
+        const found = events.find((e) => e.event === name && match(e));
+        if (found) {
+          cleanup();
+          resolve(found);
+        } else if (hasExited) {
+          cleanup();
+          reject(new Error(`lastcall exited before event "${name}":\n${output.slice(-4000)}`));
+        }
+      };
+      const timer = setTimeout(() => {
+        cleanup();
+        reject(new Error(`Timed out after ${timeoutMs} ms waiting for event "${name}":\n${output.slice(-4000)}`));
+      }, timeoutMs);
+      const cleanup = () => {
+        clearTimeout(timer);
+        waiters.delete(check);
+      };
+      waiters.add(check);
+      check();
+    });
+
+  const handle: TestLastcall = {
+    pid: child.pid as number,
+    events,
+    configPath,
+    event,
+    async statusUrl() {
+      const start = await event("start");
+      return `http://127.0.0.1:${start.status_port}`;
+    },
+    adminUrl() {
+      const ready = events.filter((e) => e.event === "ready").at(-1);
+      if (!ready) throw new Error("lastcall has not reported a ready Envoy yet");
+      return String(ready.admin);
+    },
+    async listenerPort(name: string) {
+      const response = await fetch(`${handle.adminUrl()}/listeners?format=json`);
+      const body = await response.json() as { listener_statuses: Array<{ name: string; local_address: { socket_address: { port_value: number } } }> };
+      const listener = body.listener_statuses.find((l) => l.name === name);
+      if (!listener) throw new Error(`No listener named ${name}: ${JSON.stringify(body)}`);
+      return listener.local_address.socket_address.port_value;
+    },
+    output: () => output,
+    exited,
+    signal: (signal) => {
+      if (!hasExited) child.kill(signal);
+    },
+    async stop(signal = "SIGTERM") {
+      handle.signal(signal);
+      const timer = setTimeout(() => handle.signal("SIGKILL"), 20_000);
+      const exit = await exited;
+      clearTimeout(timer);
+      return exit;
+    },
+  };
+  started.add(handle);
+  return handle;
+}
+
+/** Kills every lastcall a test file started that still runs (for afterEach). */
+export async function stopAllLastcalls(): Promise<void> {
+  await Promise.all([...started].map((lc) => lc.stop("SIGKILL")));
+}
+
+/** Options of {@linkcode inboundConfig}. */
+export interface InboundConfigOptions {
+  upstreamPort: number;
+  /** Listener name and stat prefix. @default "ingress" */
+  listener?: string;
+  /** Envoy's health check filter in pass-through mode, for `/healthcheck/fail`. @default false */
+  healthCheck?: boolean;
+}
+
+/**
+ * A user's Envoy config, as lastcall gets it: one INBOUND HTTP listener on a free port in front
+ * of cluster `app`, no admin, no wasm filter (lastcall adds both).
+ */
+export function inboundConfig(options: InboundConfigOptions): Record<string, unknown> {
+  const name = options.listener ?? "ingress";
+  const httpFilters: unknown[] = [];
+  if (options.healthCheck) {
+    httpFilters.push({
+      name: "envoy.filters.http.health_check",
+      typed_config: {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck",
+        pass_through_mode: false,
+        headers: [{ name: ":path", string_match: { exact: "/healthz" } }],
+      },
+    });
+  }
+  httpFilters.push({ name: "envoy.filters.http.router", typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router" } });
+  return {
+    static_resources: {
+      listeners: [{
+        name,
+        traffic_direction: "INBOUND",
+        address: { socket_address: { address: "127.0.0.1", port_value: 0 } },
+        filter_chains: [{
+          filters: [{
+            name: "envoy.filters.network.http_connection_manager",
+            typed_config: {
+              "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+              stat_prefix: name,
+              codec_type: "AUTO",
+              upgrade_configs: [{ upgrade_type: "websocket" }],
+              route_config: {
+                virtual_hosts: [{ name: "app", domains: ["*"], routes: [{ match: { prefix: "/" }, route: { cluster: "app", timeout: "0s" } }] }],
+              },
+              http_filters: httpFilters,
+            },
+          }],
+        }],
+      }],
+      clusters: [localCluster("app", options.upstreamPort)],
+    },
+  };
+}
+
+/** Whether a process id is alive (signal 0). */
+export function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
