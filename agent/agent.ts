@@ -435,6 +435,7 @@ export class Agent {
       statPrefixes: o.drainScope === "all" ? undefined : new Set(this.#bootstrap?.inboundStatPrefixes ?? []),
       log: this.#log,
       terminationDrainMs: o.terminationDrainMs,
+      heartbeatMs: o.heartbeatMs,
     };
   }
 

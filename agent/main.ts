@@ -6,10 +6,13 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { printBootstrap } from "./commands/bootstrap.ts";
 import { resolveRunOptions, runCommand, UsageError } from "./commands/run.ts";
+import { shutdownEnvoy, shutdownManager } from "./commands/contour.ts";
+import { execApp } from "./commands/exec.ts";
 import { waitReady } from "./commands/wait.ts";
+import { createEventLog } from "./log.ts";
 import { filterWasmPath } from "./filter-asset.ts";
 import { durationArg, integerArg, option, runOptionList } from "./options.ts";
-import { commandArguments, exitWith, writeErr } from "./runtime/process.ts";
+import { commandArguments, exitWith, nextSignal, writeErr } from "./runtime/process.ts";
 import { VERSION } from "./version.ts";
 
 /** Builds the command-line program; `run` resolves each command's exit code. */
@@ -19,6 +22,7 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
     .version(VERSION, "-v, --version")
     .showHelpAfterError("(run with --help for usage)")
     .exitOverride()
+    .enablePositionalOptions()
     .configureOutput({ writeErr: (s) => writeErr(s.trimEnd()) });
 
   const runCmd = program.command("run")
@@ -34,6 +38,53 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
     .addOption(option("--status-url <url>", "the agent's readiness URL").default("http://127.0.0.1:15020/healthz/ready"))
     .exitOverride()
     .action((o) => run(waitReady({ statusUrl: o.statusUrl, timeoutMs: o.timeout })));
+
+  program.command("exec")
+    .description("wait for readiness, run the app, then ask the agent to quit and exit with the app's status")
+    .argument("<command...>", "the app and its arguments, after --")
+    .addOption(option("--timeout <duration>", "readiness wait before giving up").default(60_000, "60s").argParser(durationArg))
+    .addOption(option("--status-url <url>", "the agent's readiness URL").default("http://127.0.0.1:15020/healthz/ready"))
+    .addOption(option("--no-quit", "leave the agent running when the app exits"))
+    .passThroughOptions()
+    .exitOverride()
+    .action((command: string[], o) => run(execApp(command, { statusUrl: o.statusUrl, timeoutMs: o.timeout, quit: o.quit !== false })));
+
+  program.command("shutdown-manager")
+    .description("Contour-compatible: serve GET /healthz and GET /shutdown (blocks until the drain is finished)")
+    .addOption(option("--serve-port <port>", "port of /healthz and /shutdown").default(8090).argParser(integerArg(0, 65535)))
+    .addOption(option("--ready-file <path>", "file written by lastcall shutdown when drained").default("/admin/ok"))
+    .exitOverride()
+    .action((o) =>
+      run((async () => {
+        const log = createEventLog("json");
+        const server = await shutdownManager({ servePort: o.servePort, readyFile: o.readyFile }, log);
+        await nextSignal(["SIGTERM", "SIGINT"]);
+        await server.close();
+        return 0;
+      })())
+    );
+
+  program.command("shutdown")
+    .description("Contour-compatible preStop: fail Envoy's health check, wait for open requests (or connections) to drain, write the ready file")
+    .addOption(option("--admin-address <address>", "Envoy admin address").default("127.0.0.1"))
+    .addOption(option("--admin-port <port>", "Envoy admin port").default(9001).argParser(integerArg(1, 65535)))
+    .addOption(option("--check-interval <duration>", "time between checks").default(5000, "5s").argParser(durationArg))
+    .addOption(option("--check-delay <duration>", "wait before the first check").default(0, "0s").argParser(durationArg))
+    .addOption(option("--drain-delay <duration>", "wait after failing the health check").default(0, "0s").argParser(durationArg))
+    .addOption(option("--min-open-connections <n>", "drained at or below this count").default(0).argParser(integerArg(0, 1_000_000)))
+    .addOption(option("--ready-file <path>", "file to write when drained").default("/admin/ok"))
+    .exitOverride()
+    .action((o) =>
+      run(shutdownEnvoy({
+        adminAddress: o.adminAddress,
+        adminPort: o.adminPort,
+        checkIntervalMs: o.checkInterval,
+        checkDelayMs: o.checkDelay,
+        drainDelayMs: o.drainDelay,
+        minOpenConnections: o.minOpenConnections,
+        readyFile: o.readyFile,
+      }, createEventLog("json")))
+    );
 
   program.command("bootstrap")
     .description("print the effective Envoy bootstrap lastcall derives from a config")

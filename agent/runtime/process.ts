@@ -48,3 +48,13 @@ export function onSignal(signal: StopSignal, handler: () => void): () => void {
   process.on(signal, handler);
   return () => process.off(signal, handler);
 }
+
+/** Resolves with the first of `signals` delivered to the agent. */
+export function nextSignal(signals: readonly StopSignal[]): Promise<StopSignal> {
+  return new Promise((resolve) => {
+    const offs = signals.map((signal) => onSignal(signal, () => {
+      for (const off of offs) off();
+      resolve(signal);
+    }));
+  });
+}

@@ -12,6 +12,8 @@ export interface ModeContext {
   /** Stat prefixes of the connection managers being drained; undefined means all. */
   statPrefixes?: ReadonlySet<string>;
   log: EventLog;
+  /** Filter heartbeat period: a filter is given two of them to report for the first time. */
+  heartbeatMs: number;
   /** Sleep length of the `sleep` mode. */
   terminationDrainMs: number;
 }

@@ -1,3 +1,4 @@
+import { pollUntil } from "../../async.ts";
 import type { DrainWait } from "./context.ts";
 import { waitRequests } from "./requests.ts";
 
@@ -7,7 +8,13 @@ import { waitRequests } from "./requests.ts";
  */
 export const waitInflight: DrainWait = async function waitInflight(context, signal) {
   const instances = context.instances();
-  const silent = instances.filter((id) => context.tracker.status(id) === "never");
+  const unheard = () => instances.filter((id) => context.tracker.status(id) === "never");
+  // An Envoy that started a moment ago may not have sent its first heartbeat yet.
+  const firstReport = AbortSignal.any([signal, AbortSignal.timeout(2 * context.heartbeatMs)]);
+  await pollUntil(async () => (unheard().length === 0 ? true : undefined), 20, firstReport).catch(() => {
+    signal.throwIfAborted();
+  });
+  const silent = unheard();
   if (instances.length === 0 || silent.length > 0) {
     context.log("drain_fallback", { from: "inflight", to: "requests", reason: "filter never reported", instances: silent });
     const reason = await waitRequests(context, signal);

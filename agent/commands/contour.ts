@@ -1,0 +1,96 @@
+// Contour's shutdown-manager pair, flag for flag, so a Contour Envoy DaemonSet can swap the
+// image: `shutdown-manager` serves the Envoy container's preStop (`GET /shutdown` blocks until
+// the drain is finished); `shutdown` is the shutdown-manager container's own preStop, which
+// fails Envoy's health check, waits until the open count is low enough, then writes the ready
+// file. With the lastcall filter in Envoy it counts requests in flight, not open connections.
+import { access, writeFile } from "node:fs/promises";
+import { delay, pollUntil } from "../async.ts";
+import { AdminClient } from "../envoy/admin.ts";
+import { parseStatsJson, type Stat } from "../envoy/stats.ts";
+import type { EventLog } from "../log.ts";
+import { listen, type StatusServer } from "../server/listen.ts";
+import { Hono } from "hono";
+
+/** Options of {@linkcode shutdownManager}. */
+export interface ShutdownManagerOptions {
+  /** Port of `/healthz` and `/shutdown`. @default 8090 */
+  servePort: number;
+  /** The file `lastcall shutdown` writes when the drain is finished. @default "/admin/ok" */
+  readyFile: string;
+}
+
+/** Serves Contour's shutdown-manager endpoints until stopped; resolves with the server. */
+export async function shutdownManager(options: ShutdownManagerOptions, log: EventLog): Promise<StatusServer> {
+  const app = new Hono();
+  app.get("/healthz", (c) => c.text("OK"));
+  app.get("/shutdown", async function shutdown(c) {
+    log("shutdown_requested", { ready_file: options.readyFile });
+    // Contour checks the file once a second; a shorter period costs nothing and ends sooner.
+    const signal = c.req.raw.signal;
+    await pollUntil(() => access(options.readyFile).then(() => true, () => undefined), 100, signal);
+    log("shutdown_ready", { ready_file: options.readyFile });
+    return c.text("OK");
+  });
+  const server = await listen(app, "0.0.0.0", options.servePort);
+  log("serving", { port: server.port });
+  return server;
+}
+
+/** Options of {@linkcode shutdownEnvoy}, with Contour's names and defaults. */
+export interface ShutdownOptions {
+  adminAddress: string;
+  /** @default 9001 */
+  adminPort: number;
+  /** Time between checks of the open count. @default 5000 */
+  checkIntervalMs: number;
+  /** Wait before the first check. @default 0 */
+  checkDelayMs: number;
+  /** Wait after failing the health check, before checking. @default 0 */
+  drainDelayMs: number;
+  /** The drain is finished at or below this many. @default 0 */
+  minOpenConnections: number;
+  /** Written when the drain is finished. @default "/admin/ok" */
+  readyFile: string;
+}
+
+/** What `shutdown` counts: the filter's in-flight gauge when present, else open HTTP connections. */
+export function openCount(stats: Stat[]): { what: "inflight_requests" | "http_connections"; count: number } {
+  const gauge = stats.find((s) => s.name === "wasmcustom.lastcall_inflight");
+  if (gauge) return { what: "inflight_requests", count: gauge.value };
+  let count = 0;
+  for (const s of stats) if (/^http\.(.+)\.downstream_cx_active$/.test(s.name) && !s.name.startsWith("http.admin.")) count += s.value;
+  return { what: "http_connections", count };
+}
+
+/** `lastcall shutdown`: fail health, wait for the open count to fall, write the ready file. */
+export async function shutdownEnvoy(options: ShutdownOptions, log: EventLog): Promise<number> {
+  const admin = new AdminClient(`http://${options.adminAddress}:${options.adminPort}`);
+  // Contour retries the health-check failure a few times with a growing backoff.
+  let failed = false;
+  for (let attempt = 0, wait = 200; attempt < 4 && !failed; attempt++, wait *= 5) {
+    try {
+      await admin.failHealthcheck();
+      failed = true;
+    } catch (error) {
+      log("healthcheck_fail_error", { attempt, error: String(error) });
+      await delay(wait);
+    }
+  }
+  if (failed) log("healthcheck_failed");
+  await delay(options.drainDelayMs + options.checkDelayMs);
+  for (;;) {
+    try {
+      const { what, count } = openCount(parseStatsJson(await admin.stats("(downstream_cx_active|lastcall_inflight)$")));
+      log("open_count", { what, count, min: options.minOpenConnections });
+      if (count <= options.minOpenConnections) break;
+    } catch (error) {
+      // Envoy gone or not answering: nothing more can drain through it.
+      log("open_count_failed", { error: String(error) });
+      break;
+    }
+    await delay(options.checkIntervalMs);
+  }
+  await writeFile(options.readyFile, "ok\n");
+  log("drained", { ready_file: options.readyFile });
+  return 0;
+}

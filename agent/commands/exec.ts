@@ -1,0 +1,62 @@
+import { spawn } from "node:child_process";
+import { constants } from "node:os";
+import { onSignal, writeErr } from "../runtime/process.ts";
+import { waitReady } from "./wait.ts";
+
+/** Options of {@linkcode execApp}. */
+export interface ExecOptions {
+  /** The agent's readiness URL. @default "http://127.0.0.1:15020/healthz/ready" */
+  statusUrl: string;
+  /** How long to wait for readiness before giving up (the app is not started). @default 60000 */
+  timeoutMs: number;
+  /** Ask the agent to quit when the app exits, so Jobs complete. @default true */
+  quit: boolean;
+}
+
+const FORWARDED = ["SIGTERM", "SIGINT", "SIGHUP"] as const;
+
+/** Exit status of a child the way shells report it: its code, or 128 + signal number. */
+export function exitStatus(code: number | null, signal: NodeJS.Signals | null): number {
+  if (code !== null) return code;
+  const number = signal ? (constants.signals as Record<string, number>)[signal] : undefined;
+  return 128 + (number ?? 1);
+}
+
+/**
+ * `lastcall exec -- CMD ARGS...`, for the app container: wait until the proxy is ready, run
+ * the app with signals forwarded, and when it exits ask the agent to quit (the same
+ * termination sequence as SIGTERM), then exit with the app's status.
+ *
+ * @example
+ * ```ts
+ * process.exitCode = await execApp(["./job.sh"], { statusUrl, timeoutMs: 60_000, quit: true });
+ * ```
+ */
+export async function execApp(command: string[], options: ExecOptions): Promise<number> {
+  if (command.length === 0) {
+    writeErr("lastcall exec: no command given (usage: lastcall exec [options] -- CMD ARGS...)");
+    return 2;
+  }
+  const ready = await waitReady({ statusUrl: options.statusUrl, timeoutMs: options.timeoutMs });
+  if (ready !== 0) return ready;
+  const child = spawn(command[0], command.slice(1), { stdio: "inherit" });
+  const off = FORWARDED.map((signal) => onSignal(signal, () => child.kill(signal)));
+  const status = await new Promise<number>((resolve) => {
+    child.once("error", (error) => {
+      writeErr(`lastcall exec: cannot run ${command[0]}: ${error.message}`);
+      resolve(127);
+    });
+    child.once("exit", (code, signal) => resolve(exitStatus(code, signal)));
+  });
+  for (const remove of off) remove();
+  if (options.quit) {
+    const url = new URL("/quitquitquit", options.statusUrl);
+    try {
+      const response = await fetch(url, { method: "POST", signal: AbortSignal.timeout(5000) });
+      if (!response.ok) writeErr(`lastcall exec: ${url} answered ${response.status}`);
+    } catch (error) {
+      writeErr(`lastcall exec: cannot ask the agent to quit at ${url}: ${(error as Error).message}`);
+    }
+  }
+  return status;
+}

@@ -1,0 +1,99 @@
+// Deployment hooks: `exec` makes a Job-like app complete with its status, and the
+// Contour-compatible pair holds Envoy's preStop until the drain is finished.
+import { execFile, spawn } from "node:child_process";
+import { existsSync, mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { createInterface } from "node:readline";
+import { promisify } from "node:util";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { httpBootstrap, startEnvoy, stopAllEnvoys, waitFor } from "../support/envoy.ts";
+import { inboundConfig, lastcallCommand, startLastcall, stopAllLastcalls } from "../support/lastcall.ts";
+import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
+
+const runFile = promisify(execFile);
+const [lastcall, ...prefix] = lastcallCommand("bundle");
+let app: UpstreamApp;
+beforeAll(async () => (app = await startUpstreamApp()));
+afterAll(() => app.close());
+afterEach(async () => {
+  app.release();
+  await stopAllLastcalls();
+  await stopAllEnvoys();
+});
+
+describe("lastcall exec", () => {
+  it("runs a Job-like command once ready, then the agent exits and the command's status is propagated", async () => {
+    const lc = startLastcall(inboundConfig({ upstreamPort: app.port }), { args: ["--min-drain", "0s"] });
+    const statusUrl = await lc.statusUrl();
+    await lc.event("ready");
+    const port = await lc.listenerPort("ingress");
+    // The job calls through Envoy, then fails with status 3.
+    const job = `r=$(curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:${port}/delay?ms=1); echo "job got $r"; exit 3`;
+    const exec = await runFile(lastcall, [...prefix, "exec", "--status-url", `${statusUrl}/healthz/ready`, "--", "sh", "-c", job])
+      .then(() => ({ code: 0, stdout: "" }), (error) => ({ code: error.code as number, stdout: String(error.stdout) }));
+    expect(exec).toEqual({ code: 3, stdout: "job got 200\n" });
+    expect(await lc.exited).toEqual({ code: 0, signal: null });
+    const terminate = await lc.event("terminate");
+    expect(terminate.source).toBe("POST /quitquitquit");
+  });
+
+  it("does not start the app when the proxy never becomes ready, and says why", async () => {
+    const result = await runFile(lastcall, [...prefix, "exec", "--timeout", "300ms", "--status-url", "http://127.0.0.1:9/healthz/ready", "--", "sh", "-c", "echo ran"])
+      .then(() => ({ code: 0, stdout: "", stderr: "" }), (error) => ({ code: error.code, stdout: String(error.stdout), stderr: String(error.stderr) }));
+    expect(result.code).toBe(1);
+    expect(result.stdout).toBe("");
+    expect(result.stderr).toMatch(/not ready after 300ms: status server unreachable at http:\/\/127\.0\.0\.1:9\/healthz\/ready/);
+  });
+});
+
+describe("Contour-compatible shutdown-manager and shutdown", () => {
+  it("GET /shutdown returns only after the in-flight requests have finished", async () => {
+    const envoy = await startEnvoy(httpBootstrap({ upstreamPort: app.port }));
+    const dir = mkdtempSync(join(tmpdir(), "lastcall-contour-"));
+    const readyFile = join(dir, "ok");
+    const manager = spawn(lastcall, [...prefix, "shutdown-manager", "--serve-port", "0", "--ready-file", readyFile], { stdio: ["ignore", "pipe", "inherit"] });
+    try {
+      const serving = await new Promise<{ port: number }>((resolve) => {
+        createInterface({ input: manager.stdout! }).on("line", (line) => {
+          const event = JSON.parse(line);
+          if (event.event === "serving") resolve(event);
+        });
+      });
+      expect(await (await fetch(`http://127.0.0.1:${serving.port}/healthz`)).text()).toBe("OK");
+
+      // Two requests in flight through Envoy and the filter.
+      const port = envoy.port("ingress");
+      const held = [0, 1].map(() => fetch(`http://127.0.0.1:${port}/hold`).then((r) => r.text()));
+      await app.until((a) => a.held === 2);
+
+      let shutdownAnswered = false;
+      const preStop = fetch(`http://127.0.0.1:${serving.port}/shutdown`).then(async (r) => {
+        shutdownAnswered = true;
+        return r.status;
+      });
+      const adminPort = new URL(envoy.adminUrl).port;
+      const shutdown = runFile(lastcall, [...prefix, "shutdown", "--admin-port", adminPort, "--check-interval", "50ms", "--ready-file", readyFile]);
+      // The health check is failed and the requests are still counted: nothing is written yet.
+      await waitFor(async () => ((await envoy.stats("lastcall_inflight"))["wasmcustom.lastcall_inflight"] === 2 ? true : undefined), { what: "gauge at 2" });
+      // Envoy's health check fails (state DRAINING) while the requests are still counted.
+      await waitFor(async () => ((await (await fetch(`${envoy.adminUrl}/server_info`)).json()).state === "DRAINING" ? true : undefined), { what: "Envoy DRAINING" });
+      expect(existsSync(readyFile)).toBe(false);
+      expect(shutdownAnswered).toBe(false);
+
+      app.release(1);
+      await app.until((a) => a.held === 1);
+      expect(existsSync(readyFile)).toBe(false);
+      app.release(1);
+      expect(await Promise.all(held)).toHaveLength(2);
+      const { stdout } = await shutdown;
+      const events = stdout.trim().split("\n").map((l) => JSON.parse(l));
+      expect(events.filter((e) => e.event === "open_count").at(-1)).toMatchObject({ what: "inflight_requests", count: 0 });
+      expect(events.map((e) => e.event)).toContain("healthcheck_failed");
+      expect(await preStop).toBe(200);
+    } finally {
+      manager.kill("SIGTERM");
+    }
+  });
+});
+
