@@ -1,0 +1,13 @@
+// The agent's source type-checks under Deno 2 as it is (the run under Deno is in smoke.test.ts).
+import { execFile } from "node:child_process";
+import { resolve } from "node:path";
+import { promisify } from "node:util";
+import { expect, it } from "vitest";
+
+const root = resolve(import.meta.dirname, "../..");
+
+it("deno check passes on the entry point", async () => {
+  const result = await promisify(execFile)(resolve(root, "node_modules/.bin/deno"), ["check", "--quiet", "agent/main.ts"], { cwd: root })
+    .then(() => ({ code: 0, stderr: "" }), (error) => ({ code: error.code, stderr: String(error.stderr) }));
+  expect(result).toEqual({ code: 0, stderr: "" });
+});
