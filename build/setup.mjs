@@ -25,7 +25,10 @@ function installed() {
 
 /** Installs, fetches and builds; returns the Envoy binary path. */
 export async function setup() {
-  if (!installed()) run("npm", ["ci", "--no-audit", "--no-fund", "--loglevel=error"], "npm ci");
+  // Not `npm ci`: the `deno` package lists optional binaries for other platforms that the
+  // registry mirror here does not serve, so no lock file can name them and `npm ci` refuses it.
+  // `npm install` with the committed lock and exact versions installs the same tree.
+  if (!installed()) run("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error"], "npm install");
   const { resolveEnvoy, envoyVersion } = await import("./envoy.mjs");
   let envoy;
   try {
