@@ -11,6 +11,7 @@ import { type InflightReport, InflightTracker } from "./drain/in-flight.ts";
 import type { ModeContext } from "./drain/modes/context.ts";
 import { drainEnvoy, type DrainPlan, stopEnvoys } from "./drain/shutdown.ts";
 import { AdminClient, readAdminAddress } from "./envoy/admin.ts";
+import { activeRequests, parseStatsJson } from "./envoy/stats.ts";
 import { envoyArgs } from "./envoy/args.ts";
 import { AGENT_CLUSTER, type Bootstrap, deriveBootstrap } from "./envoy/bootstrap.ts";
 import { describeExit, type EnvoyExit, type EnvoyProcess, spawnEnvoy } from "./envoy/process.ts";
@@ -94,6 +95,7 @@ export class Agent {
   #draining?: Promise<string>;
   #drainPlan?: DrainPlan;
   #unwatch?: () => void;
+  #failure?: string;
   /** Resolves when a drain starts: releases the heartbeats the status server is holding. */
   #drainStarted!: () => void;
   readonly #drainStartedPromise = new Promise<void>((resolve) => (this.#drainStarted = resolve));
@@ -109,6 +111,11 @@ export class Agent {
   /** The port the status server listens on, once started. */
   get statusPort(): number | undefined {
     return this.#server?.port;
+  }
+
+  /** Why `run` returned {@linkcode EXIT.envoyGaveUp}, naming the last Envoy exit. */
+  get failure(): string | undefined {
+    return this.#failure;
   }
 
   /** SIGTERM, SIGINT, `POST /quitquitquit`: run the termination sequence, then exit. */
@@ -365,11 +372,8 @@ export class Agent {
     const attempt = this.#budget.spend(ranMs);
     if (attempt === undefined) {
       this.#state.phase = "stopped";
-      this.#log("gave_up", {
-        restarts: this.#budget.spent,
-        last_exit: lastExit,
-        message: `Envoy kept exiting (last: ${lastExit}); restart budget of ${this.#budget.limit} spent`,
-      });
+      this.#failure = `Envoy kept exiting (last: ${lastExit}); restart budget of ${this.#budget.limit} spent`;
+      this.#log("gave_up", { restarts: this.#budget.spent, last_exit: lastExit, message: this.#failure });
       return "gave_up";
     }
     const delayMs = restartDelay(attempt);
@@ -488,17 +492,27 @@ export class Agent {
     return EXIT.ok;
   }
 
-  /** Requests in flight right before the stop: the filter's count, else Envoy's own stat. */
+  /**
+   * Requests in flight right before the stop: the filter's gauge read now, else its last report,
+   * else Envoy's own stat. The last report alone can be stale: outside a drain, and until the
+   * filter has acknowledged one, only heartbeats carry the count (a `requests`-mode drain can end
+   * on Envoy's stat before the next heartbeat), and moves between non-zero counts are never pushed.
+   */
   async #inflightNow(admin: AdminClient | undefined): Promise<number> {
     const ids = [...this.#live.keys()];
-    if (ids.length > 0 && ids.every((id) => this.#tracker.status(id) !== "never")) return this.#tracker.inflight(ids);
-    if (!admin) return 0;
+    const heard = ids.length > 0 && ids.every((id) => this.#tracker.status(id) !== "never");
+    if (!admin) return heard ? this.#tracker.inflight(ids) : 0;
     try {
-      const { activeRequests, parseStatsJson } = await import("./envoy/stats.ts");
-      return activeRequests(parseStatsJson(await admin.stats("downstream_rq_active$")), this.#modeContext().statPrefixes);
+      if (!heard) return activeRequests(parseStatsJson(await admin.stats("downstream_rq_active$")), this.#modeContext().statPrefixes);
+      // One Envoy only: a hot-restart child's stats may include what it imported from its parent.
+      if (ids.length === 1) {
+        const gauge = parseStatsJson(await admin.stats("^wasmcustom\\.lastcall_inflight$")).find((s) => s.name === "wasmcustom.lastcall_inflight");
+        if (gauge) return gauge.value;
+      }
     } catch {
-      return 0;
+      // Envoy busy or gone: fall back to what was reported.
     }
+    return heard ? this.#tracker.inflight(ids) : 0;
   }
 
   // ---- status ------------------------------------------------------------------------------
