@@ -204,7 +204,10 @@ export class Agent {
       ready: () => this.#state.phase === "running" && this.#state.drainStartedAt === undefined,
       reports: () => ({ accepted: this.#reportsAccepted(), stale: this.#tracker.staleReports }),
     });
-    this.#server = await listen(app, o.statusAddress, o.statusPort);
+    // A port already taken is a refusal at start (one line, exit 2), not a crash with a stack.
+    this.#server = await listen(app, o.statusAddress, o.statusPort).catch((error: Error) => {
+      throw new StartError(error.message);
+    });
     if (o.watch.length > 0) {
       this.#unwatch = await watchFiles(o.watch, (paths) => this.reload(`changed: ${paths.join(", ")}`));
     }

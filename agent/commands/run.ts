@@ -142,7 +142,10 @@ export async function runCommand(options: RunOptions): Promise<number> {
     onSignal("SIGHUP", () => agent.reload("SIGHUP")),
   ];
   try {
-    return await agent.run();
+    const code = await agent.run();
+    // The event line is for log pipelines; this one is for whoever reads the container's exit.
+    if (agent.failure) writeErr(`lastcall: ${agent.failure}`);
+    return code;
   } catch (error) {
     if (error instanceof StartError) {
       writeErr(`lastcall: ${error.message}`);

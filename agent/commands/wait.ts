@@ -12,6 +12,8 @@ export interface WaitOptions {
   periodMs?: number;
 }
 
+const NO_ANSWER = "no answer yet";
+
 /** Asks the status server once; returns undefined when ready, else why not. */
 async function probe(url: string, signal: AbortSignal): Promise<string | undefined> {
   try {
@@ -24,6 +26,8 @@ async function probe(url: string, signal: AbortSignal): Promise<string | undefin
       return `status ${response.status}: ${body.trim().slice(0, 200)}`;
     }
   } catch (error) {
+    const name = (error as Error).name;
+    if (name === "TimeoutError" || name === "AbortError") return `status server at ${url} did not answer`;
     const cause = (error as { cause?: { code?: string } }).cause?.code;
     return `status server unreachable at ${url}${cause ? ` (${cause})` : ""}`;
   }
@@ -40,11 +44,12 @@ async function probe(url: string, signal: AbortSignal): Promise<string | undefin
  */
 export async function waitReady(options: WaitOptions): Promise<number> {
   const deadline = AbortSignal.timeout(options.timeoutMs);
-  let reason = "no answer yet";
+  let reason = NO_ANSWER;
   while (!deadline.aborted) {
     const answer = await probe(options.statusUrl, deadline);
     if (answer === undefined) return 0;
-    if (!deadline.aborted) reason = answer;
+    // A probe cut short by the deadline still beats saying nothing at all.
+    if (!deadline.aborted || reason === NO_ANSWER) reason = answer;
     await delay(options.periodMs ?? 100, deadline).catch(() => {});
   }
   writeErr(`lastcall wait: not ready after ${formatDuration(options.timeoutMs)}: ${reason}`);

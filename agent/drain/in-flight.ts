@@ -76,6 +76,8 @@ export function parseReport(body: unknown): InflightReport {
  */
 export class InflightTracker {
   readonly #views = new Map<string, InstanceView>();
+  /** Processes that exited: nothing of theirs is left in flight. */
+  readonly #retired = new Set<string>();
   readonly #listeners = new Set<() => void>();
   readonly #zeroConfirmMs: number;
   readonly #heartbeatMs: number;
@@ -122,6 +124,7 @@ export class InflightTracker {
   /** Forgets an Envoy process that has exited. */
   retire(instance: string): void {
     this.#views.delete(instance);
+    this.#retired.add(instance);
     for (const listener of this.#listeners) listener();
   }
 
@@ -151,8 +154,8 @@ export class InflightTracker {
   }
 
   /**
-   * Resolves when every given process (that is still tracked) stands at a confirmed zero;
-   * rejects with the signal's reason when aborted.
+   * Resolves when every given process stands at a confirmed zero or has exited; a process
+   * that has not reported yet is waited for. Rejects with the signal's reason when aborted.
    */
   waitForZero(instances: readonly string[], signal: AbortSignal): Promise<void> {
     return new Promise((resolve, reject) => {
@@ -166,13 +169,13 @@ export class InflightTracker {
       };
       const onAbort = () => done(signal.reason ?? new Error("Aborted"));
       const check = () => {
-        const live = instances.filter((id) => this.#views.has(id));
+        const live = instances.filter((id) => !this.#retired.has(id));
+        if (live.length === 0) return done();
         const views = live.map((id) => this.#zeroCandidate(id));
-        if (live.length === 0 || views.some((v) => v === undefined)) {
+        if (views.some((v) => v === undefined)) {
           clearTimeout(timer);
           timer = undefined;
           candidate = "";
-          if (live.length === 0 && instances.length > 0) done();
           return;
         }
         const key = views.map((v) => `${v!.instance}@${v!.seq}`).join(",");

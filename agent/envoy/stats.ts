@@ -49,8 +49,9 @@ export function activeConnections(stats: Stat[], excludeAddresses: readonly stri
     const match = /^listener\.(.+)\.downstream_cx_active$/.exec(name);
     if (!match) continue;
     const listener = match[1];
-    if (/(^|\.)worker_\d+$/.test(listener) || listener.startsWith("envoy_internal_") || listener === "admin") continue;
-    if (listener.includes(".worker_")) continue;
+    // Envoy 1.40 also keeps per-thread copies: `<listener>.worker_<n>` and `admin.main_thread`.
+    if (/\.(worker_\d+|main_thread)$/.test(listener)) continue;
+    if (listener.startsWith("envoy_internal_") || listener === "admin") continue;
     if (excludeAddresses.some((address) => listener === address || listener.startsWith(`${address}.`))) continue;
     total = (total ?? 0) + value;
   }

@@ -114,6 +114,7 @@ export function startLastcall(config: unknown, options: StartOptions = {}): Test
       started.delete(handle);
       // Let the last lines be read before anyone looks.
       setImmediate(() => {
+        hasExited = true;
         notify();
         done({ code, signal });
       });

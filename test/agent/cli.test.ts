@@ -1,0 +1,155 @@
+// Issue 4, the command-line contract: bad values and bad configs are refused at start with one
+// line naming what is wrong and exit 2; --help and --version answer and exit 0.
+import { execFile } from "node:child_process";
+import { describe, expect, it } from "vitest";
+import { inboundConfig, lastcallCommand, writeConfig } from "../support/lastcall.ts";
+
+interface Result {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `lastcall <args>` to its end (ports 0 for `run`, so nothing collides). */
+function lastcall(args: string[], env: Record<string, string> = {}): Promise<Result> {
+  const [command, ...prefix] = lastcallCommand();
+  return new Promise((resolve) => {
+    execFile(command, [...prefix, ...args], { timeout: 30_000, env: { ...process.env, ...env } }, (error, stdout, stderr) => {
+      resolve({ code: error ? (error as { code?: number }).code ?? null : 0, stdout, stderr });
+    });
+  });
+}
+
+const run = (...args: string[]) => ["run", "--admin-port", "0", "--status-port", "0", ...args];
+const someConfig = () => writeConfig(inboundConfig({ upstreamPort: 9 }));
+
+/** The stderr lines that say what is wrong (commander adds a hint line after its own errors). */
+const errorLines = (stderr: string) => stderr.split("\n").filter((l) => l && l !== "(run with --help for usage)");
+
+describe("bad option values exit 2 with one line naming the flag and the value", () => {
+  it.each([
+    { name: "--grace abc", args: ["--grace", "abc"], env: {}, flag: "--grace", value: "abc" },
+    { name: "--admin-port 70000", args: ["--admin-port", "70000"], env: {}, flag: "--admin-port", value: "70000" },
+    { name: "--concurrency 0", args: ["--concurrency", "0"], env: {}, flag: "--concurrency", value: "0" },
+    { name: "--restart-budget -1", args: ["--restart-budget=-1"], env: {}, flag: "--restart-budget", value: "-1" },
+    { name: "--drain-time 5 parsecs", args: ["--drain-time", "5 parsecs"], env: {}, flag: "--drain-time", value: "5 parsecs" },
+    { name: "--log-format xml", args: ["--log-format", "xml"], env: {}, flag: "--log-format", value: "xml" },
+    { name: "LASTCALL_CONCURRENCY=x", args: [], env: { LASTCALL_CONCURRENCY: "x" }, flag: "LASTCALL_CONCURRENCY", value: "x" },
+    { name: "LASTCALL_GRACE=soon", args: [], env: { LASTCALL_GRACE: "soon" }, flag: "LASTCALL_GRACE", value: "soon" },
+  ])("$name", async ({ args, env, flag, value }) => {
+    const result = await lastcall([...run("--config", "/nonexistent.yaml"), ...args], env);
+    expect(result.code).toBe(2);
+    const lines = errorLines(result.stderr);
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toContain(flag);
+    expect(lines[0]).toContain(`'${value}'`);
+    expect(result.stdout).toBe("");
+  });
+
+  it("refuses an unknown flag", async () => {
+    const result = await lastcall(run("--config", "x.yaml", "--bogus"));
+    expect(result.code).toBe(2);
+    expect(errorLines(result.stderr)).toEqual(["error: unknown option '--bogus'"]);
+  });
+
+  it("refuses a missing --config", async () => {
+    const result = await lastcall(run());
+    expect(result.code).toBe(2);
+    expect(errorLines(result.stderr)).toEqual(["error: required option '-c, --config <file>' not specified"]);
+  });
+});
+
+describe("contradictory timings are refused with the numbers", () => {
+  it.each([
+    { args: ["--min-drain", "30s", "--grace", "30s"], line: "lastcall: --min-drain 30s must be shorter than --grace 30s minus --stop-margin 2s" },
+    { args: ["--stop-margin", "5s", "--grace", "5s"], line: "lastcall: --stop-margin 5s leaves no time within --grace 5s" },
+    { args: ["--drain-time", "10s", "--parent-shutdown", "10s"], line: "lastcall: --parent-shutdown 10s must be longer than --drain-time 10s" },
+  ])("$args", async ({ args, line }) => {
+    const result = await lastcall(run("--config", someConfig(), ...args));
+    expect(result).toMatchObject({ code: 2, stdout: "" });
+    expect(errorLines(result.stderr)).toEqual([line]);
+  });
+});
+
+describe("configs lastcall cannot run exit 2 before Envoy starts", () => {
+  it("a missing config file", async () => {
+    const result = await lastcall(run("--config", "/nonexistent/envoy.yaml"));
+    expect(result.code).toBe(2);
+    expect(errorLines(result.stderr)).toEqual([
+      "lastcall: Cannot read Envoy config /nonexistent/envoy.yaml: ENOENT: no such file or directory, open '/nonexistent/envoy.yaml'",
+    ]);
+    expect(result.stdout).not.toContain('"event":"start"');
+  });
+
+  it("a config that is not YAML", async () => {
+    const path = writeConfig({});
+    const { writeFileSync } = await import("node:fs");
+    writeFileSync(path, "static_resources:\n  clusters: [ {name: a\n");
+    const result = await lastcall(run("--config", path));
+    expect(result.code).toBe(2);
+    expect(errorLines(result.stderr)[0]).toMatch(new RegExp(`^lastcall: Cannot read Envoy config ${path}: `));
+  });
+
+  it("a config Envoy rejects, with Envoy's own error lines", async () => {
+    const config = inboundConfig({ upstreamPort: 9 }) as Record<string, any>;
+    config.static_resources.listeners[0].filter_chains[0].filters[0].typed_config.route_config.virtual_hosts[0].routes[0].route.cluster =
+      "no_such_cluster";
+    const path = writeConfig(config);
+    const result = await lastcall(run("--config", path));
+    expect(result.code).toBe(2);
+    const lines = errorLines(result.stderr);
+    expect(lines[0]).toBe(`lastcall: Envoy rejected config ${path}`);
+    expect(lines.length).toBeGreaterThan(1);
+    // Envoy's own words, indented under lastcall's line.
+    expect(lines.slice(1).join("\n")).toMatch(/^ {2}.*no_such_cluster/m);
+    expect(result.stdout).not.toContain('"event":"start"');
+  });
+
+  it("a status port already in use", async () => {
+    const { createServer } = await import("node:net");
+    const taken = createServer();
+    await new Promise<void>((done) => taken.listen(0, "127.0.0.1", done));
+    try {
+      const port = (taken.address() as { port: number }).port;
+      const result = await lastcall(run("--config", someConfig(), "--status-port", String(port)));
+      expect(result.code).toBe(2);
+      expect(errorLines(result.stderr)).toEqual([
+        `lastcall: Cannot listen on 127.0.0.1:${port}: listen EADDRINUSE: address already in use 127.0.0.1:${port}`,
+      ]);
+    } finally {
+      taken.close();
+    }
+  });
+
+  it("an admin address that is not loopback", async () => {
+    const config = { ...inboundConfig({ upstreamPort: 9 }), admin: { address: { socket_address: { address: "0.0.0.0", port_value: 0 } } } };
+    const path = writeConfig(config);
+    const result = await lastcall(run("--config", path));
+    expect(result.code).toBe(2);
+    expect(errorLines(result.stderr)).toEqual([`lastcall: Cannot use Envoy config ${path}: Envoy config admin address must be loopback, not 0.0.0.0`]);
+  });
+});
+
+describe("help and version", () => {
+  it("run --help lists every flag with its environment variable and exits 0", async () => {
+    const result = await lastcall(["run", "--help"]);
+    expect(result.code).toBe(0);
+    for (const flag of ["--config", "--envoy", "--admin-port", "--status-port", "--status-address", "--concurrency", "--watch",
+      "--no-hot-restart", "--restart-budget", "--log-format", "--drain-time", "--parent-shutdown", "--grace"]) {
+      expect(result.stdout).toContain(flag);
+    }
+    expect(result.stdout).toContain("LASTCALL_ADMIN_PORT");
+    expect(result.stdout).toContain("LASTCALL_RESTART_BUDGET");
+  });
+
+  it("--help lists the commands and exits 0", async () => {
+    const result = await lastcall(["--help"]);
+    expect(result.code).toBe(0);
+    for (const command of ["run", "wait", "bootstrap"]) expect(result.stdout).toMatch(new RegExp(`^ {2}${command}\\b`, "m"));
+  });
+
+  it("--version prints the version and exits 0", async () => {
+    const { version } = JSON.parse(await (await import("node:fs/promises")).readFile(new URL("../../package.json", import.meta.url), "utf8"));
+    expect(await lastcall(["--version"])).toEqual({ code: 0, stdout: `${version}\n`, stderr: "" });
+  });
+});

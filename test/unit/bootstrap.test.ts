@@ -1,0 +1,118 @@
+import { describe, expect, it } from "vitest";
+import { AGENT_CLUSTER, BootstrapError, deriveBootstrap, FILTER_NAME } from "../../agent/envoy/bootstrap.ts";
+
+type Json = Record<string, any>;
+
+const router = { name: "envoy.filters.http.router", typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router" } };
+
+function hcm(statPrefix: string): Json {
+  return {
+    name: "envoy.filters.network.http_connection_manager",
+    typed_config: {
+      "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+      stat_prefix: statPrefix,
+      route_config: { virtual_hosts: [] },
+      http_filters: [router],
+    },
+  };
+}
+
+function listener(name: string, direction?: string, filters: Json[] = [hcm(name)]): Json {
+  return {
+    name,
+    ...(direction ? { traffic_direction: direction } : {}),
+    address: { socket_address: { address: "0.0.0.0", port_value: 8080 } },
+    filter_chains: [{ filters }],
+  };
+}
+
+const tcpProxy = { name: "envoy.filters.network.tcp_proxy", typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy", stat_prefix: "tcp", cluster: "app" } };
+const options = { adminPort: 15000, statusAddress: "127.0.0.1", statusPort: 15020 };
+const withFilter = { ...options, filter: { wasmPath: "/opt/filter.wasm", pluginConfig: { heartbeat_ms: 1000 } } };
+
+/** Names of the HTTP filters of a listener's first connection manager. */
+const httpFilterNames = (config: Json, index: number) =>
+  config.static_resources.listeners[index].filter_chains[0].filters.find((f: Json) => f.typed_config.http_filters)
+    .typed_config.http_filters.map((f: Json) => f.name);
+
+describe("deriveBootstrap", () => {
+  it("adds admin on loopback at the admin port when the config has none", () => {
+    const { config } = deriveBootstrap({}, options);
+    expect(config.admin).toEqual({ address: { socket_address: { address: "127.0.0.1", port_value: 15000 } } });
+  });
+
+  it("keeps a loopback admin on the admin port", () => {
+    const admin = { address: { socket_address: { address: "127.0.0.1", port_value: 15000 } }, access_log: [] };
+    expect(deriveBootstrap({ admin }, options).config.admin).toEqual(admin);
+  });
+
+  it.each([
+    [{ address: { socket_address: { address: "0.0.0.0", port_value: 15000 } } }, "Envoy config admin address must be loopback, not 0.0.0.0"],
+    [{ address: { socket_address: { address: "127.0.0.1", port_value: 9901 } } }, "Envoy config admin port 9901 differs from --admin-port 15000"],
+    [{ address: { pipe: { path: "/tmp/admin" } } }, "Envoy config admin has no socket_address: lastcall needs admin on 127.0.0.1"],
+  ])("refuses admin %j", (admin, message) => {
+    expect(() => deriveBootstrap({ admin }, options)).toThrow(new BootstrapError(message));
+  });
+
+  it.each([null, "text", [1, 2], 42])("refuses a config that is not an object: %j", (input) => {
+    expect(() => deriveBootstrap(input, options)).toThrow("Envoy config must be a YAML or JSON object");
+  });
+
+  it("adds a static cluster to the agent's status server", () => {
+    const { config } = deriveBootstrap({ static_resources: { clusters: [{ name: "app" }] } }, { ...options, statusAddress: "10.0.0.5", statusPort: 4000 });
+    const clusters = config.static_resources.clusters as Json[];
+    expect(clusters.map((c) => c.name)).toEqual(["app", AGENT_CLUSTER]);
+    expect(clusters[1].load_assignment.endpoints[0].lb_endpoints[0].endpoint.address.socket_address).toEqual({ address: "10.0.0.5", port_value: 4000 });
+  });
+
+  it("refuses a config that already has the agent's cluster name", () => {
+    expect(() => deriveBootstrap({ static_resources: { clusters: [{ name: AGENT_CLUSTER }] } }, options)).toThrow(/already has a cluster named lastcall_agent/);
+  });
+
+  it("inserts the filter first, only into INBOUND listeners when some are marked", () => {
+    const input = { static_resources: { listeners: [listener("in", "INBOUND"), listener("out", "OUTBOUND"), listener("plain")] } };
+    const result = deriveBootstrap(input, withFilter);
+    expect(httpFilterNames(result.config, 0)).toEqual([FILTER_NAME, router.name]);
+    expect(httpFilterNames(result.config, 1)).toEqual([router.name]);
+    expect(httpFilterNames(result.config, 2)).toEqual([router.name]);
+    expect(result).toMatchObject({ inboundListeners: ["in"], inboundStatPrefixes: ["in"], filteredListeners: ["in"] });
+  });
+
+  it("treats every listener as inbound when none is marked", () => {
+    const result = deriveBootstrap({ static_resources: { listeners: [listener("a"), listener("b")] } }, withFilter);
+    expect(result).toMatchObject({ inboundListeners: ["a", "b"], inboundStatPrefixes: ["a", "b"], filteredListeners: ["a", "b"] });
+  });
+
+  it("configures the wasm filter to fail open with the plugin configuration as JSON", () => {
+    const { config } = deriveBootstrap({ static_resources: { listeners: [listener("in")] } }, withFilter);
+    const wasm = config.static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters[0].typed_config.config;
+    expect(wasm).toMatchObject({
+      root_id: FILTER_NAME,
+      failure_policy: "FAIL_OPEN",
+      vm_config: { vm_id: FILTER_NAME, code: { local: { filename: "/opt/filter.wasm" } } },
+      configuration: { value: JSON.stringify({ heartbeat_ms: 1000 }) },
+    });
+  });
+
+  it("without a filter (--no-filter) leaves the connection managers alone but still knows their prefixes", () => {
+    const result = deriveBootstrap({ static_resources: { listeners: [listener("in", "INBOUND")] } }, options);
+    expect(httpFilterNames(result.config, 0)).toEqual([router.name]);
+    expect(result).toMatchObject({ inboundStatPrefixes: ["in"], filteredListeners: [] });
+  });
+
+  it("does not touch non-HTTP filter chains", () => {
+    const result = deriveBootstrap({ static_resources: { listeners: [listener("tcp", "INBOUND", [tcpProxy])] } }, withFilter);
+    expect(result.config.static_resources.listeners[0].filter_chains[0].filters).toEqual([tcpProxy]);
+    expect(result).toMatchObject({ inboundListeners: ["tcp"], inboundStatPrefixes: [], filteredListeners: [] });
+  });
+
+  it("changes nothing else, and not the input", () => {
+    const input = { node: { id: "n" }, stats_flush_interval: "5s", static_resources: { listeners: [listener("in")], clusters: [{ name: "app" }] } };
+    const before = structuredClone(input);
+    const { config } = deriveBootstrap(input, withFilter);
+    expect(input).toEqual(before);
+    expect(config.node).toEqual({ id: "n" });
+    expect(config.stats_flush_interval).toBe("5s");
+    expect(config.static_resources.listeners[0].address).toEqual(before.static_resources.listeners[0].address);
+  });
+});
