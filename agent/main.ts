@@ -20,7 +20,6 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
   const program = new Command("lastcall")
     .description("Sidecar lifecycle agent for Envoy: supervise, tell readiness, drain to exactly zero in flight")
     .version(VERSION, "-v, --version")
-    .showHelpAfterError("(run with --help for usage)")
     .exitOverride()
     .enablePositionalOptions()
     .configureOutput({ writeErr: (s) => writeErr(s.trimEnd()) });

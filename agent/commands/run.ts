@@ -94,6 +94,12 @@ export function resolveRunOptions(command: Command, envoyArgs: string[]): RunOpt
     return source === undefined || source === "default";
   };
   const gateway = v.role === "gateway";
+  // Commander turns a `--no-x` flag off whenever LASTCALL_NO_X exists; `LASTCALL_NO_X=false`
+  // (or 0, no) should leave it on.
+  const on = (key: string, envVar: string) => {
+    if (command.getOptionValueSource(key) !== "env") return v[key] !== false;
+    return /^(0|false|no|off)$/i.test(environment()[envVar] ?? "") ? true : v[key] !== false;
+  };
   const options: RunOptions = {
     config: v.config,
     envoy: v.envoy,
@@ -102,10 +108,10 @@ export function resolveRunOptions(command: Command, envoyArgs: string[]): RunOpt
     statusAddress: v.statusAddress,
     concurrency: v.concurrency,
     watch: v.watch,
-    hotRestart: v.hotRestart !== false,
+    hotRestart: on("hotRestart", "LASTCALL_NO_HOT_RESTART"),
     restartBudget: v.restartBudget,
     logFormat: v.logFormat,
-    filter: v.filter !== false,
+    filter: on("filter", "LASTCALL_NO_FILTER"),
     filterWasm: v.filterWasm,
     excludePath: v.excludePath,
     heartbeatMs: v.heartbeat,

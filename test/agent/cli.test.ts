@@ -1,8 +1,9 @@
 // Issue 4, the command-line contract: bad values and bad configs are refused at start with one
 // line naming what is wrong and exit 2; --help and --version answer and exit 0.
 import { execFile } from "node:child_process";
+import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { inboundConfig, lastcallCommand, writeConfig } from "../support/lastcall.ts";
+import { inboundConfig, lastcallCommand, startLastcall, stopAllLastcalls, writeConfig } from "../support/lastcall.ts";
 
 interface Result {
   code: number | null;
@@ -151,5 +152,21 @@ describe("help and version", () => {
   it("--version prints the version and exits 0", async () => {
     const { version } = JSON.parse(await (await import("node:fs/promises")).readFile(new URL("../../package.json", import.meta.url), "utf8"));
     expect(await lastcall(["--version"])).toEqual({ code: 0, stdout: `${version}\n`, stderr: "" });
+  });
+});
+
+describe("boolean flags from the environment", () => {
+  it.each([
+    ["1", true],
+    ["false", false],
+  ])("LASTCALL_NO_HOT_RESTART=%s disables hot restart: %s", async (value, disabled) => {
+    const lc = startLastcall(inboundConfig({ upstreamPort: 9 }), { env: { LASTCALL_NO_HOT_RESTART: value }, args: ["--min-drain", "0s"] });
+    try {
+      const start = await lc.event("start");
+      const envoyArgs = readFileSync(`/proc/${start.pid}/cmdline`, "utf8").split("\0");
+      expect(envoyArgs.includes("--disable-hot-restart")).toBe(disabled);
+    } finally {
+      await stopAllLastcalls();
+    }
   });
 });
