@@ -3,9 +3,8 @@
 // old epoch serving; `--no-hot-restart` restarts cold.
 import { writeFileSync } from "node:fs";
 import { Agent, request } from "node:http";
-import { createServer } from "node:net";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { inboundConfig, isAlive, type LastcallEvent, startLastcall, stopAllLastcalls, writeConfig } from "../support/lastcall.ts";
+import { inboundConfig, isAlive, type LastcallEvent, startLastcall, stopAllLastcalls, writeConfig, freePort } from "../support/lastcall.ts";
 import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
 
 let app: UpstreamApp;
@@ -14,15 +13,6 @@ afterAll(() => app.close());
 afterEach(stopAllLastcalls);
 
 const FAST_RELOAD = ["--drain-time", "1s", "--parent-shutdown", "2s"];
-
-/** A free TCP port on 127.0.0.1, released before it is returned. */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
-  const { port } = server.address() as { port: number };
-  await new Promise((done) => server.close(done));
-  return port;
-}
 
 /**
  * The inbound config on a fixed port (a hot restart hands the parent's listen sockets to the

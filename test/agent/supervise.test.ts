@@ -4,7 +4,7 @@ import { execFile } from "node:child_process";
 import { createServer, type Server } from "node:net";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { localCluster, waitFor } from "../support/envoy.ts";
-import { inboundConfig, isAlive, lastcallCommand, startLastcall, stopAllLastcalls } from "../support/lastcall.ts";
+import { inboundConfig, isAlive, lastcallCommand, startLastcall, stopAllLastcalls, freePort } from "../support/lastcall.ts";
 import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
 
 let app: UpstreamApp;
@@ -20,15 +20,6 @@ function lastcall(args: string[]): Promise<{ code: number | null; stdout: string
       resolve({ code: error ? (error as { code?: number }).code ?? null : 0, stdout, stderr });
     });
   });
-}
-
-/** A free TCP port on 127.0.0.1, released before it is returned. */
-async function freePort(): Promise<number> {
-  const server = createServer();
-  await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
-  const { port } = server.address() as { port: number };
-  await new Promise((done) => server.close(done));
-  return port;
 }
 
 /**

@@ -4,6 +4,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
+import { createServer } from "node:net";
 import { createInterface } from "node:readline";
 import { localCluster } from "./envoy.ts";
 
@@ -242,6 +243,15 @@ export function inboundConfig(options: InboundConfigOptions): Record<string, unk
       clusters: [localCluster("app", options.upstreamPort)],
     },
   };
+}
+
+/** A free TCP port on 127.0.0.1, released before it is returned. */
+export async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
+  const { port } = server.address() as { port: number };
+  await new Promise((done) => server.close(done));
+  return port;
 }
 
 /** Whether a process id is alive (signal 0). */
