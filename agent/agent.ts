@@ -13,7 +13,7 @@ import { drainEnvoy, type DrainPlan, stopEnvoys } from "./drain/shutdown.ts";
 import { AdminClient, readAdminAddress } from "./envoy/admin.ts";
 import { activeRequests, parseStatsJson } from "./envoy/stats.ts";
 import { envoyArgs } from "./envoy/args.ts";
-import { AGENT_CLUSTER, type Bootstrap, deriveBootstrap } from "./envoy/bootstrap.ts";
+import { AGENT_CLUSTER, type Bootstrap, deriveBootstrap, TCP_INSTANCE_SUFFIX } from "./envoy/bootstrap.ts";
 import { describeExit, type EnvoyExit, type EnvoyProcess, spawnEnvoy } from "./envoy/process.ts";
 import { validateConfig } from "./envoy/validate.ts";
 import { filterWasmPath } from "./filter-asset.ts";
@@ -55,6 +55,8 @@ interface LiveEnvoy {
   startedAt: number;
   admin?: AdminClient;
   ready: Promise<boolean>;
+  /** Ids its filters report under: the HTTP variant and, with TCP listeners, `<instance>/tcp`. */
+  reporters: string[];
 }
 
 /** Where one generation (a cold start and its hot restarts) keeps its files. */
@@ -200,7 +202,7 @@ export class Agent {
     });
     const metrics = createMetrics({
       state: () => this.#state,
-      inflight: () => this.#tracker.inflight(this.#live.keys()),
+      inflight: () => this.#tracker.inflight(this.#reporters()),
       ready: () => this.#state.phase === "running" && this.#state.drainStartedAt === undefined,
       reports: () => ({ accepted: this.#reportsAccepted(), stale: this.#tracker.staleReports }),
     });
@@ -228,9 +230,14 @@ export class Agent {
     return this.#state.drainStartedAt !== undefined;
   }
 
+  /** Every id the filters of live Envoys report under. */
+  #reporters(): string[] {
+    return [...this.#live.values()].flatMap((l) => l.reporters);
+  }
+
   #reportsAccepted(): number {
     let total = 0;
-    for (const id of this.#live.keys()) total += this.#tracker.view(id)?.reports ?? 0;
+    for (const id of this.#reporters()) total += this.#tracker.view(id)?.reports ?? 0;
     return total;
   }
 
@@ -309,7 +316,12 @@ export class Agent {
     });
     const process = await spawnEnvoy(this.#envoyBinary, args);
     const info: EpochInfo = { epoch, pid: process.pid, instance };
-    const live: LiveEnvoy = { info, process, startedAt: Date.now(), ready: Promise.resolve(false) };
+    const filtered = this.#filterWasm !== undefined;
+    const reporters = [
+      ...(filtered && prepared.bootstrap.filteredListeners.length > 0 ? [instance] : []),
+      ...(filtered && prepared.bootstrap.tcpListeners.length > 0 ? [`${instance}${TCP_INSTANCE_SUFFIX}`] : []),
+    ];
+    const live: LiveEnvoy = { info, process, startedAt: Date.now(), ready: Promise.resolve(false), reporters };
     this.#live.set(instance, live);
     this.#state.current = info;
     this.#state.epochs = [...this.#live.values()].map((l) => l.info);
@@ -321,6 +333,7 @@ export class Agent {
       generation: this.#generation.number,
       status_port: this.#server!.port,
       filter: this.#filterWasm ? prepared.bootstrap.filteredListeners : [],
+      filter_tcp: this.#filterWasm ? prepared.bootstrap.tcpListeners : [],
       inbound: prepared.bootstrap.inboundListeners,
     });
     live.ready = this.#awaitReady(live, adminAddressPath);
@@ -349,7 +362,7 @@ export class Agent {
   #onExit(instance: string, exit: EnvoyExit): "gave_up" | number | undefined {
     const live = this.#live.get(instance);
     this.#live.delete(instance);
-    this.#tracker.retire(instance);
+    for (const id of live?.reporters ?? [instance]) this.#tracker.retire(id);
     this.#state.epochs = [...this.#live.values()].map((l) => l.info);
     const fields = { epoch: live?.info.epoch, pid: live?.info.pid, exit: describeExit(exit) };
     if (this.#retiring.delete(instance) || this.#state.current?.instance !== instance) {
@@ -438,7 +451,7 @@ export class Agent {
     return {
       admin: () => this.#live.get(this.#state.current?.instance ?? "")?.admin,
       tracker: this.#tracker,
-      instances: () => [...this.#live.keys()],
+      instances: () => this.#reporters(),
       statPrefixes: o.drainScope === "all" ? undefined : new Set(this.#bootstrap?.inboundStatPrefixes ?? []),
       log: this.#log,
       terminationDrainMs: o.terminationDrainMs,
@@ -502,13 +515,14 @@ export class Agent {
    * on Envoy's stat before the next heartbeat), and moves between non-zero counts are never pushed.
    */
   async #inflightNow(admin: AdminClient | undefined): Promise<number> {
-    const ids = [...this.#live.keys()];
+    const ids = this.#reporters();
     const heard = ids.length > 0 && ids.every((id) => this.#tracker.status(id) !== "never");
     if (!admin) return heard ? this.#tracker.inflight(ids) : 0;
     try {
       if (!heard) return activeRequests(parseStatsJson(await admin.stats("downstream_rq_active$")), this.#modeContext().statPrefixes);
-      // One Envoy only: a hot-restart child's stats may include what it imported from its parent.
-      if (ids.length === 1) {
+      // One Envoy only (its gauge sums the HTTP and TCP variants): a hot-restart child's stats
+      // may include what it imported from its parent.
+      if (this.#live.size === 1) {
         const gauge = parseStatsJson(await admin.stats("^wasmcustom\\.lastcall_inflight$")).find((s) => s.name === "wasmcustom.lastcall_inflight");
         if (gauge) return gauge.value;
       }
@@ -534,11 +548,11 @@ export class Agent {
 
   /** A copy of the state with the in-flight view, for `/v1/state`. */
   snapshot(): AgentState & { inflight: number; filter: string } {
-    const current = this.#state.current?.instance ?? "";
+    const reporters = this.#live.get(this.#state.current?.instance ?? "")?.reporters ?? [];
     return {
       ...structuredClone(this.#state),
-      inflight: this.#tracker.inflight(this.#live.keys()),
-      filter: this.#filterWasm ? this.#tracker.status(current) : "disabled",
+      inflight: this.#tracker.inflight(this.#reporters()),
+      filter: !this.#filterWasm ? "disabled" : reporters.length === 0 ? "not inserted" : this.#tracker.status(reporters[0]),
     };
   }
 

@@ -8,6 +8,10 @@ export const FILTER_NAME = "lastcall_inflight";
 
 const HCM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const WASM_TYPE = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
+const NETWORK_WASM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.wasm.v3.Wasm";
+const TCP_PROXY_TYPE = "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy";
+/** Suffix of the reporting instance of the TCP variant: its own counter, its own sequence. */
+export const TCP_INSTANCE_SUFFIX = "/tcp";
 
 /** Options of {@linkcode deriveBootstrap}. */
 export interface BootstrapOptions {
@@ -35,6 +39,8 @@ export interface Bootstrap {
   inboundStatPrefixes: string[];
   /** Listeners whose HTTP connection managers got the filter. */
   filteredListeners: string[];
+  /** Inbound tcp_proxy listeners that got the network (connection-counting) variant. */
+  tcpListeners: string[];
 }
 
 type Json = Record<string, unknown>;
@@ -52,22 +58,34 @@ function isHcm(filter: Json): boolean {
     (isObject(typed) && typed["@type"] === HCM_TYPE);
 }
 
-function wasmFilter(filter: NonNullable<BootstrapOptions["filter"]>): Json {
+function isTcpProxy(filter: Json): boolean {
+  const typed = filter.typed_config;
+  return filter.name === "envoy.filters.network.tcp_proxy" || (isObject(typed) && typed["@type"] === TCP_PROXY_TYPE);
+}
+
+/**
+ * The filter as an HTTP filter, or (`tcp`) as a network filter counting connections. The TCP
+ * variant has its own VM id, hence its own shared-data counter, and reports as `<instance>/tcp`.
+ */
+function wasmFilter(filter: NonNullable<BootstrapOptions["filter"]>, tcp = false): Json {
+  const pluginConfig = tcp
+    ? { ...filter.pluginConfig, instance: `${String(filter.pluginConfig.instance ?? "")}${TCP_INSTANCE_SUFFIX}` }
+    : filter.pluginConfig;
   return {
-    name: FILTER_NAME,
+    name: tcp ? `${FILTER_NAME}_tcp` : FILTER_NAME,
     typed_config: {
-      "@type": WASM_TYPE,
+      "@type": tcp ? NETWORK_WASM_TYPE : WASM_TYPE,
       config: {
         name: FILTER_NAME,
         root_id: FILTER_NAME,
         vm_config: {
-          vm_id: FILTER_NAME,
+          vm_id: tcp ? `${FILTER_NAME}_tcp` : FILTER_NAME,
           runtime: "envoy.wasm.runtime.v8",
           code: { local: { filename: filter.wasmPath } },
         },
         configuration: {
           "@type": "type.googleapis.com/google.protobuf.StringValue",
-          value: JSON.stringify(filter.pluginConfig),
+          value: JSON.stringify(pluginConfig),
         },
         // A broken filter must never turn into 503s for users: requests pass, and the agent
         // notices the silence (no heartbeat) and falls back to Envoy's own counters.
@@ -128,10 +146,16 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
   const inbound = listeners.filter((l) => !anyMarked || l.traffic_direction === "INBOUND");
   const inboundStatPrefixes: string[] = [];
   const filteredListeners: string[] = [];
+  const tcpListeners = new Set<string>();
   for (const listener of inbound) {
     let filtered = false;
     for (const chain of (listener.filter_chains ?? []) as Json[]) {
-      for (const filter of (chain.filters ?? []) as Json[]) {
+      const filters = (chain.filters ?? []) as Json[];
+      if (options.filter && filters.some(isTcpProxy) && !filters.some(isHcm)) {
+        chain.filters = [wasmFilter(options.filter, true), ...filters];
+        tcpListeners.add(String(listener.name ?? "(unnamed)"));
+      }
+      for (const filter of filters) {
         if (!isHcm(filter) || !isObject(filter.typed_config)) continue;
         const hcm = filter.typed_config;
         if (typeof hcm.stat_prefix === "string") inboundStatPrefixes.push(hcm.stat_prefix);
@@ -147,5 +171,6 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
     inboundListeners: inbound.map((l) => String(l.name ?? "(unnamed)")),
     inboundStatPrefixes,
     filteredListeners,
+    tcpListeners: [...tcpListeners],
   };
 }

@@ -100,10 +100,23 @@ describe("deriveBootstrap", () => {
     expect(result).toMatchObject({ inboundStatPrefixes: ["in"], filteredListeners: [] });
   });
 
-  it("does not touch non-HTTP filter chains", () => {
+  it("puts the connection-counting variant before tcp_proxy, with its own VM and instance", () => {
     const result = deriveBootstrap({ static_resources: { listeners: [listener("tcp", "INBOUND", [tcpProxy])] } }, withFilter);
+    const filters = result.config.static_resources.listeners[0].filter_chains[0].filters;
+    expect(filters).toHaveLength(2);
+    expect(filters[1]).toEqual(tcpProxy);
+    const wasm = filters[0].typed_config;
+    expect(wasm["@type"]).toBe("type.googleapis.com/envoy.extensions.filters.network.wasm.v3.Wasm");
+    expect(wasm.config.vm_config.vm_id).toBe("lastcall_inflight_tcp");
+    expect(wasm.config.root_id).toBe("lastcall_inflight");
+    expect(JSON.parse(wasm.config.configuration.value).instance).toMatch(/\/tcp$/);
+    expect(result).toMatchObject({ inboundListeners: ["tcp"], inboundStatPrefixes: [], filteredListeners: [], tcpListeners: ["tcp"] });
+  });
+
+  it("leaves tcp_proxy chains alone without the filter", () => {
+    const result = deriveBootstrap({ static_resources: { listeners: [listener("tcp", "INBOUND", [tcpProxy])] } }, { ...withFilter, filter: undefined });
     expect(result.config.static_resources.listeners[0].filter_chains[0].filters).toEqual([tcpProxy]);
-    expect(result).toMatchObject({ inboundListeners: ["tcp"], inboundStatPrefixes: [], filteredListeners: [] });
+    expect(result.tcpListeners).toEqual([]);
   });
 
   it("changes nothing else, and not the input", () => {
