@@ -299,9 +299,7 @@ class Parser {
       if (code >= 0xd800 && code <= 0xdfff) { this.fail("lone surrogate in a string", start, end); break; }
       out.buf(String.UTF8.encode(String.fromCodePoint(code)));
     }
-    const result = new ArrayBuffer(out.length);
-    memory.copy(changetype<usize>(result), out.ptr(), out.length);
-    return result;
+    return out.toArrayBuffer();
   }
 }
 

@@ -87,4 +87,11 @@ export class Bytes {
   ptr(): usize {
     return changetype<usize>(this.data);
   }
+
+  /** A copy of the bytes appended so far, sized exactly. */
+  toArrayBuffer(): ArrayBuffer {
+    const result = new ArrayBuffer(this.length);
+    memory.copy(changetype<usize>(result), this.ptr(), this.length);
+    return result;
+  }
 }

@@ -52,9 +52,7 @@ function serializePairs(pairs: ArrayBuffer[]): ArrayBuffer {
   out.raw(changetype<usize>(u32Bytes(count)), 4);
   for (let i = 0; i < pairs.length; i++) out.raw(changetype<usize>(u32Bytes(pairs[i].byteLength)), 4);
   for (let i = 0; i < pairs.length; i++) out.buf(pairs[i]).raw(changetype<usize>(u32Bytes(0)), 1);
-  const result = new ArrayBuffer(out.length);
-  memory.copy(changetype<usize>(result), out.ptr(), out.length);
-  return result;
+  return out.toArrayBuffer();
 }
 
 const u32Scratch = new ArrayBuffer(4);
