@@ -11,7 +11,7 @@ export const waitInflight: DrainWait = async function waitInflight(context, sign
   const unheard = () => instances.filter((id) => context.tracker.status(id) === "never");
   // An Envoy that started a moment ago may not have sent its first heartbeat yet.
   const firstReport = AbortSignal.any([signal, AbortSignal.timeout(2 * context.heartbeatMs)]);
-  await pollUntil(async () => (unheard().length === 0 ? true : undefined), 20, firstReport).catch(() => {
+  await pollUntil(() => Promise.resolve(unheard().length === 0 ? true : undefined), 20, firstReport).catch(() => {
     signal.throwIfAborted();
   });
   const silent = unheard();
