@@ -5,6 +5,7 @@ import { Bytes, utf8 } from "./memory";
 const MAX_U32: u64 = 0xffffffff;
 const MAX_SAFE: u64 = 9007199254740991; // echoed to a JavaScript agent: stay exact there
 const MAX_DEPTH = 16;
+const MAX_TOKEN = 256;
 
 /** Effective settings of one plugin (root context). */
 export class Config {
@@ -20,6 +21,8 @@ export class Config {
   epoch: u64 = 0;
   /** Instance id, kept JSON-escaped exactly as written so reports can echo it verbatim. */
   instanceJson: ArrayBuffer = new ArrayBuffer(0);
+  /** Sent as `x-lastcall-token` with every report when not empty (visible ASCII only). */
+  token: ArrayBuffer = new ArrayBuffer(0);
   /** Unescaped exclude_paths entries; a trailing `*` marks a prefix. */
   excludePaths: ArrayBuffer[] = [];
   /** Why the configuration was refused; empty when it is valid. */
@@ -130,7 +133,7 @@ class Parser {
     this.skipValue(0);
     if (!this.ok()) return;
     const end = this.pos;
-    if (key == "agent_cluster" || key == "agent_authority" || key == "instance") {
+    if (key == "agent_cluster" || key == "agent_authority" || key == "instance" || key == "token") {
       if (!isString) { this.fail('"' + key + '" must be a string', start, end); return; }
       if (key == "instance") {
         config.instanceJson = this.text.slice((start + 1 - this.base) as i32, (end - 1 - this.base) as i32);
@@ -139,6 +142,10 @@ class Parser {
       const value = this.unescape(start, end);
       if (!this.ok()) return;
       if (key == "agent_cluster") config.agentCluster = value;
+      else if (key == "token") {
+        if (isToken(value)) config.token = value;
+        else this.fail('"token" must be at most 256 visible ASCII characters (0x21 to 0x7e)', start, end);
+      }
       else if (value.byteLength == 0) this.fail('"agent_authority" must not be empty', start, end);
       else config.agentAuthority = value;
     } else if (key == "heartbeat_ms") {
@@ -301,6 +308,18 @@ class Parser {
     }
     return out.toArrayBuffer();
   }
+}
+
+// Whether `value` can go verbatim into a header value: at most MAX_TOKEN bytes, each 0x21 to 0x7e.
+function isToken(value: ArrayBuffer): bool {
+  const size = value.byteLength;
+  if (size > MAX_TOKEN) return false;
+  const base = changetype<usize>(value);
+  for (let i = 0; i < size; i++) {
+    const c = load<u8>(base + i);
+    if (c < 0x21 || c > 0x7e) return false;
+  }
+  return true;
 }
 
 const oneByte = new ArrayBuffer(1);

@@ -109,10 +109,15 @@ export class Root {
       return false;
     }
     this.config = config;
-    this.headers = serializePairs([
+    const pairs = [
       utf8(":method"), utf8("POST"), utf8(":path"), utf8("/v1/inflight"),
       utf8(":authority"), config.agentAuthority, utf8("content-type"), utf8("application/json"),
-    ]);
+    ];
+    if (config.token.byteLength > 0) {
+      pairs.push(utf8("x-lastcall-token"));
+      pairs.push(config.token);
+    }
+    this.headers = serializePairs(pairs);
     initInflight();
     const reporting = config.agentCluster.byteLength > 0;
     proxy_set_tick_period_milliseconds(reporting ? config.heartbeatMs : 0);
