@@ -7,7 +7,7 @@ import {
 import { Config, configErrorLine, parseConfig } from "./config";
 import { Bytes, OUT_PTR, OUT_SIZE, OUT_U32, takeHostBytes, utf8 } from "./memory";
 import {
-  addInflight, inflightCount, inflightVersion, initInflight, readDraining, readInflight, setDraining,
+  addInflight, inflightCount, inflightVersion, initShared, readDraining, readInflight, setDraining,
 } from "./shared";
 
 /** The `root_id` the Envoy plugin configuration must use. */
@@ -118,7 +118,7 @@ export class Root {
       pairs.push(config.token);
     }
     this.headers = serializePairs(pairs);
-    initInflight();
+    initShared();
     const reporting = config.agentCluster.byteLength > 0;
     proxy_set_tick_period_milliseconds(reporting ? config.heartbeatMs : 0);
     return true;

@@ -33,16 +33,23 @@ function write(key: ArrayBuffer, size: usize, cas: u32): u32 {
   return proxy_set_shared_data(changetype<usize>(key), key.byteLength, value, size, cas);
 }
 
-/**
- * Creates `lastcall.inflight` as (0, 0) if it is absent. There is no atomic create-if-absent: safe
- * because the main-thread VM configures before any worker VM exists (see docs/filter.md).
- */
-export function initInflight(): bool {
-  const cas = read(INFLIGHT_KEY);
+// Creates `key` with `size` zero bytes if it is absent; never overwrites a present value.
+function createIfAbsent(key: ArrayBuffer, size: usize): bool {
+  const cas = read(key); // zero-fills `value`
   if (cas != 0) return cas > 0;
-  store<u64>(value, 0);
-  store<u64>(value + 8, 0);
-  return write(INFLIGHT_KEY, 16, 0) == Result.Ok;
+  return write(key, size, 0) == Result.Ok;
+}
+
+/**
+ * Creates `lastcall.inflight` as (0, 0) and `lastcall.draining` as byte 0 if they are absent, so
+ * that every later write is a real CAS. There is no atomic create-if-absent: safe because the
+ * main-thread VM configures before any worker VM exists (see docs/filter.md). A present key is
+ * kept as it is: a re-configuration clears neither the count nor a drain.
+ */
+export function initShared(): bool {
+  const inflight = createIfAbsent(INFLIGHT_KEY, 16);
+  const draining = createIfAbsent(DRAINING_KEY, 1);
+  return inflight && draining;
 }
 
 /** Reads the counter into `inflightCount`/`inflightVersion`; false if the host failed. */
@@ -79,8 +86,9 @@ export function readDraining(): bool {
 }
 
 /**
- * Sets the draining flag; true only for the one caller whose write set it. Sticky: a drain ends
- * with the process, so no answer clears it (a late stale answer must not hide a drain).
+ * Sets the draining flag; true only for the one caller whose write set it (a CAS on the key
+ * `initShared` created, so two racing workers cannot both win). Sticky: a drain ends with the
+ * process, so no answer clears it (a late stale answer must not hide a drain).
  */
 export function setDraining(): bool {
   while (true) {
