@@ -14,7 +14,7 @@ export const enum MetricType { Counter = 0, Gauge = 1 }
 export const enum HeaderMap { RequestHeaders = 0, HttpCallResponseHeaders = 6 }
 
 /** Buffers of `proxy_get_buffer_bytes`. */
-export const enum Buffer { HttpCallResponseBody = 4, PluginConfiguration = 7 }
+export const enum Buffer { PluginConfiguration = 7 }
 
 // @ts-ignore: decorator
 @external("env", "proxy_log")

@@ -35,7 +35,7 @@ export function proxy_on_tick(rootId: u32): void {
 
 /** Answer (or failure, with no headers) of a report call. */
 export function proxy_on_http_call_response(rootId: u32, token: u32, headers: u32, bodySize: u32, trailers: u32): void {
-  if (roots.has(rootId)) roots.get(rootId).onHttpCallResponse(bodySize);
+  if (roots.has(rootId)) roots.get(rootId).onHttpCallResponse();
 }
 
 /** Shared queues are not used. */

@@ -5,7 +5,7 @@ import {
   proxy_set_tick_period_milliseconds,
 } from "./abi";
 import { Config, configErrorLine, parseConfig } from "./config";
-import { Bytes, OUT_PTR, OUT_SIZE, OUT_U32, takeHostBytes, utf8 } from "./memory";
+import { Bytes, OUT_PTR, OUT_SIZE, OUT_U32, freeHostBlock, takeHostBytes, utf8 } from "./memory";
 import {
   addInflight, inflightCount, inflightVersion, initShared, readDraining, readInflight, setDraining,
 } from "./shared";
@@ -65,24 +65,47 @@ const noTrailers = serializePairs([]);
 const PATH = utf8(":path");
 const STATUS = utf8(":status");
 const OK_STATUS = utf8("200");
-const DRAINING_NAME = utf8('"draining"');
-const TRUE = utf8("true");
+const DRAINING_HEADER = utf8("x-lastcall-draining");
+const PROBE_HEADER = utf8("x-lastcall-probe");
+const MAX_PROBE: u64 = 9007199254740991; // 2^53 - 1: exact for a JavaScript agent
 
-// Whether `body` has `"draining"` followed by `: true` (whitespace allowed).
-function saysDraining(body: ArrayBuffer): bool {
-  const key = DRAINING_NAME;
-  const base = changetype<usize>(body);
-  const size = body.byteLength;
-  for (let i = 0; i + key.byteLength <= size; i++) {
-    if (memory.compare(base + i, changetype<usize>(key), key.byteLength) != 0) continue;
-    let p = i + key.byteLength;
-    while (p < size && load<u8>(base + p) <= 0x20) p++;
-    if (p >= size || load<u8>(base + p) != 0x3a) continue; // :
-    p++;
-    while (p < size && load<u8>(base + p) <= 0x20) p++;
-    return size - p >= 4 && memory.compare(base + p, changetype<usize>(TRUE), 4) == 0;
-  }
+// Looks up one header of the agent's answer. When true, OUT_PTR/OUT_SIZE hold the value, which the
+// caller reads in place and frees with `freeHostBlock(load<u32>(OUT_PTR))`.
+function answerHeader(name: ArrayBuffer): bool {
+  store<u32>(OUT_PTR, 0);
+  store<u32>(OUT_SIZE, 0);
+  const result = proxy_get_header_map_value(HeaderMap.HttpCallResponseHeaders, changetype<usize>(name), name.byteLength, OUT_PTR, OUT_SIZE);
+  if (result == Result.Ok) return true;
+  freeHostBlock(load<u32>(OUT_PTR) as usize);
   return false;
+}
+
+// Whether the answer says `x-lastcall-draining: 1` (exactly "1"; absent, "0" or anything else: no).
+function answerSaysDraining(): bool {
+  if (!answerHeader(DRAINING_HEADER)) return false;
+  const ptr = load<u32>(OUT_PTR) as usize;
+  const yes = load<u32>(OUT_SIZE) == 1 && load<u8>(ptr) == 0x31;
+  freeHostBlock(ptr);
+  return yes;
+}
+
+// The id of the answer's `x-lastcall-probe`: decimal digits, no leading zero, 1 to 2^53 - 1; 0 when
+// absent or anything else.
+function answerProbe(): u64 {
+  if (!answerHeader(PROBE_HEADER)) return 0;
+  const ptr = load<u32>(OUT_PTR) as usize;
+  const size = load<u32>(OUT_SIZE) as usize;
+  let id: u64 = 0;
+  if (size >= 1 && size <= 16 && load<u8>(ptr) != 0x30) {
+    for (let i: usize = 0; i < size; i++) {
+      const digit = (load<u8>(ptr + i) as i32) - 0x30;
+      if (digit < 0 || digit > 9) { id = 0; break; }
+      id = id * 10 + (digit as u64);
+    }
+    if (id > MAX_PROBE) id = 0;
+  }
+  freeHostBlock(ptr);
+  return id;
 }
 
 /** The root context of one plugin in one VM. */
@@ -124,10 +147,9 @@ export class Root {
     return true;
   }
 
-  /** Heartbeat: reports the current count. */
+  /** Heartbeat: reports the current count (flag first, see `reportNow`). */
   tick(): void {
-    readInflight();
-    this.report("heartbeat", inflightCount, inflightVersion, readDraining());
+    this.reportNow("heartbeat", 0);
   }
 
   /** Applies ±1 to the counter and the gauge; while draining, reports a move to or from zero. */
@@ -137,7 +159,7 @@ export class Root {
     const count = inflightCount;
     const version = inflightVersion;
     const transition = delta > 0 ? count == 1 : count == 0;
-    if (transition && readDraining()) this.report(delta > 0 ? "busy" : "zero", count, version, true);
+    if (transition && readDraining()) this.report(delta > 0 ? "busy" : "zero", count, version, true, 0);
   }
 
   /** Whether `:path` (query string removed) of the current request matches `exclude_paths`. */
@@ -164,8 +186,12 @@ export class Root {
     return false;
   }
 
-  /** Handles the agent's answer to a report: counts failures, learns that a drain started. */
-  onHttpCallResponse(bodySize: u32): void {
+  /**
+   * Handles the agent's answer to a report: counts failures; on 200, learns from
+   * `x-lastcall-draining: 1` that a drain started (the one VM whose write set the shared flag acks
+   * it), then answers `x-lastcall-probe: <id>` with a probe report. The body is not read.
+   */
+  onHttpCallResponse(): void {
     const name = STATUS;
     store<u32>(OUT_PTR, 0);
     store<u32>(OUT_SIZE, 0);
@@ -175,25 +201,35 @@ export class Root {
       proxy_increment_metric(reportsFailed, 1);
       return;
     }
-    store<u32>(OUT_PTR, 0);
-    store<u32>(OUT_SIZE, 0);
-    const result = proxy_get_buffer_bytes(Buffer.HttpCallResponseBody, 0, bodySize, OUT_PTR, OUT_SIZE);
-    const body = takeHostBytes();
-    if (result != Result.Ok || !saysDraining(body)) return;
-    // The one VM whose write set the shared flag acknowledges the drain with the current count.
-    if (setDraining()) {
-      readInflight();
-      this.report("drain_ack", inflightCount, inflightVersion, true);
-    }
+    const draining = answerSaysDraining();
+    const probe = answerProbe();
+    // The counter is read after the flag is set: a transition either saw the flag or is in the ack.
+    if (draining && setDraining()) this.reportCount("drain_ack", true, 0);
+    if (probe != 0) this.reportNow("probe", probe);
   }
 
-  private report(reason: string, count: u64, version: u64, draining: bool): void {
+  // Reports the current state: the draining flag is read BEFORE the counter, so a report that says
+  // draining describes a count read after the flag was set; every later move to or from zero is
+  // then reported by its own worker. (Counter first could pair an old zero with the new flag.)
+  private reportNow(reason: string, probe: u64): void {
+    this.reportCount(reason, readDraining(), probe);
+  }
+
+  // Reads the counter and reports it; a failed read sends nothing (a zero-filled read is no count).
+  private reportCount(reason: string, draining: bool, probe: u64): void {
+    if (readInflight()) this.report(reason, inflightCount, inflightVersion, draining, probe);
+    else proxy_increment_metric(reportsFailed, 1);
+  }
+
+  private report(reason: string, count: u64, version: u64, draining: bool, probe: u64): void {
     const config = this.config;
     const cluster = config.agentCluster;
     if (cluster.byteLength == 0) return;
     const body = new Bytes().str('{"instance":"').buf(config.instanceJson)
       .str('","epoch":').num(config.epoch).str(',"seq":').num(version).str(',"inflight":').num(count)
-      .str(draining ? ',"draining":true,"reason":"' : ',"draining":false,"reason":"').str(reason).str('"}');
+      .str(draining ? ',"draining":true,"reason":"' : ',"draining":false,"reason":"').str(reason);
+    if (probe != 0) body.str('","probe":').num(probe).str("}");
+    else body.str('"}');
     const result = proxy_http_call(
       changetype<usize>(cluster), cluster.byteLength, changetype<usize>(this.headers), this.headers.byteLength,
       body.ptr(), body.length, changetype<usize>(noTrailers), noTrailers.byteLength, config.pushTimeoutMs, OUT_U32,
