@@ -5,12 +5,12 @@ import { Root, countStreamDone } from "./root";
 export class Stream {
   /** The plugin that created it. */
   root: Root;
-  /** Whether it is still part of the in-flight count. */
-  counted: bool = true;
+  /** Whether it is part of the in-flight count: not if its +1 failed (host error), nor once uncounted. */
+  counted: bool;
 
   constructor(root: Root) {
     this.root = root;
-    root.changeInflight(1);
+    this.counted = root.changeInflight(1);
   }
 
   /** Request headers (they may never come): an excluded path leaves the count now. */

@@ -152,14 +152,28 @@ export class Root {
     this.reportNow("heartbeat", 0);
   }
 
-  /** Applies ±1 to the counter and the gauge; while draining, reports a move to or from zero. */
-  changeInflight(delta: i64): void {
-    if (!addInflight(delta)) return;
-    proxy_increment_metric(inflightGauge, delta);
+  /**
+   * Applies ±1 to the counter and the gauge; true if the counter changed. The gauge is an upper
+   * bound of the counter at every instant: +1 raises the gauge before the CAS (and lowers it again
+   * if the CAS fails), −1 lowers it after the CAS. While draining, a move to or from zero is
+   * reported at once by the worker whose CAS made it (the flag is read after that CAS).
+   */
+  changeInflight(delta: i64): bool {
+    if (delta > 0) {
+      proxy_increment_metric(inflightGauge, 1);
+      if (!addInflight(1)) {
+        proxy_increment_metric(inflightGauge, -1);
+        return false;
+      }
+    } else {
+      if (!addInflight(-1)) return false;
+      proxy_increment_metric(inflightGauge, -1);
+    }
     const count = inflightCount;
     const version = inflightVersion;
     const transition = delta > 0 ? count == 1 : count == 0;
     if (transition && readDraining()) this.report(delta > 0 ? "busy" : "zero", count, version, true, 0);
+    return true;
   }
 
   /** Whether `:path` (query string removed) of the current request matches `exclude_paths`. */

@@ -60,13 +60,17 @@ export function readInflight(): bool {
   return cas >= 0;
 }
 
-/** Adds `delta` (±1) to the counter with a CAS loop; false if the host failed. Never below zero. */
+/**
+ * Adds `delta` (±1) to the counter with a CAS loop; false if nothing changed: a host error, or a
+ * −1 on a zero count (never below zero; cannot happen while every stream is counted once).
+ */
 export function addInflight(delta: i64): bool {
   while (true) {
     const cas = read(INFLIGHT_KEY);
     if (cas < 0) return false;
     const count = load<u64>(value);
-    const next: u64 = delta < 0 && count == 0 ? 0 : count + (delta as u64);
+    if (delta < 0 && count == 0) return false;
+    const next: u64 = count + (delta as u64);
     const version = load<u64>(value + 8) + 1;
     store<u64>(value, next);
     store<u64>(value + 8, version);
