@@ -1,77 +1,60 @@
 // The agent (SIGTERM path 2/3): owns the one agent state and runs the supervision loop as a
 // race between what Envoy does (exits, becomes ready) and what lastcall is told (terminate,
-// drain, reload). Doing things to Envoy lives in envoy/; deciding when lives here.
-import { mkdtemp, readFile, writeFile } from "node:fs/promises";
+// drain, reload). Long steps (a reload, a crash restart) run as tasks beside the loop, so a
+// terminate is acted on at once and pre-empts them. Starting Envoys lives in envoys.ts, the
+// termination steps in drain/shutdown.ts, the filter's reports in reports.ts.
+import { randomBytes } from "node:crypto";
+import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import YAML from "yaml";
-import { delay, EventQueue, pollUntil } from "./async.ts";
+import { delay, EventQueue } from "./async.ts";
 import { RestartBudget, restartDelay } from "./backoff.ts";
-import { type InflightReport, InflightTracker } from "./drain/in-flight.ts";
+import { prepareBootstrap } from "./bootstrap-file.ts";
+import { InflightTracker } from "./drain/in-flight.ts";
 import type { ModeContext } from "./drain/modes/context.ts";
-import { drainEnvoy, type DrainPlan, stopEnvoys } from "./drain/shutdown.ts";
-import { AdminClient, readAdminAddress } from "./envoy/admin.ts";
+import { DrainEnded, drainListeners, type DrainPlan, stopEnvoys, waitDrained } from "./drain/shutdown.ts";
 import { activeRequests, parseStatsJson } from "./envoy/stats.ts";
-import { envoyArgs } from "./envoy/args.ts";
-import { AGENT_CLUSTER, type Bootstrap, deriveBootstrap, TCP_INSTANCE_SUFFIX } from "./envoy/bootstrap.ts";
-import { describeExit, type EnvoyExit, type EnvoyProcess, spawnEnvoy } from "./envoy/process.ts";
-import { validateConfig } from "./envoy/validate.ts";
+import { bindFailure, describeExit, type EnvoyExit } from "./envoy/process.ts";
+import { Envoys, type LiveEnvoy } from "./envoys.ts";
+import { EXIT, StartError } from "./errors.ts";
 import { filterWasmPath } from "./filter-asset.ts";
+import { watchHealth } from "./health.ts";
 import type { EventLog } from "./log.ts";
 import type { RunOptions } from "./options.ts";
-import { ownPid } from "./runtime/process.ts";
+import { ReportDesk } from "./reports.ts";
 import { createStatusApp, type ReadinessAnswer } from "./server/app.ts";
 import { listen, type StatusServer } from "./server/listen.ts";
 import { createMetrics } from "./server/metrics.ts";
-import { type AgentState, type EpochInfo, initialState } from "./state.ts";
+import { type AgentState, initialState } from "./state.ts";
 import { watchFiles } from "./watch.ts";
 
-/** Exit codes of `lastcall run`. */
-export const EXIT = { ok: 0, envoyGaveUp: 1, badConfig: 2 } as const;
-
-/** A refusal at start: printed as one line, exit 2. */
-export class StartError extends Error {
-  override name = "StartError";
-  constructor(message: string, readonly details: string[] = []) {
-    super(message);
-  }
-}
-
-/** Timeout of the filter's report calls: longer than the longest heartbeat hold. */
-export function reportTimeoutMs(heartbeatMs: number): number {
-  return heartbeatMs + 1000;
-}
+export { EXIT, StartError };
 
 type AgentEvent =
   | { type: "exited"; instance: string; exit: EnvoyExit }
   | { type: "restart_due" }
   | { type: "reload"; reason: string }
   | { type: "drain" }
-  | { type: "terminate"; source: string };
+  | { type: "terminate"; source: string }
+  | { type: "done"; code: number }
+  | { type: "fatal"; error: unknown };
 
-interface LiveEnvoy {
-  info: EpochInfo;
-  process: EnvoyProcess;
-  startedAt: number;
-  admin?: AdminClient;
-  ready: Promise<boolean>;
-  /** Ids its filters report under: the HTTP variant and, with TCP listeners, `<instance>/tcp`. */
-  reporters: string[];
-}
-
-/** Where one generation (a cold start and its hot restarts) keeps its files. */
-interface Generation {
-  number: number;
-  baseIdPath: string;
-  baseId?: number;
+/** Rejects with the signal's reason when it aborts before `promise` settles. */
+function unlessAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason);
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
 }
 
 /**
- * Supervises one Envoy for its whole life.
+ * Supervises Envoy for its whole life.
  *
  * @example
  * ```ts
- * const agent = new Agent(options, createEventLog("json"));
+ * const agent = new Agent(options, createEventLog("json"), "/usr/bin/envoy");
  * onSignal("SIGTERM", () => agent.terminate("SIGTERM"));
  * process.exitCode = await agent.run();
  * ```
@@ -79,34 +62,43 @@ interface Generation {
 export class Agent {
   readonly #options: RunOptions;
   readonly #log: EventLog;
+  readonly #envoyBinary: string;
   readonly #state: AgentState = initialState();
   readonly #events = new EventQueue<AgentEvent>();
   readonly #tracker: InflightTracker;
+  readonly #desk: ReportDesk;
   readonly #budget: RestartBudget;
-  readonly #live = new Map<string, LiveEnvoy>();
+  /** Secret the filter sends with its reports: anything else on the status port is refused. */
+  readonly #reportToken = randomBytes(24).toString("hex");
+  /** Envoys being stopped on purpose: their exit is no crash. */
   readonly #retiring = new Set<string>();
+  /** Reporters of Envoys drained before a cold reload stops them. */
+  readonly #coldDraining = new Set<string>();
   readonly #stopNow = new AbortController();
-  #envoyBinary = "";
+  readonly #closing = new AbortController();
+  #taskAbort = new AbortController();
+  #tasks: Promise<void> = Promise.resolve();
+  #envoys!: Envoys;
   #runDir = "";
+  #ownRunDir = false;
   #filterWasm?: string;
   #server?: StatusServer;
-  #generation: Generation = { number: 0, baseIdPath: "" };
-  #bootstrap?: Bootstrap;
-  #configText = "";
-  #terminateSources: string[] = [];
-  #draining?: Promise<string>;
-  #drainPlan?: DrainPlan;
   #unwatch?: () => void;
+  #terminateSources: string[] = [];
+  #terminating = false;
+  #drainPlan?: DrainPlan;
+  #restartAttempt = 0;
   #failure?: string;
-  /** Resolves when a drain starts: releases the heartbeats the status server is holding. */
-  #drainStarted!: () => void;
-  readonly #drainStartedPromise = new Promise<void>((resolve) => (this.#drainStarted = resolve));
 
   constructor(options: RunOptions, log: EventLog, envoyBinary: string) {
     this.#options = options;
     this.#log = log;
     this.#envoyBinary = envoyBinary;
-    this.#tracker = new InflightTracker({ zeroConfirmMs: options.zeroConfirmMs, heartbeatMs: options.heartbeatMs });
+    this.#tracker = new InflightTracker({ heartbeatMs: options.heartbeatMs });
+    this.#desk = new ReportDesk(this.#tracker, {
+      heartbeatMs: options.heartbeatMs,
+      draining: (instance) => this.#drainPlan !== undefined || this.#coldDraining.has(instance),
+    });
     this.#budget = new RestartBudget(options.restartBudget);
   }
 
@@ -139,7 +131,7 @@ export class Agent {
     this.#events.push({ type: "reload", reason });
   }
 
-  /** `POST /drain`: steps 1–5 of the termination sequence, without exiting. */
+  /** `POST /drain`: steps 1–4 of the termination sequence, without exiting. */
   drain(): void {
     this.#events.push({ type: "drain" });
   }
@@ -148,37 +140,36 @@ export class Agent {
   async run(): Promise<number> {
     try {
       await this.#prepare();
-    } catch (error) {
-      await this.#close();
-      throw error;
-    }
-    let restartAttempt = 0;
-    try {
-      await this.#startEnvoy("start");
+      watchHealth(() => this.#envoys.all(), this.#log, this.#closing.signal);
+      this.#task((signal) => this.#startEnvoy("start", false, signal).then(() => {}), true);
       for (;;) {
         const event = await this.#events.next();
         switch (event.type) {
-          case "exited": {
-            const outcome = this.#onExit(event.instance, event.exit);
-            if (outcome === "gave_up") return EXIT.envoyGaveUp;
-            if (typeof outcome === "number") restartAttempt = outcome;
+          case "exited":
+            this.#onExit(event.instance, event.exit);
             break;
-          }
-          case "restart_due": {
-            if (this.#state.phase !== "restarting") break;
-            const outcome = await this.#restartAfterCrash(restartAttempt);
-            if (outcome === "gave_up") return EXIT.envoyGaveUp;
-            if (typeof outcome === "number") restartAttempt = outcome;
+          case "restart_due":
+            if (!this.#terminating && this.#state.phase === "restarting") this.#task((s) => this.#restartAfterCrash(s));
             break;
-          }
           case "reload":
-            await this.#reload(event.reason);
+            if (this.#terminating) this.#log("reload_skipped", { reason: event.reason, why: "terminating" });
+            else this.#task((s) => this.#reload(event.reason, s));
             break;
           case "drain":
-            this.#startDrain("POST /drain");
+            // Steps 1–5 without the stop: the wait is logged (`drain_wait_done`), Envoy runs on.
+            if (!this.#drainPlan && !this.#terminating) void this.#waitDrained(this.#startDrain("POST /drain"));
             break;
           case "terminate":
-            return await this.#terminate(event.source);
+            this.#terminating = true;
+            this.#terminate(event.source).then(
+              (code) => this.#events.push({ type: "done", code }),
+              (error) => this.#events.push({ type: "fatal", error }),
+            );
+            break;
+          case "done":
+            return event.code;
+          case "fatal":
+            throw event.error;
         }
       }
     } finally {
@@ -186,25 +177,43 @@ export class Agent {
     }
   }
 
+  /** Runs `step` after the tasks before it; a terminate aborts it. Failures of `fatal` steps end the run. */
+  #task(step: (signal: AbortSignal) => Promise<void>, fatal = false): void {
+    const signal = this.#taskAbort.signal;
+    this.#tasks = this.#tasks.then(async () => {
+      if (signal.aborted) return;
+      try {
+        await step(signal);
+      } catch (error) {
+        if (signal.aborted) return;
+        if (fatal) this.#events.push({ type: "fatal", error });
+        else this.#log("task_failed", { error: String(error) });
+      }
+    });
+  }
+
   // ---- start-up ----------------------------------------------------------------------------
 
   async #prepare(): Promise<void> {
     const o = this.#options;
+    this.#ownRunDir = o.runDir === undefined;
     this.#runDir = o.runDir ?? await mkdtemp(join(tmpdir(), "lastcall-"));
+    this.#envoys = new Envoys(o, this.#envoyBinary, this.#runDir);
     if (o.filter) this.#filterWasm = await filterWasmPath(o.filterWasm, this.#runDir);
+    const metrics = createMetrics({
+      state: () => this.#state,
+      inflight: () => this.#tracker.inflight(this.#envoys.reporters()),
+      ready: () => this.#servingReady() !== undefined,
+      reports: () => ({ accepted: this.#reportsAccepted(), stale: this.#tracker.staleReports }),
+    });
     const app = createStatusApp({
       readiness: () => this.#readiness(),
       state: () => this.snapshot(),
       metrics: () => metrics.metrics(),
-      report: (report) => this.#onReport(report),
+      reportToken: this.#reportToken,
+      report: (report) => this.#desk.answer(report),
       quit: () => this.terminate("POST /quitquitquit"),
       drain: () => this.drain(),
-    });
-    const metrics = createMetrics({
-      state: () => this.#state,
-      inflight: () => this.#tracker.inflight(this.#reporters()),
-      ready: () => this.#state.phase === "running" && this.#state.drainStartedAt === undefined,
-      reports: () => ({ accepted: this.#reportsAccepted(), stale: this.#tracker.staleReports }),
     });
     // A port already taken is a refusal at start (one line, exit 2), not a crash with a stack.
     this.#server = await listen(app, o.statusAddress, o.statusPort).catch((error: Error) => {
@@ -215,257 +224,216 @@ export class Agent {
     }
   }
 
-  /**
-   * Takes a filter report and answers whether the agent is draining. A heartbeat outside a
-   * drain is answered only after a hold shorter than the heartbeat period (a long poll), or at
-   * once when a drain starts: the filter then learns of the drain in one round trip instead of
-   * up to one heartbeat later, and at no cost per request.
-   */
-  async #onReport(report: InflightReport): Promise<boolean> {
-    this.#tracker.report(report);
-    if (this.#state.drainStartedAt === undefined && report.reason === "heartbeat") {
-      const holdMs = Math.min(this.#options.heartbeatMs * 0.9, reportTimeoutMs(this.#options.heartbeatMs) - 500);
-      await Promise.race([this.#drainStartedPromise, delay(holdMs)]);
-    }
-    return this.#state.drainStartedAt !== undefined;
-  }
-
-  /** Every id the filters of live Envoys report under. */
-  #reporters(): string[] {
-    return [...this.#live.values()].flatMap((l) => l.reporters);
-  }
-
   #reportsAccepted(): number {
     let total = 0;
-    for (const id of this.#reporters()) total += this.#tracker.view(id)?.reports ?? 0;
+    for (const id of this.#envoys.reporters()) total += this.#tracker.view(id)?.reports ?? 0;
     return total;
   }
 
-  /** Reads the user's config and derives, writes and validates the bootstrap of `epoch`. */
-  async #prepareBootstrap(epoch: number, instance: string): Promise<{ path: string; bootstrap: Bootstrap; text: string }> {
-    const o = this.#options;
-    let text: string;
-    let parsed: unknown;
-    try {
-      text = await readFile(o.config, "utf8");
-      parsed = YAML.parse(text);
-    } catch (error) {
-      throw new StartError(`Cannot read Envoy config ${o.config}: ${(error as Error).message.split("\n")[0]}`);
-    }
-    let bootstrap: Bootstrap;
-    try {
-      bootstrap = deriveBootstrap(parsed, {
-        adminPort: o.adminPort,
-        statusAddress: o.statusAddress === "0.0.0.0" ? "127.0.0.1" : o.statusAddress,
-        statusPort: this.#server!.port,
-        filter: this.#filterWasm
-          ? {
-            wasmPath: this.#filterWasm,
-            pluginConfig: {
-              agent_cluster: AGENT_CLUSTER,
-              heartbeat_ms: o.heartbeatMs,
-              push_timeout_ms: reportTimeoutMs(o.heartbeatMs),
-              epoch,
-              instance,
-              exclude_paths: o.excludePath,
-            },
-          }
-          : undefined,
-      });
-    } catch (error) {
-      throw new StartError(`Cannot use Envoy config ${o.config}: ${(error as Error).message}`);
-    }
-    const path = join(this.#runDir, `envoy-g${this.#generation.number}-epoch${epoch}.yaml`);
-    await writeFile(path, YAML.stringify(bootstrap.config));
-    const validation = await validateConfig(this.#envoyBinary, path);
-    if (!validation.ok) throw new StartError(`Envoy rejected config ${o.config}`, validation.errors);
-    return { path, bootstrap, text };
-  }
-
   /** Starts Envoy: epoch 0 of a new generation, or (hot) the next epoch of the current one. */
-  async #startEnvoy(why: "start" | "restart" | "reload", hot = false): Promise<void> {
-    const o = this.#options;
-    const previous = this.#state.current;
-    if (!hot) {
-      const number = this.#generation.number + 1;
-      this.#generation = { number, baseIdPath: join(this.#runDir, `base-id-g${number}`) };
-    }
-    const epoch = hot && previous ? previous.epoch + 1 : 0;
-    const instance = `${ownPid()}-${this.#generation.number}-${epoch}`;
-    const prepared = await this.#prepareBootstrap(epoch, instance);
-    if (prepared.text !== this.#configText) {
-      if (this.#configText) this.#budget.refill();
-      this.#configText = prepared.text;
-    }
-    this.#bootstrap = prepared.bootstrap;
-    if (epoch > 0 && this.#generation.baseId === undefined) {
-      this.#generation.baseId = Number((await readFile(this.#generation.baseIdPath, "utf8")).trim());
-    }
-    const adminAddressPath = join(this.#runDir, `admin-g${this.#generation.number}-epoch${epoch}`);
-    const args = envoyArgs({
-      configPath: prepared.path,
-      concurrency: o.concurrency,
-      epoch,
-      baseIdPath: this.#generation.baseIdPath,
-      baseId: this.#generation.baseId,
-      hotRestart: o.hotRestart,
-      adminAddressPath,
-      drainTimeMs: o.drainTimeMs,
-      parentShutdownMs: o.parentShutdownMs,
-      extraArgs: o.envoyArgs,
+  async #startEnvoy(why: "start" | "restart" | "reload", hot: boolean, signal: AbortSignal): Promise<LiveEnvoy> {
+    const { live, configChanged } = await this.#envoys.start({
+      hot,
+      statusPort: this.#server!.port,
+      filterWasm: this.#filterWasm,
+      reportToken: this.#reportToken,
+      signal,
     });
-    const process = await spawnEnvoy(this.#envoyBinary, args);
-    const info: EpochInfo = { epoch, pid: process.pid, instance };
-    const filtered = this.#filterWasm !== undefined;
-    const reporters = [
-      ...(filtered && prepared.bootstrap.filteredListeners.length > 0 ? [instance] : []),
-      ...(filtered && prepared.bootstrap.tcpListeners.length > 0 ? [`${instance}${TCP_INSTANCE_SUFFIX}`] : []),
-    ];
-    const live: LiveEnvoy = { info, process, startedAt: Date.now(), ready: Promise.resolve(false), reporters };
-    this.#live.set(instance, live);
-    this.#state.current = info;
-    this.#state.epochs = [...this.#live.values()].map((l) => l.info);
-    if (this.#state.phase !== "draining") this.#state.phase = "starting";
-    process.exited.then((exit) => this.#events.push({ type: "exited", instance, exit }));
+    if (configChanged) this.#budget.refill();
+    for (const id of live.reporters) this.#tracker.expect(id);
+    this.#syncState();
+    if (this.#state.phase !== "draining" && this.#state.phase !== "stopping") this.#state.phase = "starting";
+    live.process.exited.then((exit) => this.#events.push({ type: "exited", instance: live.info.instance, exit }));
+    const b = live.bootstrap;
     this.#log(why === "reload" ? "epoch" : why, {
-      epoch,
-      pid: process.pid,
-      generation: this.#generation.number,
+      epoch: live.info.epoch,
+      pid: live.info.pid,
+      generation: live.info.generation,
       status_port: this.#server!.port,
-      filter: this.#filterWasm ? prepared.bootstrap.filteredListeners : [],
-      filter_tcp: this.#filterWasm ? prepared.bootstrap.tcpListeners : [],
-      inbound: prepared.bootstrap.inboundListeners,
+      filter: this.#filterWasm ? b.filteredListeners : [],
+      filter_tcp: this.#filterWasm ? b.tcpListeners : [],
+      inbound: b.inboundListeners,
+      ...(b.unseenListeners.length ? { counted_by_stats: b.unseenListeners } : {}),
     });
-    live.ready = this.#awaitReady(live, adminAddressPath);
+    live.whenReady.then((ok) => ok && this.#onReady(live));
+    return live;
   }
 
-  /** Waits until the Envoy answers LIVE (or exits); logs `ready` with the time it took. */
-  async #awaitReady(live: LiveEnvoy, adminAddressPath: string): Promise<boolean> {
-    const gone = new AbortController();
-    live.process.exited.then(() => gone.abort(new Error("Envoy exited")));
-    try {
-      const url = await pollUntil(() => readAdminAddress(adminAddressPath), 25, gone.signal);
-      live.admin = new AdminClient(url);
-      live.info.adminUrl = url;
-      await pollUntil(async () => (await live.admin!.readiness()).live ? true : undefined, 50, gone.signal);
-    } catch {
-      return false;
-    }
+  #onReady(live: LiveEnvoy): void {
     this.#log("ready", { epoch: live.info.epoch, pid: live.info.pid, ms: Date.now() - live.startedAt, admin: live.info.adminUrl });
-    if (this.#state.current === live.info && this.#state.phase === "starting") this.#state.phase = "running";
-    return true;
+    this.#syncState();
+    if (this.#envoys.newest() === live && this.#state.phase === "starting") this.#state.phase = "running";
+    // An Envoy that starts during a drain (a crash restart after POST /drain) is drained too.
+    if (this.#drainPlan) this.#drainListenersOf(live);
+  }
+
+  #syncState(): void {
+    const all = this.#envoys.all();
+    this.#state.epochs = all.map((l) => l.info);
+    this.#state.current = this.#envoys.newest()?.info;
+    this.#state.serving = this.#envoys.serving()?.info;
   }
 
   // ---- Envoy exits ---------------------------------------------------------------------------
 
-  /** Handles an Envoy exit: a parent finishing, a stop we asked for, or a crash. */
-  #onExit(instance: string, exit: EnvoyExit): "gave_up" | number | undefined {
-    const live = this.#live.get(instance);
-    this.#live.delete(instance);
-    for (const id of live?.reporters ?? [instance]) this.#tracker.retire(id);
-    this.#state.epochs = [...this.#live.values()].map((l) => l.info);
+  /** Handles an Envoy exit: a parent finishing, a stop we asked for, a failed reload, or a crash. */
+  #onExit(instance: string, exit: EnvoyExit): void {
+    const wasNewest = this.#envoys.newest()?.info.instance === instance;
+    const live = this.#envoys.remove(instance);
+    for (const id of live?.reporters ?? []) this.#tracker.retire(id);
+    this.#syncState();
     const fields = { epoch: live?.info.epoch, pid: live?.info.pid, exit: describeExit(exit) };
-    if (this.#retiring.delete(instance) || this.#state.current?.instance !== instance) {
+    if (this.#retiring.delete(instance) || this.#terminating || !wasNewest) {
       this.#log("epoch_exit", fields);
-      return undefined;
+      return;
     }
     this.#state.lastExitReason = `Envoy exited with ${describeExit(exit)}`;
     this.#log("exit", fields);
-    const parent = [...this.#live.values()].at(-1);
+    const parent = this.#envoys.newest();
     if (parent) {
       // The child of a hot restart died; its parent still serves the last good config.
-      this.#state.current = parent.info;
       this.#state.reloadsRejected++;
       this.#log("reload_rejected", { epoch: live?.info.epoch, reason: "new epoch exited", serving_epoch: parent.info.epoch });
-      return undefined;
+      return;
     }
-    this.#state.current = undefined;
-    return this.#crashed(describeExit(exit), Date.now() - (live?.startedAt ?? 0));
+    const bind = live && !live.ready ? bindFailure(live.process.recentOutput()) : undefined;
+    if (bind) {
+      const error = new StartError(`Envoy cannot listen on ${bind.address} (is the port taken?); Envoy said: ${bind.line}`);
+      this.#events.push({ type: "fatal", error });
+      return;
+    }
+    this.#crashed(describeExit(exit), Date.now() - (live?.startedAt ?? 0));
   }
 
   /** Spends the budget on a failed run and schedules the next start, or gives up. */
-  #crashed(lastExit: string, ranMs: number): "gave_up" | number {
+  #crashed(lastExit: string, ranMs: number): void {
     const attempt = this.#budget.spend(ranMs);
     if (attempt === undefined) {
       this.#state.phase = "stopped";
       this.#failure = `Envoy kept exiting (last: ${lastExit}); restart budget of ${this.#budget.limit} spent`;
       this.#log("gave_up", { restarts: this.#budget.spent, last_exit: lastExit, message: this.#failure });
-      return "gave_up";
+      this.#events.push({ type: "done", code: EXIT.envoyGaveUp });
+      return;
     }
+    this.#restartAttempt = attempt;
     const delayMs = restartDelay(attempt);
     this.#state.phase = "restarting";
     this.#log("restart_scheduled", { attempt, delay_ms: delayMs, last_exit: lastExit });
-    delay(delayMs).then(() => this.#events.push({ type: "restart_due" }));
-    return attempt;
+    delay(delayMs, this.#closing.signal).then(() => this.#events.push({ type: "restart_due" }), () => {});
   }
 
   /** Starts Envoy again after a crash; a start that fails counts as one more crash. */
-  async #restartAfterCrash(attempt: number): Promise<"gave_up" | number | undefined> {
+  async #restartAfterCrash(signal: AbortSignal): Promise<void> {
     this.#state.restarts++;
     try {
-      await this.#startEnvoy("restart");
-      return undefined;
+      await this.#startEnvoy("restart", false, signal);
     } catch (error) {
-      this.#log("restart_failed", { attempt, error: (error as Error).message, details: (error as StartError).details ?? [] });
-      return this.#crashed((error as Error).message, 0);
+      if (signal.aborted) return;
+      this.#log("restart_failed", { attempt: this.#restartAttempt, error: (error as Error).message, details: (error as StartError).details ?? [] });
+      this.#crashed((error as Error).message, 0);
     }
   }
 
   // ---- reload ------------------------------------------------------------------------------
 
-  async #reload(reason: string): Promise<void> {
-    const current = this.#state.current;
-    if (!current || this.#state.drainStartedAt !== undefined) {
-      this.#log("reload_skipped", { reason, why: current ? "draining" : "Envoy not running" });
+  async #reload(reason: string, signal: AbortSignal): Promise<void> {
+    const newest = this.#envoys.newest();
+    if (!newest || this.#drainPlan) {
+      this.#log("reload_skipped", { reason, why: newest ? "draining" : "Envoy not running" });
       return;
     }
     this.#log("reload", { reason });
     // Envoy refuses a hot restart while the previous epoch is still initializing.
-    await this.#live.get(current.instance)?.ready;
+    if (!newest.ready) this.#log("reload_waiting", { reason, why: `epoch ${newest.info.epoch} is not ready yet` });
+    await unlessAborted(newest.whenReady, signal);
+    const serving = newest.info.epoch;
     try {
       if (this.#options.hotRestart) {
-        await this.#startEnvoy("reload", true);
+        await this.#startEnvoy("reload", true, signal);
         this.#state.hotRestarts++;
         return;
       }
-      await this.#prepareBootstrap(current.epoch, current.instance); // validate before stopping
-      const old = this.#live.get(current.instance);
-      this.#retiring.add(current.instance);
-      await old?.process.stop();
-      await this.#startEnvoy("reload");
+      // Cold: validate the new config first (the old Envoy keeps serving if it is bad), then
+      // drain the old Envoy, stop it, and start the new one.
+      await prepareBootstrap(this.#envoyBinary, this.#options, {
+        runDir: this.#runDir, name: "validate", epoch: 0, instance: "validate", statusPort: this.#server!.port,
+        filterWasm: this.#filterWasm, reportToken: this.#reportToken, signal,
+      });
+      await this.#drainBeforeColdReload(signal);
+      const old = this.#envoys.all();
+      for (const l of old) this.#retiring.add(l.info.instance);
+      await stopEnvoys(old.map((l) => ({ process: l.process, admin: l.adminHandedOver ? undefined : l.admin })), this.#log, 3000);
+      await this.#startEnvoy("reload", false, signal);
     } catch (error) {
+      if (signal.aborted) return;
       this.#state.reloadsRejected++;
       this.#log("reload_rejected", {
         reason,
         error: (error as Error).message,
         details: (error as StartError).details ?? [],
-        serving_epoch: current.epoch,
+        serving_epoch: serving,
       });
     }
   }
 
+  /** A cold reload leaves a gap: drain the old Envoy first, for at most `--drain-time`. */
+  async #drainBeforeColdReload(signal: AbortSignal): Promise<void> {
+    const old = this.#envoys.all();
+    const reporters = old.flatMap((l) => l.reporters);
+    for (const id of reporters) this.#coldDraining.add(id);
+    this.#desk.drainStarted();
+    const startedAt = Date.now();
+    const plan: DrainPlan = {
+      mode: this.#filterWasm && reporters.length > 0 ? "inflight" : "requests",
+      scope: this.#options.drainScope,
+      failHealthcheck: false,
+      drainDelayMs: 0,
+      minDrainMs: 0,
+      startedAt,
+      deadline: startedAt + this.#options.drainTimeMs,
+    };
+    const ended = new AbortController();
+    const timer = setTimeout(() => ended.abort(new DrainEnded("deadline")), this.#options.drainTimeMs);
+    signal.addEventListener("abort", () => ended.abort(signal.reason), { once: true });
+    try {
+      for (const l of old) if (l.admin && !l.adminHandedOver) void drainListeners(plan, l.admin, this.#log, ended.signal);
+      const reason = await waitDrained(plan, { ...this.#modeContext(() => reporters), measure: (s) => this.#measure(s) }, ended.signal);
+      this.#log("reload_drained", { reason, ms: Date.now() - startedAt });
+    } finally {
+      clearTimeout(timer);
+    }
+    signal.throwIfAborted();
+  }
+
   // ---- drain and terminate -----------------------------------------------------------------
 
-  #modeContext(): ModeContext {
+  #modeContext(instances = () => this.#envoys.reporters()): ModeContext {
     const o = this.#options;
+    const bootstraps = this.#envoys.all().map((l) => l.bootstrap);
+    const statsCounted = [...new Set(bootstraps.flatMap((b) => b.unseenListeners))];
+    const prefixes = new Set(bootstraps.flatMap((b) => b.inboundStatPrefixes));
     return {
-      admin: () => this.#live.get(this.#state.current?.instance ?? "")?.admin,
+      admin: () => {
+        const serving = this.#envoys.serving();
+        return serving && !serving.adminHandedOver ? serving.admin : undefined;
+      },
       tracker: this.#tracker,
-      instances: () => this.#reporters(),
-      statPrefixes: o.drainScope === "all" ? undefined : new Set(this.#bootstrap?.inboundStatPrefixes ?? []),
+      instances,
+      // Listeners lastcall cannot see, or no known prefix: count every connection manager.
+      statPrefixes: o.drainScope === "all" || statsCounted.length > 0 || prefixes.size === 0 ? undefined : prefixes,
+      statsCounted,
       log: this.#log,
       terminationDrainMs: o.terminationDrainMs,
       heartbeatMs: o.heartbeatMs,
     };
   }
 
-  /** Steps 1–5; idempotent: a second call returns the same drain. */
-  #startDrain(source: string): Promise<string> {
-    if (this.#draining) return this.#draining;
+  /** Step 1 (readiness fails) at once, steps 2–4 on every Envoy that can be asked; idempotent. */
+  #startDrain(source: string): DrainPlan {
+    if (this.#drainPlan) return this.#drainPlan;
     const o = this.#options;
     const startedAt = Date.now();
     this.#state.drainStartedAt = startedAt; // step 1: /healthz/ready answers 503 from now on
-    this.#drainStarted();
     this.#state.phase = "draining";
     const plan: DrainPlan = {
       mode: o.drainMode,
@@ -477,31 +445,58 @@ export class Agent {
       deadline: startedAt + o.graceMs - o.stopMarginMs,
     };
     this.#drainPlan = plan;
-    this.#log("drain_start", { source, mode: plan.mode, scope: plan.scope, deadline_ms: plan.deadline - startedAt, min_drain_ms: plan.minDrainMs });
-    const current = this.#live.get(this.#state.current?.instance ?? "");
-    const envoyGone = current ? current.process.exited : Promise.resolve();
-    this.#draining = drainEnvoy(plan, { ...this.#modeContext(), stopNow: this.#stopNow.signal, envoyGone });
-    return this.#draining;
+    this.#desk.drainStarted();
+    const context = this.#modeContext();
+    this.#log("drain_start", {
+      source,
+      mode: plan.mode,
+      scope: plan.scope,
+      deadline_ms: plan.deadline - startedAt,
+      min_drain_ms: plan.minDrainMs,
+      ...(context.statsCounted.length ? { counted_by_stats: context.statsCounted } : {}),
+    });
+    for (const live of this.#envoys.all()) this.#drainListenersOf(live);
+    return plan;
+  }
+
+  /** Asks one Envoy to drain its listeners (retried in the background until it answers). */
+  #drainListenersOf(live: LiveEnvoy): void {
+    const plan = this.#drainPlan;
+    if (!plan || !live.ready || live.listenersDraining) return;
+    if (!live.admin || live.adminHandedOver) {
+      this.#log("listeners_not_drained", { epoch: live.info.epoch, pid: live.info.pid, why: "its admin went to a hot-restart child" });
+      return;
+    }
+    live.listenersDraining = true;
+    const gone = new AbortController();
+    live.process.exited.then(() => gone.abort());
+    void drainListeners(plan, live.admin, this.#log, AbortSignal.any([gone.signal, this.#closing.signal]));
   }
 
   async #terminate(source: string): Promise<number> {
     this.#log("terminate", { source });
-    if (this.#live.size === 0) {
+    const plan = this.#startDrain(source);
+    // Pre-empt a reload or a crash restart in progress: it gives up at once.
+    this.#taskAbort.abort(new Error("terminating"));
+    await this.#tasks;
+    await this.#stopUnready();
+    if (!this.#envoys.all().some((l) => l.process.running)) {
       this.#state.phase = "stopped";
-      this.#log("terminated", { mode: this.#options.drainMode, reason: "envoy_not_running", drain_ms: 0, inflight_at_stop: 0 });
+      const reason = this.#envoys.all().length > 0 || this.#state.epochs.length > 0 ? "envoy_not_ready" : "envoy_not_running";
+      this.#log("terminated", { mode: this.#options.drainMode, reason, drain_ms: Date.now() - plan.startedAt, inflight_at_stop: 0 });
+      this.#state.termination = { mode: this.#options.drainMode, reason, drainMs: Date.now() - plan.startedAt, inflightAtStop: 0 };
       return EXIT.ok;
     }
-    const reason = await this.#startDrain(source);
+    const reason = await this.#waitDrained(plan);
     this.#state.phase = "stopping";
-    const admin = this.#live.get(this.#state.current?.instance ?? "")?.admin;
-    const inflightAtStop = await this.#inflightNow(admin);
-    await stopEnvoys([...this.#live.values()].map((l) => l.process), admin, this.#log, Math.min(3000, this.#options.stopMarginMs + 1000));
-    const summary = {
-      mode: this.#options.drainMode,
-      reason,
-      drainMs: Date.now() - (this.#drainPlan?.startedAt ?? Date.now()),
-      inflightAtStop,
-    };
+    const graceEnd = plan.startedAt + this.#options.graceMs;
+    const stopBudget = Math.max(300, graceEnd - Date.now() - 300);
+    const inflightAtStop = await this.#measure(AbortSignal.timeout(Math.floor(Math.max(50, Math.min(500, stopBudget / 4)))))
+      .catch(() => undefined) ?? this.#tracker.inflight(this.#envoys.reporters());
+    const targets = this.#envoys.all().filter((l) => l.process.running);
+    for (const l of targets) this.#retiring.add(l.info.instance);
+    await stopEnvoys(targets.map((l) => ({ process: l.process, admin: l.adminHandedOver ? undefined : l.admin })), this.#log, stopBudget);
+    const summary = { mode: this.#options.drainMode, reason, drainMs: Date.now() - plan.startedAt, inflightAtStop };
     this.#state.termination = summary;
     this.#state.phase = "stopped";
     this.#log("terminated", { mode: summary.mode, reason, drain_ms: summary.drainMs, inflight_at_stop: inflightAtStop });
@@ -509,57 +504,101 @@ export class Agent {
   }
 
   /**
-   * Requests in flight right before the stop: the filter's gauge read now, else its last report,
-   * else Envoy's own stat. The last report alone can be stale: outside a drain, and until the
-   * filter has acknowledged one, only heartbeats carry the count (a `requests`-mode drain can end
-   * on Envoy's stat before the next heartbeat), and moves between non-zero counts are never pushed.
+   * A terminate during a reload (or while Envoy is still initializing) stops the Envoys that do
+   * not serve yet: a child that is not ready has taken no traffic, and its parent is drained.
    */
-  async #inflightNow(admin: AdminClient | undefined): Promise<number> {
-    const ids = this.#reporters();
-    const heard = ids.length > 0 && ids.every((id) => this.#tracker.status(id) !== "never");
-    if (!admin) return heard ? this.#tracker.inflight(ids) : 0;
+  async #stopUnready(): Promise<void> {
+    const all = this.#envoys.all().filter((l) => l.process.running);
+    await Promise.all(all.filter((l) => !l.ready && l.admin).map(async (l) => {
+      if ((await l.admin!.readiness(250)).live) l.ready = true; // it became ready just now
+    }));
+    const unready = all.filter((l) => !l.ready);
+    if (unready.length === 0) return;
+    this.#log("stopping_unready", { epochs: unready.map((l) => l.info.epoch), pids: unready.map((l) => l.info.pid) });
+    for (const l of unready) this.#retiring.add(l.info.instance);
+    await stopEnvoys(unready.map((l) => ({ process: l.process })), this.#log, 1000);
+    this.#syncState();
+    for (const l of this.#envoys.all()) this.#drainListenersOf(l);
+  }
+
+  /** Step 5 within the deadline; `stopped_now` on a second SIGINT, `envoy_exited` if all are gone. */
+  async #waitDrained(plan: DrainPlan): Promise<string> {
+    const ended = new AbortController();
+    const end = (reason: DrainEnded["reason"]) => () => ended.abort(new DrainEnded(reason));
+    const timer = setTimeout(end("deadline"), Math.max(0, plan.deadline - Date.now()));
+    this.#stopNow.signal.addEventListener("abort", end("stopped_now"), { once: true });
+    if (this.#stopNow.signal.aborted) end("stopped_now")();
+    const running = this.#envoys.all().filter((l) => l.process.running);
+    Promise.all(running.map((l) => l.process.exited)).then(end("envoy_exited"));
     try {
-      if (!heard) return activeRequests(parseStatsJson(await admin.stats("downstream_rq_active$")), this.#modeContext().statPrefixes);
-      // One Envoy only (its gauge sums the HTTP and TCP variants): a hot-restart child's stats
-      // may include what it imported from its parent.
-      if (this.#live.size === 1) {
-        const gauge = parseStatsJson(await admin.stats("^wasmcustom\\.lastcall_inflight$")).find((s) => s.name === "wasmcustom.lastcall_inflight");
-        if (gauge) return gauge.value;
-      }
-    } catch {
-      // Envoy busy or gone: fall back to what was reported.
+      return await waitDrained(plan, { ...this.#modeContext(), measure: (s) => this.#measure(s) }, ended.signal);
+    } finally {
+      clearTimeout(timer);
     }
-    return heard ? this.#tracker.inflight(ids) : 0;
+  }
+
+  /**
+   * Requests in flight now, from Envoy itself: the filter's gauge (an upper bound of its exact
+   * counter) plus, for listeners the filter is not in, `downstream_rq_active`. With a hot restart
+   * in progress (a child's stats import its parent's) the filters' latest reports are used.
+   */
+  async #measure(signal: AbortSignal): Promise<number | undefined> {
+    const all = this.#envoys.all().filter((l) => l.process.running);
+    if (all.length === 0) return 0;
+    const only = all.length === 1 ? all[0] : undefined;
+    if (!only?.admin || only.adminHandedOver) {
+      const ids = this.#envoys.reporters();
+      return ids.length > 0 && ids.every((id) => this.#tracker.view(id)) ? this.#tracker.inflight(ids) : undefined;
+    }
+    const context = this.#modeContext();
+    const stats = parseStatsJson(await only.admin.stats("^wasmcustom\\.lastcall_inflight$|downstream_rq_active$", signal));
+    if (!this.#filterWasm || only.reporters.length === 0) return activeRequests(stats, context.statPrefixes);
+    const gauge = stats.find((s) => s.name === "wasmcustom.lastcall_inflight")?.value ?? 0;
+    if (context.statsCounted.length === 0) return gauge;
+    const filtered = new Set(only.bootstrap.inboundStatPrefixes);
+    return gauge + activeRequests(stats) - activeRequests(stats, filtered);
   }
 
   // ---- status ------------------------------------------------------------------------------
 
+  /** The Envoy that serves, when it is ready and answering and no drain began. */
+  #servingReady(): LiveEnvoy | undefined {
+    if (this.#state.drainStartedAt !== undefined) return undefined;
+    const serving = this.#envoys.serving();
+    return serving && !serving.hung ? serving : undefined;
+  }
+
   async #readiness(): Promise<ReadinessAnswer> {
     if (this.#state.drainStartedAt !== undefined) return { ready: false, reason: "draining" };
-    const current = this.#state.current;
-    if (!current) {
+    const serving = this.#envoys.serving();
+    if (serving?.hung) return { ready: false, reason: `Envoy epoch ${serving.info.epoch} (pid ${serving.info.pid}) is not answering its admin` };
+    if (serving) return { ready: true, reason: "LIVE" };
+    const newest = this.#envoys.newest();
+    if (!newest) {
       return { ready: false, reason: this.#state.lastExitReason ? `Envoy restarting: ${this.#state.lastExitReason}` : "Envoy not started" };
     }
-    const admin = this.#live.get(current.instance)?.admin;
-    if (!admin) return { ready: false, reason: `Envoy epoch ${current.epoch} starting: admin address not yet known` };
-    const readiness = await admin.readiness();
-    return readiness.live ? { ready: true, reason: "LIVE" } : { ready: false, reason: readiness.reason ?? readiness.state };
+    if (!newest.admin) return { ready: false, reason: `Envoy epoch ${newest.info.epoch} starting: admin address not yet known` };
+    const readiness = await newest.admin.readiness(1000);
+    return { ready: false, reason: readiness.reason ?? readiness.state };
   }
 
   /** A copy of the state with the in-flight view, for `/v1/state`. */
   snapshot(): AgentState & { inflight: number; filter: string } {
-    const reporters = this.#live.get(this.#state.current?.instance ?? "")?.reporters ?? [];
+    const reporters = this.#envoys.serving()?.reporters ?? this.#envoys.newest()?.reporters ?? [];
     return {
       ...structuredClone(this.#state),
-      inflight: this.#tracker.inflight(this.#reporters()),
+      inflight: this.#tracker.inflight(this.#envoys.reporters()),
       filter: !this.#filterWasm ? "disabled" : reporters.length === 0 ? "not inserted" : this.#tracker.status(reporters[0]),
     };
   }
 
   async #close(): Promise<void> {
+    this.#closing.abort();
+    this.#taskAbort.abort();
     this.#unwatch?.();
-    const remaining = [...this.#live.values()].map((l) => l.process);
-    await Promise.all(remaining.map((p) => p.stop(2000)));
+    const remaining = this.#envoys?.all().filter((l) => l.process.running) ?? [];
+    await Promise.all(remaining.map((l) => l.process.stop(2000)));
     await this.#server?.close();
+    if (this.#ownRunDir && this.#runDir) await rm(this.#runDir, { recursive: true, force: true }).catch(() => {});
   }
 }

@@ -7,6 +7,8 @@ export interface EpochInfo {
   pid: number;
   /** Id given to this process's filter, echoed in its reports. */
   instance: string;
+  /** Cold starts since lastcall started: a generation is epoch 0 and its hot restarts. */
+  generation: number;
   /** Admin base URL, once known. */
   adminUrl?: string;
 }
@@ -22,8 +24,12 @@ export interface TerminationSummary {
 /** All mutable agent state, owned by the agent; everyone else reads snapshots. */
 export interface AgentState {
   phase: Phase;
-  /** The current (newest) Envoy, if running. */
+  /** The newest Envoy, if any runs. */
   current?: EpochInfo;
+  /** The Envoy that serves traffic: the newest that became ready (a hot-restart parent until its child is). */
+  serving?: EpochInfo;
+  /** Set while the serving Envoy's admin has not answered for a while (hung, or stopped). */
+  unresponsiveSince?: number;
   /** Every live Envoy, hot-restart parents included. */
   epochs: EpochInfo[];
   /** Crash restarts since start. */

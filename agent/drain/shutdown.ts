@@ -1,6 +1,7 @@
 // The termination sequence (SIGTERM path 3/3): fail readiness (done by the caller), fail
-// Envoy's health check, wait for load balancers, drain listeners, wait by mode within the
-// deadline, then stop Envoy with escalation. Every wait ends with an explicit reason.
+// Envoy's health check, wait for load balancers, drain listeners, wait by mode until a confirmed
+// zero at or after the floor (`--min-drain`) and before the deadline, then stop Envoy with
+// escalation. The rule: an Envoy is stopped only when it has nothing in flight, or at the deadline.
 import { delay } from "../async.ts";
 import type { AdminClient } from "../envoy/admin.ts";
 import type { EnvoyProcess } from "../envoy/process.ts";
@@ -23,105 +24,158 @@ export interface DrainPlan {
 }
 
 /** Why waiting ended early, as an abort reason. */
-class DrainEnded extends Error {
+export class DrainEnded extends Error {
   override name = "DrainEnded";
   constructor(readonly reason: "deadline" | "stopped_now" | "envoy_exited") {
     super(reason);
   }
 }
 
-/** What the drain needs from the agent. */
-export interface DrainDeps extends ModeContext {
-  /** Aborts when the operator insists (SIGINT twice). */
-  stopNow: AbortSignal;
-  /** Settles when the current Envoy has exited on its own. */
-  envoyGone: Promise<unknown>;
+/** Pause between two tries of an admin call that failed during a drain. */
+const ADMIN_RETRY_MS = 250;
+
+/**
+ * Calls `call` until it succeeds or `signal` aborts, logging each failure; resolves true on
+ * success, false when aborted. Each try is bounded by the signal (and the client's own timeout).
+ */
+export async function retryAdmin(
+  what: string,
+  call: (signal: AbortSignal) => Promise<unknown>,
+  signal: AbortSignal,
+  log: EventLog,
+): Promise<boolean> {
+  for (let attempt = 1;; attempt++) {
+    if (signal.aborted) return false;
+    try {
+      await call(signal);
+      return true;
+    } catch (error) {
+      if (signal.aborted) return false;
+      log("admin_call_failed", { call: what, attempt, error: String((error as Error).message ?? error) });
+    }
+    try {
+      await delay(Math.min(ADMIN_RETRY_MS * attempt, 1000), signal);
+    } catch {
+      return false;
+    }
+  }
 }
 
 /**
- * Runs steps 2–5 of the termination sequence and returns why the wait ended:
- * the mode's reason (`inflight_zero`, `requests_zero`, `connections_zero`, `sleep_done`, …),
- * `deadline`, `stopped_now` or `envoy_exited`.
+ * Steps 2–4 for one Envoy: fail its health check (when planned), wait `--drain-delay`, then start
+ * Envoy's graceful drain of its listeners. Admin calls that fail are retried until `signal`
+ * aborts (the deadline): a busy Envoy is asked again, never given up on.
+ */
+export async function drainListeners(
+  plan: DrainPlan,
+  admin: AdminClient,
+  log: EventLog,
+  signal: AbortSignal,
+  options: { healthcheck?: boolean; delay?: boolean } = {},
+): Promise<boolean> {
+  if (plan.failHealthcheck && options.healthcheck !== false) {
+    if (!await retryAdmin("healthcheck/fail", (s) => admin.failHealthcheck(s), signal, log)) return false;
+    log("healthcheck_failed");
+  }
+  if (plan.drainDelayMs > 0 && options.delay !== false) {
+    log("drain_delay", { ms: plan.drainDelayMs });
+    try {
+      await delay(plan.drainDelayMs - (Date.now() - plan.startedAt), signal);
+    } catch {
+      return false;
+    }
+  }
+  if (!await retryAdmin("drain_listeners", (s) => admin.drainListeners(plan.scope, s), signal, log)) return false;
+  log("listeners_draining", { scope: plan.scope, admin: admin.url });
+  return true;
+}
+
+/** What the wait needs from the agent. */
+export interface WaitDeps extends ModeContext {
+  /** Requests in flight in the live Envoys now, from Envoy itself; undefined when unknown. */
+  measure(signal: AbortSignal): Promise<number | undefined>;
+}
+
+/**
+ * Step 5: waits by mode until the drain may end and returns why (`inflight_zero`,
+ * `requests_zero`, `connections_zero`, `sleep_done`, …), or `deadline`, `stopped_now`,
+ * `envoy_exited` when `ended` aborts with a {@linkcode DrainEnded}. A zero seen before the
+ * floor (`--min-drain`) is not an end: the wait goes on, and requests that arrive during the
+ * floor are waited for. In the counting modes, Envoy's own count is read once more right
+ * before the end; if it is not zero, the wait resumes.
  *
  * @example
  * ```ts
- * const reason = await drainEnvoy(plan, deps);
+ * const reason = await waitDrained(plan, deps, AbortSignal.timeout(plan.deadline - Date.now()));
  * ```
  */
-export async function drainEnvoy(plan: DrainPlan, deps: DrainDeps): Promise<string> {
+export async function waitDrained(plan: DrainPlan, deps: WaitDeps, ended: AbortSignal): Promise<string> {
   const { log } = deps;
-  const ended = new AbortController();
-  const deadlineTimer = setTimeout(() => ended.abort(new DrainEnded("deadline")), Math.max(0, plan.deadline - Date.now()));
-  const onStopNow = () => ended.abort(new DrainEnded("stopped_now"));
-  deps.stopNow.addEventListener("abort", onStopNow, { once: true });
-  if (deps.stopNow.aborted) onStopNow();
-  deps.envoyGone.then(() => ended.abort(new DrainEnded("envoy_exited")), () => {});
-  const admin = (): AdminClient => {
-    const client = deps.admin();
-    if (!client) throw new DrainEnded("envoy_exited");
-    return client;
-  };
+  const floor = plan.startedAt + plan.minDrainMs;
+  const counting = plan.mode === "inflight" || plan.mode === "requests";
+  let floorLogged = false;
   try {
-    if (plan.failHealthcheck) {
-      await admin().failHealthcheck();
-      log("healthcheck_failed");
+    for (;;) {
+      const reason = await DRAIN_WAITS[plan.mode](deps, ended);
+      if (Date.now() < floor) {
+        if (!floorLogged) log("min_drain_wait", { ms: floor - Date.now(), reason });
+        floorLogged = true;
+        await delay(floor - Date.now(), ended);
+        if (!counting) return reason;
+        continue; // a zero before the floor is not the end: count again
+      }
+      if (counting) {
+        const now = await deps.measure(ended).catch(() => undefined);
+        if (now !== undefined && now > 0) {
+          log("drain_resumed", { inflight: now, after: reason });
+          continue;
+        }
+      }
+      log("drain_wait_done", { mode: plan.mode, reason, ms: Date.now() - plan.startedAt });
+      return reason;
     }
-    if (plan.drainDelayMs > 0) {
-      log("drain_delay", { ms: plan.drainDelayMs });
-      await delay(plan.drainDelayMs, ended.signal);
-    }
-    await admin().drainListeners(plan.scope);
-    log("listeners_draining", { scope: plan.scope });
-    const reason = await DRAIN_WAITS[plan.mode](deps, ended.signal);
-    log("drain_wait_done", { mode: plan.mode, reason, ms: Date.now() - plan.startedAt });
-    const minEnd = plan.startedAt + plan.minDrainMs;
-    if (Date.now() < minEnd) {
-      log("min_drain_wait", { ms: minEnd - Date.now() });
-      await delay(minEnd - Date.now(), ended.signal);
-    }
-    return reason;
   } catch (error) {
-    const cause = ended.signal.aborted ? ended.signal.reason : error;
+    const cause = ended.aborted ? ended.reason : error;
     if (cause instanceof DrainEnded) return cause.reason;
-    log("drain_step_failed", { error: String(error) });
-    // An admin call failed (Envoy busy or gone): keep serving until the deadline rather than
-    // cutting requests, unless Envoy is gone or the operator insists.
-    try {
-      await new Promise((_, reject) => ended.signal.addEventListener("abort", () => reject(ended.signal.reason), { once: true }));
-    } catch (final) {
-      return final instanceof DrainEnded ? final.reason : "deadline";
-    }
-    return "deadline";
-  } finally {
-    clearTimeout(deadlineTimer);
-    deps.stopNow.removeEventListener("abort", onStopNow);
+    throw error;
   }
 }
 
+/** One Envoy to stop: its process, and its admin when it can still be asked to quit. */
+export interface StopTarget {
+  process: EnvoyProcess;
+  admin?: AdminClient;
+}
+
 /**
- * Stops every live Envoy: the current one by `POST /quitquitquit`, then SIGTERM, then SIGKILL
- * if it lingers; hot-restart parents (whose admin the child took over) by SIGTERM.
+ * Stops every given Envoy within `budgetMs`: those with an admin by `POST /quitquitquit`, the
+ * others (hot-restart parents whose admin a child took over) by SIGTERM; whatever still runs
+ * after half the budget gets SIGTERM, and SIGKILL at the end (which also ends a stopped,
+ * hung process). Resolves when all have exited.
  */
-export async function stopEnvoys(
-  processes: readonly EnvoyProcess[],
-  admin: AdminClient | undefined,
-  log: EventLog,
-  graceMs = 3000,
-): Promise<void> {
-  const current = processes.at(-1);
-  if (current?.running && admin) {
-    try {
-      await admin.quit();
-      log("envoy_quit_requested", { pid: current.pid });
-    } catch (error) {
-      log("envoy_quit_failed", { pid: current.pid, error: String(error) });
+export async function stopEnvoys(targets: readonly StopTarget[], log: EventLog, budgetMs: number): Promise<void> {
+  const startedAt = Date.now();
+  const left = () => Math.floor(Math.max(0, budgetMs - (Date.now() - startedAt)));
+  await Promise.all(targets.map(async ({ process, admin }) => {
+    if (!process.running) return;
+    let asked = false;
+    if (admin) {
+      try {
+        await admin.quit(AbortSignal.timeout(Math.max(1, Math.floor(budgetMs / 3))));
+        log("envoy_quit_requested", { pid: process.pid });
+        asked = true;
+      } catch (error) {
+        log("envoy_quit_failed", { pid: process.pid, error: String((error as Error).message ?? error) });
+      }
     }
-  }
-  await Promise.all(processes.map(async (p) => {
-    if (!p.running) return;
-    const exited = await Promise.race([p.exited, delay(p === current && admin ? graceMs : 0).then(() => undefined)]);
+    if (!asked) process.signal("SIGTERM");
+    const exited = await Promise.race([process.exited, delay(left() / 2).then(() => undefined)]);
     if (exited) return;
-    const exit = await p.stop(graceMs);
-    log("envoy_stopped", { pid: p.pid, exit: exit.signal ?? exit.code });
+    process.signal("SIGTERM");
+    const late = await Promise.race([process.exited, delay(left()).then(() => undefined)]);
+    if (late) return;
+    process.signal("SIGKILL");
+    const exit = await process.exited;
+    log("envoy_killed", { pid: process.pid, exit: exit.signal ?? exit.code });
   }));
 }

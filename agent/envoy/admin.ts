@@ -45,9 +45,9 @@ export class AdminClient {
   }
 
   /** Asks `/ready`; never throws. */
-  async readiness(): Promise<Readiness> {
+  async readiness(timeoutMs = this.#timeoutMs): Promise<Readiness> {
     try {
-      const response = await fetch(`${this.url}/ready`, { signal: AbortSignal.timeout(this.#timeoutMs) });
+      const response = await fetch(`${this.url}/ready`, { signal: AbortSignal.timeout(timeoutMs) });
       const state = (await response.text()).trim();
       return response.status === 200
         ? { live: true, state }
@@ -63,18 +63,18 @@ export class AdminClient {
   }
 
   /** `POST /drain_listeners`, inbound listeners only unless `all`, with Envoy's graceful drain. */
-  drainListeners(scope: "inbound" | "all"): Promise<string> {
-    return this.request("POST", scope === "inbound" ? "/drain_listeners?inboundonly&graceful" : "/drain_listeners?graceful");
+  drainListeners(scope: "inbound" | "all", signal?: AbortSignal): Promise<string> {
+    return this.request("POST", scope === "inbound" ? "/drain_listeners?inboundonly&graceful" : "/drain_listeners?graceful", signal);
   }
 
   /** `POST /healthcheck/fail`: the health-check filter starts failing. */
-  failHealthcheck(): Promise<string> {
-    return this.request("POST", "/healthcheck/fail");
+  failHealthcheck(signal?: AbortSignal): Promise<string> {
+    return this.request("POST", "/healthcheck/fail", signal);
   }
 
   /** `POST /quitquitquit`: Envoy exits cleanly, without draining. */
-  quit(): Promise<string> {
-    return this.request("POST", "/quitquitquit");
+  quit(signal?: AbortSignal): Promise<string> {
+    return this.request("POST", "/quitquitquit", signal);
   }
 }
 

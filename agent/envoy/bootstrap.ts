@@ -41,6 +41,11 @@ export interface Bootstrap {
   filteredListeners: string[];
   /** Inbound tcp_proxy listeners that got the network (connection-counting) variant. */
   tcpListeners: string[];
+  /**
+   * Listeners lastcall cannot rewrite (LDS), whose requests only Envoy's stats can count: the
+   * drain then counts every connection manager's `downstream_rq_active`, not a prefix set.
+   */
+  unseenListeners: string[];
 }
 
 type Json = Record<string, unknown>;
@@ -149,7 +154,11 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
   const tcpListeners = new Set<string>();
   for (const listener of inbound) {
     let filtered = false;
-    for (const chain of (listener.filter_chains ?? []) as Json[]) {
+    const chains = [...((listener.filter_chains ?? []) as Json[])];
+    // A listener may have only a default chain, or a default chain beside matched ones: it
+    // carries requests like any other chain.
+    if (isObject(listener.default_filter_chain)) chains.push(listener.default_filter_chain);
+    for (const chain of chains) {
       const filters = (chain.filters ?? []) as Json[];
       if (options.filter && filters.some(isTcpProxy) && !filters.some(isHcm)) {
         chain.filters = [wasmFilter(options.filter, true), ...filters];
@@ -166,8 +175,11 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
     }
     if (filtered) filteredListeners.push(String(listener.name ?? "(unnamed)"));
   }
+  const dynamic = isObject(config.dynamic_resources) ? config.dynamic_resources : {};
+  const unseenListeners = dynamic.lds_config !== undefined ? ["LDS (dynamic_resources.lds_config)"] : [];
   return {
     config,
+    unseenListeners,
     inboundListeners: inbound.map((l) => String(l.name ?? "(unnamed)")),
     inboundStatPrefixes,
     filteredListeners,

@@ -1,4 +1,8 @@
 import { type ChildProcess, spawn } from "node:child_process";
+import { writeErrChunk } from "../runtime/process.ts";
+
+/** How many of Envoy's last output lines are kept, for refusals that quote Envoy. */
+const KEPT_LINES = 40;
 
 /** How an Envoy process ended. */
 export interface EnvoyExit {
@@ -20,6 +24,21 @@ export interface EnvoyProcess {
   stop(killAfterMs?: number): Promise<EnvoyExit>;
   /** Sends a signal if the process still runs. */
   signal(signal: NodeJS.Signals): void;
+  /** Envoy's last lines on standard error (they are also passed through). */
+  recentOutput(): string[];
+}
+
+/**
+ * Finds Envoy's own line about an address it could not bind (port taken, address not local),
+ * e.g. `cannot bind '127.0.0.1:15000': Address already in use`.
+ */
+export function bindFailure(lines: readonly string[]): { address: string; line: string } | undefined {
+  // Envoy 1.40 logs `[…][critical][main] … error `cannot bind '…': …` initializing config …`,
+  // then prints the bare message as its last line: quote that one.
+  const plain = lines.find((l) => l.startsWith("cannot bind '"));
+  const line = plain ?? lines.find((l) => l.includes("cannot bind '"));
+  const address = line ? /cannot bind '([^']+)'/.exec(line)?.[1] : undefined;
+  return line && address ? { address, line: line.trim() } : undefined;
 }
 
 /** Renders an exit for logs and messages: `code 1`, `signal SIGKILL`. */
@@ -61,8 +80,17 @@ function startWatchdog(pid: number): ChildProcess | undefined {
  */
 export function spawnEnvoy(binary: string, args: string[]): Promise<EnvoyProcess> {
   return new Promise((resolve, reject) => {
-    const child = spawn(binary, args, { stdio: ["ignore", "inherit", "inherit"], detached: true });
+    const child = spawn(binary, args, { stdio: ["ignore", "inherit", "pipe"], detached: true });
     let running = true;
+    const recent: string[] = [];
+    let partial = "";
+    child.stderr?.on("data", (chunk: Buffer) => {
+      writeErrChunk(chunk);
+      const lines = (partial + chunk.toString("utf8")).split("\n");
+      partial = lines.pop() ?? "";
+      recent.push(...lines.filter(Boolean));
+      if (recent.length > KEPT_LINES) recent.splice(0, recent.length - KEPT_LINES);
+    });
     let watchdog: ChildProcess | undefined;
     const exited = new Promise<EnvoyExit>((done) => {
       child.once("exit", (code, signal) => {
@@ -86,6 +114,7 @@ export function spawnEnvoy(binary: string, args: string[]): Promise<EnvoyProcess
           return running;
         },
         signal,
+        recentOutput: () => (partial ? [...recent, partial] : [...recent]),
         async stop(killAfterMs = 5000) {
           signal("SIGTERM");
           const timer = setTimeout(() => signal("SIGKILL"), killAfterMs);

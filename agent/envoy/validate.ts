@@ -13,16 +13,17 @@ export interface Validation {
  *
  * @example
  * ```ts
- * const { ok, errors } = await validateConfig("/usr/bin/envoy", "/run/envoy.yaml");
+ * const { ok, errors } = await validateConfig("/usr/bin/envoy", "/run/envoy.json");
  * ```
  */
-export function validateConfig(binary: string, configPath: string): Promise<Validation> {
-  return new Promise((resolve) => {
+export function validateConfig(binary: string, configPath: string, signal?: AbortSignal): Promise<Validation> {
+  return new Promise((resolve, reject) => {
     execFile(
       binary,
       ["--mode", "validate", "-c", configPath, "--disable-hot-restart", "-l", "error"],
-      { encoding: "utf8", maxBuffer: 16 * 1024 * 1024 },
+      { encoding: "utf8", maxBuffer: 16 * 1024 * 1024, signal, killSignal: "SIGKILL" },
       (error, stdout, stderr) => {
+        if (signal?.aborted) return reject(signal.reason);
         if (!error) return resolve({ ok: true, errors: [] });
         const lines = `${stderr}\n${stdout}`.split("\n").map((l) => l.trim()).filter(Boolean);
         const errors = lines.filter((l) => /error|critical|invalid|exception|unable|fail/i.test(l));

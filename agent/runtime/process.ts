@@ -27,6 +27,11 @@ export function writeErr(line: string): void {
   process.stderr.write(line.endsWith("\n") ? line : `${line}\n`);
 }
 
+/** Passes a chunk of a child's output through to standard error as it is. */
+export function writeErrChunk(chunk: Uint8Array): void {
+  process.stderr.write(chunk);
+}
+
 /** Ends the agent with an exit code once pending output is flushed. */
 export function exitWith(code: number): never {
   process.exitCode = code;

@@ -2,6 +2,7 @@
 // through a small interface, so tests can call `app.request(url)` without a server.
 import { Hono } from "hono";
 import { type InflightReport, parseReport } from "../drain/in-flight.ts";
+import type { ReportAnswer } from "../reports.ts";
 import type { AgentState } from "../state.ts";
 
 /** Readiness with the reason operators need when it is not ready. */
@@ -15,8 +16,10 @@ export interface StatusControls {
   readiness(): Promise<ReadinessAnswer>;
   state(): AgentState & { inflight: number; filter: string };
   metrics(): Promise<string>;
-  /** Takes a filter report; answers whether the agent is draining. */
-  report(report: InflightReport): Promise<boolean>;
+  /** Secret the filter sends in `x-lastcall-token`. */
+  reportToken: string;
+  /** Takes a filter report; answers whether the agent is draining, maybe with a probe. */
+  report(report: InflightReport): Promise<ReportAnswer>;
   /** `POST /quitquitquit`: the termination sequence, as on SIGTERM. */
   quit(): void;
   /** `POST /drain`: drain without exiting. */
@@ -50,7 +53,11 @@ export function createStatusApp(controls: StatusControls): Hono {
     } catch (error) {
       return c.json({ error: (error as Error).message }, 400);
     }
-    return c.json({ draining: await controls.report(report) });
+    if (c.req.header("x-lastcall-token") !== controls.reportToken) return c.json({ error: "report token missing or wrong" }, 403);
+    const answer = await controls.report(report);
+    c.header("x-lastcall-draining", answer.draining ? "1" : "0");
+    if (answer.probe !== undefined) c.header("x-lastcall-probe", String(answer.probe));
+    return c.json(answer);
   });
   app.post("/quitquitquit", (c) => {
     controls.quit();

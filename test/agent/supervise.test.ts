@@ -153,28 +153,43 @@ describe("crash restarts", () => {
   });
 
   it("gives up after the budget when Envoy passes validation but fails at run time, naming the exit", async () => {
-    // A listener on a port a plain Node server holds (no SO_REUSEPORT): `--mode validate`
-    // does not bind, the real Envoy fails to.
+    // An Envoy flag that `--mode validate` never sees (lastcall validates with its own
+    // arguments): every real start fails with code 1.
+    const lc = startLastcall(inboundConfig({ upstreamPort: app.port }), { args: ["--restart-budget", "2"], envoyArgs: ["--no-such-envoy-flag"] });
+
+    const exit = await lc.exited;
+    expect(exit.code).toBe(1);
+    expect(lc.events.filter((e) => e.event === "start")).toHaveLength(1); // validated, then started
+    expect(lc.events.filter((e) => e.event === "exit").map((e) => e.exit)).toEqual(["code 1", "code 1", "code 1"]);
+    expect(lc.events.filter((e) => e.event === "restart_scheduled").map((e) => e.delay_ms)).toEqual([200, 400]);
+    expect(lc.events.filter((e) => e.event === "restart")).toHaveLength(2);
+    const gaveUp = lc.events.at(-1)!;
+    expect(gaveUp).toMatchObject({ event: "gave_up", last_exit: "code 1" });
+    expect(String(gaveUp.message)).toContain("last: code 1");
+    expect(lc.output()).toMatch(/^lastcall: Envoy kept exiting \(last: code 1\); restart budget of 2 spent$/m);
+  });
+
+  it.each(["listener", "admin"])("refuses to start (exit 2) when the %s port is taken, quoting Envoy, without a crash loop", async (which) => {
+    // A port a plain Node server holds (no SO_REUSEPORT): `--mode validate` does not bind, the
+    // real Envoy fails to.
     const blocker: Server = createServer();
     await new Promise<void>((done) => blocker.listen(0, "127.0.0.1", done));
+    const port = (blocker.address() as { port: number }).port;
     try {
       const config = inboundConfig({ upstreamPort: app.port }) as { static_resources: { listeners: Array<Record<string, any>> } };
-      const listener = config.static_resources.listeners[0];
-      listener.address.socket_address.port_value = (blocker.address() as { port: number }).port;
-      listener.enable_reuse_port = false;
-      const lc = startLastcall(config, { args: ["--restart-budget", "2"] });
-
-      const exit = await lc.exited;
-      expect(exit.code).toBe(1);
-      expect(lc.events.filter((e) => e.event === "start")).toHaveLength(1); // validated, then started
-      expect(lc.events.filter((e) => e.event === "exit").map((e) => e.exit)).toEqual(["code 1", "code 1", "code 1"]);
-      expect(lc.events.filter((e) => e.event === "restart_scheduled").map((e) => e.delay_ms)).toEqual([200, 400]);
-      expect(lc.events.filter((e) => e.event === "restart")).toHaveLength(2);
-      expect(lc.output()).toMatch(/cannot bind '127\.0\.0\.1:\d+': Address already in use/);
-      const gaveUp = lc.events.at(-1)!;
-      expect(gaveUp).toMatchObject({ event: "gave_up", last_exit: "code 1" });
-      expect(String(gaveUp.message)).toContain("last: code 1");
-      expect(lc.output()).toMatch(/^lastcall: Envoy kept exiting \(last: code 1\); restart budget of 2 spent$/m);
+      if (which === "listener") {
+        const listener = config.static_resources.listeners[0];
+        listener.address.socket_address.port_value = port;
+        listener.enable_reuse_port = false;
+      }
+      const lc = startLastcall(config, { args: which === "admin" ? ["--admin-port", String(port)] : [] });
+      expect(await lc.exited).toEqual({ code: 2, signal: null });
+      expect(lc.events.filter((e) => e.event === "start")).toHaveLength(1);
+      expect(lc.events.map((e) => e.event)).not.toContain("restart_scheduled");
+      const refusal = lc.output().split("\n").filter((l) => l.startsWith("lastcall: "));
+      expect(refusal).toEqual([
+        `lastcall: Envoy cannot listen on 127.0.0.1:${port} (is the port taken?); Envoy said: cannot bind '127.0.0.1:${port}': Address already in use`,
+      ]);
     } finally {
       await new Promise((done) => blocker.close(done));
     }

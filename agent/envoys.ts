@@ -1,0 +1,193 @@
+// The live Envoy processes and how each is started: epoch 0 of a new generation (a cold start)
+// or the next epoch of the current one (a hot restart). One record per process; the filter in it
+// reports under `instance` (and `<instance>/tcp` for the TCP variant).
+import { readFile } from "node:fs/promises";
+import { join } from "node:path";
+import { pollUntil } from "./async.ts";
+import { prepareBootstrap } from "./bootstrap-file.ts";
+import { AdminClient, readAdminAddress } from "./envoy/admin.ts";
+import { envoyArgs } from "./envoy/args.ts";
+import { type Bootstrap, TCP_INSTANCE_SUFFIX } from "./envoy/bootstrap.ts";
+import { type EnvoyProcess, spawnEnvoy } from "./envoy/process.ts";
+import type { RunOptions } from "./options.ts";
+import { ownPid } from "./runtime/process.ts";
+import type { EpochInfo } from "./state.ts";
+
+/** One live Envoy process. */
+export interface LiveEnvoy {
+  info: EpochInfo;
+  process: EnvoyProcess;
+  startedAt: number;
+  bootstrap: Bootstrap;
+  /** Admin client, once Envoy wrote its address. */
+  admin?: AdminClient;
+  /** Whether it answered LIVE at least once. */
+  ready: boolean;
+  /** Settles with `ready` once Envoy is LIVE, or false if it exited (or the wait was aborted). */
+  whenReady: Promise<boolean>;
+  /**
+   * A hot-restart child asked this Envoy to close its admin (Envoy does so as the child starts,
+   * ready or not): it can only be signalled now, and counted by its filter.
+   */
+  adminHandedOver: boolean;
+  /** Its admin has not answered for a while (see health.ts). */
+  hung: boolean;
+  /** Its listeners were asked to drain. */
+  listenersDraining: boolean;
+  /** Ids its filters report under. */
+  reporters: string[];
+}
+
+/** Where one generation (a cold start and its hot restarts) keeps its files. */
+interface Generation {
+  number: number;
+  baseIdPath: string;
+  baseId?: number;
+}
+
+/** What starting one Envoy needs besides the options. */
+export interface StartRequest {
+  /** Hot restart: the next epoch of the current generation. */
+  hot: boolean;
+  statusPort: number;
+  filterWasm?: string;
+  reportToken: string;
+  signal: AbortSignal;
+}
+
+/**
+ * The live Envoys, oldest first.
+ *
+ * @example
+ * ```ts
+ * const envoys = new Envoys(options, "/usr/bin/envoy", runDir);
+ * const live = await envoys.start({ hot: false, statusPort, reportToken, signal });
+ * ```
+ */
+export class Envoys {
+  readonly #options: RunOptions;
+  readonly #binary: string;
+  readonly #runDir: string;
+  readonly #live = new Map<string, LiveEnvoy>();
+  #generation: Generation = { number: 0, baseIdPath: "" };
+  #configText = "";
+
+  constructor(options: RunOptions, binary: string, runDir: string) {
+    this.#options = options;
+    this.#binary = binary;
+    this.#runDir = runDir;
+  }
+
+  /** Every live Envoy, oldest first. */
+  all(): LiveEnvoy[] {
+    return [...this.#live.values()];
+  }
+
+  get(instance: string): LiveEnvoy | undefined {
+    return this.#live.get(instance);
+  }
+
+  /** The newest live Envoy. */
+  newest(): LiveEnvoy | undefined {
+    return this.all().at(-1);
+  }
+
+  /** The Envoy that serves: the newest that became ready (a hot-restart child once LIVE). */
+  serving(): LiveEnvoy | undefined {
+    return this.all().filter((l) => l.ready && l.process.running).at(-1);
+  }
+
+  /** Every id the filters of live Envoys report under. */
+  reporters(): string[] {
+    return this.all().filter((l) => l.process.running).flatMap((l) => l.reporters);
+  }
+
+  /** Forgets an Envoy that exited. */
+  remove(instance: string): LiveEnvoy | undefined {
+    const live = this.#live.get(instance);
+    this.#live.delete(instance);
+    return live;
+  }
+
+  /**
+   * Derives, validates and starts the next Envoy. Returns whether the user's config text changed
+   * since the last start (a new config refills the restart budget).
+   */
+  async start(request: StartRequest): Promise<{ live: LiveEnvoy; configChanged: boolean }> {
+    const o = this.#options;
+    const parent = request.hot ? this.newest() : undefined;
+    const generation = parent
+      ? this.#generation
+      : { number: this.#generation.number + 1, baseIdPath: join(this.#runDir, `base-id-g${this.#generation.number + 1}`) };
+    const epoch = parent ? parent.info.epoch + 1 : 0;
+    const instance = `${ownPid()}-${generation.number}-${epoch}`;
+    const prepared = await prepareBootstrap(this.#binary, o, {
+      runDir: this.#runDir,
+      name: `envoy-g${generation.number}-epoch${epoch}`,
+      epoch,
+      instance,
+      statusPort: request.statusPort,
+      filterWasm: request.filterWasm,
+      reportToken: request.reportToken,
+      signal: request.signal,
+    });
+    request.signal.throwIfAborted();
+    if (epoch > 0 && generation.baseId === undefined) {
+      generation.baseId = Number((await readFile(generation.baseIdPath, "utf8")).trim());
+    }
+    const configChanged = this.#configText !== "" && prepared.text !== this.#configText;
+    this.#configText = prepared.text;
+    this.#generation = generation;
+    const adminAddressPath = join(this.#runDir, `admin-g${generation.number}-epoch${epoch}`);
+    const process = await spawnEnvoy(this.#binary, envoyArgs({
+      configPath: prepared.path,
+      concurrency: o.concurrency,
+      epoch,
+      baseIdPath: generation.baseIdPath,
+      baseId: generation.baseId,
+      hotRestart: o.hotRestart,
+      adminAddressPath,
+      drainTimeMs: o.drainTimeMs,
+      parentShutdownMs: o.parentShutdownMs,
+      extraArgs: o.envoyArgs,
+    }));
+    if (parent) parent.adminHandedOver = true;
+    const b = prepared.bootstrap;
+    const filtered = request.filterWasm !== undefined;
+    const live: LiveEnvoy = {
+      info: { epoch, pid: process.pid, instance, generation: generation.number },
+      process,
+      startedAt: Date.now(),
+      bootstrap: b,
+      ready: false,
+      whenReady: Promise.resolve(false),
+      adminHandedOver: false,
+      hung: false,
+      listenersDraining: false,
+      reporters: [
+        ...(filtered && b.filteredListeners.length > 0 ? [instance] : []),
+        ...(filtered && b.tcpListeners.length > 0 ? [`${instance}${TCP_INSTANCE_SUFFIX}`] : []),
+      ],
+    };
+    this.#live.set(instance, live);
+    live.whenReady = this.#awaitReady(live, adminAddressPath);
+    return { live, configChanged };
+  }
+
+  /** Waits until the Envoy answers LIVE; false when it exits first. */
+  async #awaitReady(live: LiveEnvoy, adminAddressPath: string): Promise<boolean> {
+    const gone = new AbortController();
+    live.process.exited.then(() => gone.abort(new Error("Envoy exited")));
+    const stop = gone.signal;
+    try {
+      const url = await pollUntil(() => readAdminAddress(adminAddressPath), 25, stop);
+      live.admin = new AdminClient(url);
+      live.info.adminUrl = url;
+      await pollUntil(async () => (await live.admin!.readiness(1000)).live ? true : undefined, 50, stop);
+    } catch {
+      return false;
+    }
+    live.ready = true;
+    return true;
+  }
+}

@@ -1,0 +1,98 @@
+// Answers the filter's reports (docs/filter-protocol.md). A heartbeat is answered only after a
+// hold shorter than the heartbeat period (a long poll): the filter then learns of a drain in one
+// round trip, and the agent always has a call in hand to send a probe down when a zero needs
+// confirming. Every other report is answered at once.
+import type { InflightReport, InflightTracker } from "./drain/in-flight.ts";
+
+/** The agent's answer to one report. */
+export interface ReportAnswer {
+  /** Whether the reporting Envoy is being drained. */
+  draining: boolean;
+  /** A probe id: the filter reads its counter afresh and reports it back. */
+  probe?: number;
+}
+
+/** Options of {@linkcode ReportDesk}. */
+export interface ReportDeskOptions {
+  /** The filter's heartbeat period: heartbeats are held for 90 % of it. */
+  heartbeatMs: number;
+  /** Whether reports of `instance` should be told to drain. */
+  draining(instance: string): boolean;
+}
+
+interface Hold {
+  release(probe?: number): void;
+}
+
+/** Timeout of the filter's report calls: longer than the longest heartbeat hold. */
+export function reportTimeoutMs(heartbeatMs: number): number {
+  return heartbeatMs + 1000;
+}
+
+/**
+ * Answers reports, holding heartbeats as long polls.
+ *
+ * @example
+ * ```ts
+ * const desk = new ReportDesk(tracker, { heartbeatMs: 1000, draining: () => false });
+ * const answer = await desk.answer(report); // { draining: false }
+ * ```
+ */
+export class ReportDesk {
+  readonly #tracker: InflightTracker;
+  readonly #options: ReportDeskOptions;
+  readonly #holds = new Map<string, Hold[]>();
+
+  constructor(tracker: InflightTracker, options: ReportDeskOptions) {
+    this.#tracker = tracker;
+    this.#options = options;
+    tracker.onProbeWanted((instance) => this.#releaseOne(instance));
+  }
+
+  /** Records `report` and answers it, after a hold if it is a heartbeat with nothing to say. */
+  async answer(report: InflightReport): Promise<ReportAnswer> {
+    const { instance } = report;
+    if (this.#tracker.report(report) === "unknown") return { draining: this.#options.draining(instance) };
+    let probe = this.#tracker.probeFor(instance);
+    const wasDraining = this.#options.draining(instance);
+    if (probe === undefined && report.reason === "heartbeat") {
+      probe = await this.#hold(instance, wasDraining);
+    }
+    return { draining: this.#options.draining(instance), probe };
+  }
+
+  /** A drain began: answer every held heartbeat now, so every filter learns of it at once. */
+  drainStarted(): void {
+    for (const instance of [...this.#holds.keys()]) {
+      for (const hold of this.#holds.get(instance) ?? []) hold.release(this.#tracker.probeFor(instance));
+    }
+  }
+
+  /** Holds a heartbeat for 90 % of the period (never longer than the filter waits). */
+  #hold(instance: string, draining: boolean): Promise<number | undefined> {
+    const holdMs = Math.min(this.#options.heartbeatMs * 0.9, reportTimeoutMs(this.#options.heartbeatMs) - 500);
+    return new Promise((resolve) => {
+      const list = this.#holds.get(instance) ?? [];
+      this.#holds.set(instance, list);
+      const timer = setTimeout(() => hold.release(), holdMs);
+      const hold: Hold = {
+        release: (probe) => {
+          clearTimeout(timer);
+          const at = list.indexOf(hold);
+          if (at >= 0) list.splice(at, 1);
+          if (list.length === 0 && this.#holds.get(instance) === list) this.#holds.delete(instance);
+          resolve(probe);
+        },
+      };
+      list.push(hold);
+      // A drain that began between the report and the hold must not wait for the timer.
+      if (!draining && this.#options.draining(instance)) hold.release(this.#tracker.probeFor(instance));
+    });
+  }
+
+  /** Answers one held heartbeat of `instance` with a fresh probe. */
+  #releaseOne(instance: string): void {
+    const hold = this.#holds.get(instance)?.[0];
+    if (hold) hold.release(this.#tracker.probeFor(instance));
+  }
+}
