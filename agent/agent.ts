@@ -479,20 +479,23 @@ export class Agent {
     // Pre-empt a reload or a crash restart in progress: it gives up at once.
     this.#taskAbort.abort(new Error("terminating"));
     await this.#tasks;
+    const hadEnvoy = this.#envoys.all().some((l) => l.process.running);
     await this.#stopUnready();
     if (!this.#envoys.all().some((l) => l.process.running)) {
       this.#state.phase = "stopped";
-      const reason = this.#envoys.all().length > 0 || this.#state.epochs.length > 0 ? "envoy_not_ready" : "envoy_not_running";
+      const reason = hadEnvoy ? "envoy_not_ready" : "envoy_not_running";
       this.#log("terminated", { mode: this.#options.drainMode, reason, drain_ms: Date.now() - plan.startedAt, inflight_at_stop: 0 });
       this.#state.termination = { mode: this.#options.drainMode, reason, drainMs: Date.now() - plan.startedAt, inflightAtStop: 0 };
       return EXIT.ok;
     }
     const reason = await this.#waitDrained(plan);
     this.#state.phase = "stopping";
-    const graceEnd = plan.startedAt + this.#options.graceMs;
-    const stopBudget = Math.max(300, graceEnd - Date.now() - 300);
-    const inflightAtStop = await this.#measure(AbortSignal.timeout(Math.floor(Math.max(50, Math.min(500, stopBudget / 4)))))
+    // Everything from here fits in what is left of the grace period (less a little for exiting).
+    const graceEnd = plan.startedAt + this.#options.graceMs - 300;
+    const measureMs = Math.floor(Math.max(50, Math.min(500, (graceEnd - Date.now()) / 4)));
+    const inflightAtStop = await this.#measure(AbortSignal.timeout(measureMs))
       .catch(() => undefined) ?? this.#tracker.inflight(this.#envoys.reporters());
+    const stopBudget = Math.max(200, graceEnd - Date.now());
     const targets = this.#envoys.all().filter((l) => l.process.running);
     for (const l of targets) this.#retiring.add(l.info.instance);
     await stopEnvoys(targets.map((l) => ({ process: l.process, admin: l.adminHandedOver ? undefined : l.admin })), this.#log, stopBudget);
@@ -504,21 +507,27 @@ export class Agent {
   }
 
   /**
-   * A terminate during a reload (or while Envoy is still initializing) stops the Envoys that do
-   * not serve yet: a child that is not ready has taken no traffic, and its parent is drained.
+   * A terminate while no Envoy serves yet (the first one still INITIALIZING, a crash restart
+   * starting) stops them at once: they have taken no traffic. A hot-restart child that is not
+   * ready is left alone until its parent is drained: stopping it makes the parent exit too
+   * (Envoy's hot-restart shutdown), cutting what the parent still serves.
    */
   async #stopUnready(): Promise<void> {
     const all = this.#envoys.all().filter((l) => l.process.running);
     await Promise.all(all.filter((l) => !l.ready && l.admin).map(async (l) => {
       if ((await l.admin!.readiness(250)).live) l.ready = true; // it became ready just now
     }));
+    for (const l of all) if (l.ready) this.#drainListenersOf(l);
     const unready = all.filter((l) => !l.ready);
     if (unready.length === 0) return;
+    if (all.some((l) => l.ready)) {
+      this.#log("unready_epoch_kept", { epochs: unready.map((l) => l.info.epoch), why: "stopping it would stop the serving parent; it stops after the drain" });
+      return;
+    }
     this.#log("stopping_unready", { epochs: unready.map((l) => l.info.epoch), pids: unready.map((l) => l.info.pid) });
     for (const l of unready) this.#retiring.add(l.info.instance);
     await stopEnvoys(unready.map((l) => ({ process: l.process })), this.#log, 1000);
     this.#syncState();
-    for (const l of this.#envoys.all()) this.#drainListenersOf(l);
   }
 
   /** Step 5 within the deadline; `stopped_now` on a second SIGINT, `envoy_exited` if all are gone. */

@@ -7,6 +7,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { closeWebSocket, http1, openWebSocket, type Outcome } from "../filter/clients.ts";
 import { waitFor } from "../support/envoy.ts";
 import { inboundConfig, isAlive, type LastcallEvent, startLastcall, stopAllLastcalls, type TestLastcall } from "../support/lastcall.ts";
+import { agentSees, agentState, type Serving, serving as servingAt, type ServingOptions } from "../support/serving.ts";
 import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
 
 let app: UpstreamApp;
@@ -17,37 +18,8 @@ afterEach(async () => {
   app.release();
 });
 
-/** A lastcall whose Envoy is ready and whose filter has reported at least once. */
-interface Serving {
-  lc: TestLastcall;
-  port: number;
-  status: string;
-  envoyPid: number;
-}
-
-async function serving(args: string[], options: { healthCheck?: boolean; env?: Record<string, string>; filter?: boolean } = {}): Promise<Serving> {
-  const lc = startLastcall(inboundConfig({ upstreamPort: app.port, healthCheck: options.healthCheck }), { args, env: options.env });
-  const ready = await lc.event("ready");
-  const status = await lc.statusUrl();
-  if (options.filter !== false) {
-    await waitFor(async () => ((await agentState(status)).filter === "reporting" ? true : undefined), { what: "the filter's first report" });
-  }
-  return { lc, port: await lc.listenerPort("ingress"), status, envoyPid: Number(ready.pid) };
-}
-
-interface AgentStateView {
-  inflight: number;
-  filter: string;
-  phase: string;
-}
-
-async function agentState(status: string): Promise<AgentStateView> {
-  return await (await fetch(`${status}/v1/state`)).json() as AgentStateView;
-}
-
-/** Waits until the agent's view of the filter's count is `n` (it heard the report). */
-function agentSees(status: string, n: number): Promise<true> {
-  return waitFor(async () => ((await agentState(status)).inflight === n ? true : undefined), { what: `the agent to see ${n} in flight` });
+function serving(args: string[], options: ServingOptions = {}): Promise<Serving> {
+  return servingAt(app.port, args, options);
 }
 
 const names = (lc: TestLastcall) => lc.events.map((e) => e.event);
@@ -211,10 +183,18 @@ describe("termination in the other modes", () => {
   });
 
   it("sleep mode sleeps the termination drain whatever is in flight", async () => {
-    const { lc } = await serving(["--min-drain", "0s", "--drain-mode", "sleep", "--termination-drain", "1s"]);
+    const { lc, port } = await serving(["--min-drain", "0s", "--drain-mode", "sleep", "--termination-drain", "1s"]);
+    const held = http1(port, "/hold");
+    await app.until((a) => a.held === 1);
     lc.signal("SIGTERM");
-    expect(await lc.event("terminated")).toMatchObject({ mode: "sleep", reason: "sleep_done" });
+    const done = await lc.event("drain_wait_done");
+    expect(done).toMatchObject({ mode: "sleep", reason: "sleep_done" });
+    // It slept the whole termination drain, from the signal, though a request was held throughout.
+    expect(done.ms).toBeGreaterThanOrEqual(1000);
+    expect(app.held).toBe(1);
+    expect(await lc.event("terminated")).toMatchObject({ mode: "sleep", reason: "sleep_done", inflight_at_stop: 1 });
     expect(await lc.exited).toEqual({ code: 0, signal: null });
+    expect(await held).toMatchObject({ reset: true });
   });
 
   it("--fail-healthcheck fails Envoy's health check filter before draining", async () => {
@@ -282,7 +262,7 @@ describe("signals and hooks", () => {
     expect(await lc.event("drain_wait_done")).toMatchObject({ reason: "inflight_zero" });
     // Drained, but Envoy and lastcall keep running until told to stop.
     const info = await (await fetch(`${lc.adminUrl()}/server_info`)).json() as { state: string };
-    expect(info.state).toBeDefined();
+    expect(info.state).toBe("LIVE"); // its admin still answers: the process was not stopped
     expect(isAlive(envoyPid)).toBe(true);
     expect(names(lc)).not.toContain("envoy_quit_requested");
     expect(names(lc)).not.toContain("terminated");

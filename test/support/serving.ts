@@ -1,0 +1,56 @@
+// A lastcall whose Envoy serves and whose filter reports, and what its status server says: the
+// starting point of the termination tests.
+import { waitFor } from "./envoy.ts";
+import { inboundConfig, type StartOptions, startLastcall, type TestLastcall } from "./lastcall.ts";
+
+/** A lastcall whose Envoy is ready and whose filter has reported at least once. */
+export interface Serving {
+  lc: TestLastcall;
+  /** Port of the `ingress` listener. */
+  port: number;
+  /** Status server base URL. */
+  status: string;
+  envoyPid: number;
+}
+
+/** What `/v1/state` says, in the parts the tests read. */
+export interface AgentStateView {
+  inflight: number;
+  filter: string;
+  phase: string;
+  current?: { epoch: number; pid: number; instance: string };
+  serving?: { epoch: number; pid: number; instance: string };
+  epochs: Array<{ epoch: number; pid: number; instance: string }>;
+}
+
+/** Options of {@linkcode serving}. */
+export interface ServingOptions extends Pick<StartOptions, "env" | "envoyArgs"> {
+  healthCheck?: boolean;
+  /** Wait for the filter's first report. @default true */
+  filter?: boolean;
+  /** The user's Envoy config. @default inboundConfig in front of `upstreamPort` */
+  config?: unknown;
+}
+
+/** Reads `/v1/state`. */
+export async function agentState(status: string): Promise<AgentStateView> {
+  return await (await fetch(`${status}/v1/state`)).json() as AgentStateView;
+}
+
+/** Waits until the agent's view of the filter's count is `n` (it heard the report). */
+export function agentSees(status: string, n: number): Promise<true> {
+  return waitFor(async () => ((await agentState(status)).inflight === n ? true : undefined), { what: `the agent to see ${n} in flight` });
+}
+
+/** Starts lastcall in front of the app on `upstreamPort` and waits until it serves. */
+export async function serving(upstreamPort: number, args: string[], options: ServingOptions = {}): Promise<Serving> {
+  const config = options.config ?? inboundConfig({ upstreamPort, healthCheck: options.healthCheck });
+  const lc = startLastcall(config, { args, env: options.env, envoyArgs: options.envoyArgs });
+  const ready = await lc.event("ready");
+  const status = await lc.statusUrl();
+  if (options.filter !== false) {
+    await waitFor(async () => ((await agentState(status)).filter === "reporting" ? true : undefined), { what: "the filter's first report" });
+  }
+  const port = await lc.listenerPort("ingress");
+  return { lc, port, status, envoyPid: Number(ready.pid) };
+}
