@@ -71,7 +71,7 @@ export function checkPod(template: PodTemplate): string[] {
   if (!spec) return [];
   const graceMs = (typeof spec.terminationGracePeriodSeconds === "number" ? spec.terminationGracePeriodSeconds : DEFAULT_GRACE_SECONDS) * 1000;
   const grace = `terminationGracePeriodSeconds ${graceMs / 1000}`;
-  const proxies = findProxies(spec, template.annotations);
+  const proxies = findProxies(spec, template.annotations, !template.runsToCompletion);
   const members = new Set(proxies.flatMap((p) => p.members));
   const apps: App[] = podContainers(spec)
     .filter((e) => !e.init && !members.has(containerName(e.container)))
@@ -86,8 +86,9 @@ export function checkPod(template: PodTemplate): string[] {
 
   for (const p of proxies) {
     out.push(...p.problems);
-    // It takes new requests until its listeners close or it stops, whichever comes first.
-    const accept = p.earliestStop && p.listen ? earlier(p.earliestStop, p.listen) : p.earliestStop;
+    // It takes new requests until its listeners close or it stops, whichever comes first. A pod
+    // that runs to completion (a Job) is behind no Service: no requests to keep taking.
+    const accept = template.runsToCompletion ? undefined : p.earliestStop && p.listen ? earlier(p.earliestStop, p.listen) : p.earliestStop;
     if (accept && accept.ms <= ENDPOINT_REMOVAL_MS) {
       out.push(`${p.container} stops taking requests as early as ${f(accept.ms)} after termination starts (${accept.what}${accept.isDefault ? ", default" : ""}), before endpoint removal is over (~${f(ENDPOINT_REMOVAL_MS)}): clients still routed to the pod are refused; ${set(accept, "≥", ENDPOINT_REMOVAL_MS + 2000)}`);
     }

@@ -7,8 +7,11 @@ import { istioProxy } from "./proxy-istio.ts";
 import { lastcallProxy } from "./proxy-lastcall.ts";
 import type { ProxyTiming } from "./timing.ts";
 
-/** Every proxy found in a pod spec with its template annotations. */
-export function findProxies(spec: Record<string, unknown>, annotations: Record<string, unknown>): ProxyTiming[] {
+/**
+ * Every proxy found in a pod spec with its template annotations; `servesRequests` is false for
+ * pods that run to completion (Jobs), which are behind no Service.
+ */
+export function findProxies(spec: Record<string, unknown>, annotations: Record<string, unknown>, servesRequests = true): ProxyTiming[] {
   const found: ProxyTiming[] = [];
   const add = (read: () => ProxyTiming | undefined, container: string, tool: ProxyTiming["tool"]) => {
     try {
@@ -19,7 +22,7 @@ export function findProxies(spec: Record<string, unknown>, annotations: Record<s
     }
   };
   for (const { container, init } of podContainers(spec)) {
-    add(() => lastcallProxy(container, init), containerName(container), "lastcall");
+    add(() => lastcallProxy(container, init, servesRequests), containerName(container), "lastcall");
   }
   add(() => istioProxy(spec, annotations), "istio-proxy", "istio");
   add(() => contourProxy(spec), "shutdown-manager", "contour");

@@ -15,7 +15,7 @@ export function lastcallArgs(c: ContainerSpec): string[] | undefined {
 }
 
 /** `lastcall run`, with flags, then LASTCALL_* variables, then Istio's variables, then defaults. */
-export function lastcallProxy(c: ContainerSpec, init: boolean): ProxyTiming | undefined {
+export function lastcallProxy(c: ContainerSpec, init: boolean, servesRequests: boolean): ProxyTiming | undefined {
   const args = lastcallArgs(c);
   if (!args || args[0] !== "run") return undefined;
   const name = containerName(c);
@@ -46,7 +46,7 @@ export function lastcallProxy(c: ContainerSpec, init: boolean): ProxyTiming | un
   const native = isNative(c, init);
   const problems: string[] = [];
   const drainsEarly = !native || isDrainHook(c);
-  if (!drainsEarly) {
+  if (!drainsEarly && servesRequests) {
     problems.push(`${name} is a native sidecar without a preStop \`lastcall drain\`: it starts draining only after the app has exited, so keep-alive clients keep sending requests the stopping app cannot answer; add lifecycle.preStop.exec.command: [lastcall, drain]`);
   }
   // Envoy takes new connections until `--drain-time` after the listeners start draining, and

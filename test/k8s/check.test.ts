@@ -260,6 +260,10 @@ describe("clean manifests: no finding", () => {
       name: "lastcall native with the preStop drain",
       text: deployment({ containers: [app(5)], initContainers: [lastcall(["--grace", "30s"], { restartPolicy: "Always", lifecycle: { preStop: { exec: { command: ["lastcall", "drain"] } } } })] }),
     },
+    {
+      name: "a Job (behind no Service) whose app has no preStop, with a native sidecar without the drain hook",
+      text: manifest(workload("Job", { containers: [app()], initContainers: [lastcall(["--grace", "30s"], { restartPolicy: "Always" })] })),
+    },
     { name: "unknown kinds", text: "kind: Service\nmetadata: {name: web}\n---\nkind: ConfigMap\n" },
   ])("$name", ({ text }) => {
     expect(lines(text)).toEqual([]);
