@@ -48,7 +48,8 @@ export function injectManifest(text: string, options: SidecarOptions): InjectRes
   for (const d of documents) {
     if (injectDocument(d.doc, options, (line) => warnings.push(line))) changed.add(d);
   }
-  return { text: renderManifest(documents, changed), warnings, injected: changed.size };
+  // A file of comments only holds no document: it comes back as it is.
+  return { text: documents.length ? renderManifest(documents, changed) : text, warnings, injected: changed.size };
 }
 
 /** Adds the sidecar to one document's pod template; returns whether the document changed. */

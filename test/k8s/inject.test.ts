@@ -145,6 +145,10 @@ describe("what inject leaves alone", () => {
     expect(inject(text)).toEqual({ text, warnings: [], injected: 0 });
   });
 
+  it.each(["", "# nothing yet\n", "---\n"])("a manifest without workloads: %j", (text) => {
+    expect(inject(text)).toEqual({ text, warnings: [], injected: 0 });
+  });
+
   it("a pod with a container named lastcall (injected by hand)", () => {
     const spec = podSpec({ containers: [{ name: "lastcall", image: "mine:1", args: ["run", "--config", "/x.yaml"] }, ...podSpec().containers] });
     const text = manifest(workload("Deployment", spec), workload("Job", podSpec(), "other"));
