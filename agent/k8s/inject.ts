@@ -110,6 +110,7 @@ export function graceSeconds(spec: Record<string, unknown>): number {
  */
 function wrapApps(doc: Document, spec: YAMLMap, template: PodTemplate, options: SidecarOptions, warn: (line: string) => void): void {
   let wrapped = 0;
+  let copied = false;
   for (const c of sequence(doc, spec, "containers").items) {
     if (!isMap(c) || c.get("name") === SIDECAR_NAME) continue;
     const command = c.get("command", true);
@@ -118,17 +119,18 @@ function wrapApps(doc: Document, spec: YAMLMap, template: PodTemplate, options: 
       warn(`${template.ref}: container "${name}" has no command: not wrapped with lastcall exec, so the sidecar keeps running after it ends (set its command, or use --mode native)`);
       continue;
     }
-    const original = command.toJSON() as unknown[];
-    if (!isWrapped(original)) {
-      const replacement = doc.createNode(wrapCommand(original.map(String)));
-      replacement.flow = command.flow;
-      c.set("command", replacement);
-    }
-    sequence(doc, c, "volumeMounts").items.push(doc.createNode(binMount()));
     wrapped++;
+    const original = command.toJSON() as unknown[];
+    // Already run under a lastcall of the image's own: nothing to copy.
+    if (isWrapped(original)) continue;
+    const replacement = doc.createNode(wrapCommand(original.map(String)));
+    replacement.flow = command.flow;
+    c.set("command", replacement);
+    sequence(doc, c, "volumeMounts").items.push(doc.createNode(binMount()));
+    copied = true;
   }
-  if (wrapped === 0) return;
   if (wrapped > 1) warn(`${template.ref}: ${wrapped} app containers run under lastcall exec: the first to end stops the proxy (use --mode native)`);
+  if (!copied) return;
   sequence(doc, spec, "initContainers").items.push(compact(doc.createNode(installContainer(options.image))));
   addVolume(doc, spec, BIN_VOLUME, binVolume());
 }

@@ -121,6 +121,14 @@ describe("classic mode: the first container, holding the app until ready", () =>
     ]);
   });
 
+  it("a Job command already under lastcall exec (the image has lastcall) is kept, with no copy", () => {
+    const spec = podSpec({ containers: [{ name: "app", image: "x", command: ["/usr/local/bin/lastcall", "exec", "--", "./job"] }] });
+    const out = specOf(objects(inject(manifest(workload("Job", spec)), classic).text)[0]);
+    expect(out.containers[1]).toEqual(spec.containers[0]);
+    expect(out.initContainers).toBeUndefined();
+    expect(out.volumes).toEqual([{ name: "lastcall-config", configMap: { name: "lastcall-envoy" } }]);
+  });
+
   it("two wrapped Job containers get a warning: the first to end stops the proxy", () => {
     const spec = podSpec({ containers: [{ name: "a", image: "x", command: ["a"] }, { name: "b", image: "y", command: ["b"] }] });
     const result = inject(manifest(workload("Job", spec, "pair")), classic);
