@@ -65,12 +65,21 @@ const describe = (s: Setting) => `${s.what}${s.isDefault ? " (default)" : ""}`;
 /** The fix that moves a setting to `ms`: `set --min-drain ≥ 5s`. */
 const set = (s: Setting, relation: "≥" | "≤", ms: number) => `set ${s.knob} ${relation} ${s.format(ms - s.offsetMs)}`;
 
+/** What every rule needs to know about one pod. */
+interface Pod {
+  graceMs: number;
+  /** `terminationGracePeriodSeconds 30`. */
+  grace: string;
+  apps: App[];
+  /** Runs to completion (a Job): behind no Service, so no requests to keep taking. */
+  batch: boolean;
+}
+
 /** The findings for one pod template, as message lines without the object's name. */
 export function checkPod(template: PodTemplate): string[] {
   const spec = template.spec;
   if (!spec) return [];
   const graceMs = (typeof spec.terminationGracePeriodSeconds === "number" ? spec.terminationGracePeriodSeconds : DEFAULT_GRACE_SECONDS) * 1000;
-  const grace = `terminationGracePeriodSeconds ${graceMs / 1000}`;
   const proxies = findProxies(spec, template.annotations, !template.runsToCompletion);
   const members = new Set(proxies.flatMap((p) => p.members));
   const apps: App[] = podContainers(spec)
@@ -79,54 +88,79 @@ export function checkPod(template: PodTemplate): string[] {
       const preStop = preStopOf(container);
       return { name: containerName(container), preStop, preStopMs: preStop.kind === "sleep" ? preStop.ms : preStop.kind === "none" ? 0 : undefined };
     });
-  const shutdownOf = (app: App) => `${apps.length === 1 ? "the app's" : `container "${app.name}"'s`} shutdown (${hookText(app.preStop)})`;
-  /** ` (and terminationGracePeriodSeconds ≥ N)` when the fix would not fit in the grace period. */
-  const andGrace = (needMs: number) => (needMs > graceMs ? ` and terminationGracePeriodSeconds ≥ ${seconds(needMs)}` : "");
-  const out: string[] = [];
+  const pod: Pod = { graceMs, grace: `terminationGracePeriodSeconds ${graceMs / 1000}`, apps, batch: template.runsToCompletion };
+  return [
+    ...proxies.flatMap((p) => [...p.problems, ...takesRequests(p, pod), ...outlivesApp(p, pod), ...fitsGrace(p, pod), ...nativeFitsGrace(p, pod)]),
+    ...apps.flatMap((app) => appFitsGrace(app, pod)),
+  ];
+}
 
-  for (const p of proxies) {
-    out.push(...p.problems);
-    // It takes new requests until its listeners close or it stops, whichever comes first. A pod
-    // that runs to completion (a Job) is behind no Service: no requests to keep taking.
-    const accept = template.runsToCompletion ? undefined : p.earliestStop && p.listen ? earlier(p.earliestStop, p.listen) : p.earliestStop;
-    if (accept && accept.ms <= ENDPOINT_REMOVAL_MS) {
-      out.push(`${p.container} stops taking requests as early as ${f(accept.ms)} after termination starts (${accept.what}${accept.isDefault ? ", default" : ""}), before endpoint removal is over (~${f(ENDPOINT_REMOVAL_MS)}): clients still routed to the pod are refused; ${set(accept, "≥", ENDPOINT_REMOVAL_MS + 2000)}`);
-    }
-    for (const app of apps) {
-      if (!accept || app.preStopMs === undefined || app.preStopMs >= accept.ms) continue;
-      let fix = `${app.preStop.kind === "none" ? "add" : "set"} lifecycle.preStop.sleep.seconds: ${seconds(accept.ms)} on container "${app.name}"`;
-      // Closing the proxy's listeners sooner also works, as long as it is still after endpoint removal.
-      if (p.listen && app.preStopMs > ENDPOINT_REMOVAL_MS) fix += `, or ${set(p.listen, "≤", app.preStopMs)}`;
-      const hook = app.preStop.kind === "none" ? `container "${app.name}" has no preStop: it gets SIGTERM at once` : `container "${app.name}" preStop sleep ${f(app.preStopMs)} ends`;
-      out.push(`${hook} while ${p.container} still takes new requests until ${describe(accept)}: the app stops answering requests the proxy forwards; ${fix}`);
-    }
-    const stop = p.stop;
-    for (const app of apps) {
-      if (!stop || app.preStopMs === undefined) continue;
-      const needMs = app.preStopMs + APP_SHUTDOWN_MS;
-      if (stop.ms >= needMs) continue;
-      out.push(`${p.container} ${describe(stop)} is shorter than ${shutdownOf(app)}: the proxy stops while the app still calls out; ${set(stop, "≥", needMs)}${andGrace(needMs - stop.offsetMs)} ${alternative(p)}`);
-    }
-    const deadline = p.deadline ?? stop;
-    if (deadline && deadline.ms > graceMs) {
-      const raise = `terminationGracePeriodSeconds ≥ ${seconds(deadline.ms)}`;
-      // When the parts before the knob already pass the deadline, only the grace period helps.
-      const fix = graceMs > deadline.offsetMs ? `${set(deadline, "≤", graceMs)} or ${raise}` : `set ${raise}`;
-      out.push(`${p.container} ${describe(deadline)} is longer than ${grace}: the kubelet kills the proxy first; ${fix}`);
-    }
-    const after = p.afterApp;
-    for (const app of apps) {
-      if (!after || app.preStopMs === undefined) continue;
-      const needMs = app.preStopMs + APP_SHUTDOWN_MS + after.ms;
-      if (needMs <= graceMs) continue;
-      out.push(`${p.container} is a native sidecar: its ${describe(after)} starts after ${shutdownOf(app)} and ends past ${grace}: the kubelet kills it mid-drain; set terminationGracePeriodSeconds ≥ ${seconds(needMs)}`);
-    }
+/** endpoint removal < proxy's min drain ≤ app's preStop. */
+function takesRequests(p: ProxyTiming, pod: Pod): string[] {
+  // It takes new requests until its listeners close or it stops, whichever comes first.
+  const accept = pod.batch ? undefined : p.earliestStop && p.listen ? earlier(p.earliestStop, p.listen) : p.earliestStop;
+  if (!accept) return [];
+  const out: string[] = [];
+  if (accept.ms <= ENDPOINT_REMOVAL_MS) {
+    out.push(`${p.container} stops taking requests as early as ${f(accept.ms)} after termination starts (${accept.what}${accept.isDefault ? ", default" : ""}), before endpoint removal is over (~${f(ENDPOINT_REMOVAL_MS)}): clients still routed to the pod are refused; ${set(accept, "≥", ENDPOINT_REMOVAL_MS + 2000)}`);
   }
-  for (const app of apps) {
-    if (app.preStop.kind !== "sleep" || app.preStop.ms + APP_SHUTDOWN_MS <= graceMs) continue;
-    out.push(`container "${app.name}" preStop sleep ${f(app.preStop.ms)} leaves less than ${f(APP_SHUTDOWN_MS)} of ${grace} for its shutdown: the kubelet kills it mid-shutdown; set terminationGracePeriodSeconds ≥ ${seconds(app.preStop.ms + APP_SHUTDOWN_MS)}`);
+  for (const app of pod.apps) {
+    if (app.preStopMs === undefined || app.preStopMs >= accept.ms) continue;
+    let fix = `${app.preStop.kind === "none" ? "add" : "set"} lifecycle.preStop.sleep.seconds: ${seconds(accept.ms)} on container "${app.name}"`;
+    // Closing the proxy's listeners sooner also works, as long as it is still after endpoint removal.
+    if (p.listen && app.preStopMs > ENDPOINT_REMOVAL_MS) fix += `, or ${set(p.listen, "≤", app.preStopMs)}`;
+    const hook = app.preStop.kind === "none" ? `container "${app.name}" has no preStop: it gets SIGTERM at once` : `container "${app.name}" preStop sleep ${f(app.preStopMs)} ends`;
+    out.push(`${hook} while ${p.container} still takes new requests until ${describe(accept)}: the app stops answering requests the proxy forwards; ${fix}`);
   }
   return out;
+}
+
+/** app's shutdown < proxy's drain deadline (a proxy that stops at a fixed time). */
+function outlivesApp(p: ProxyTiming, pod: Pod): string[] {
+  const stop = p.stop;
+  if (!stop) return [];
+  return pod.apps.flatMap((app) => {
+    if (app.preStopMs === undefined) return [];
+    const needMs = app.preStopMs + APP_SHUTDOWN_MS;
+    if (stop.ms >= needMs) return [];
+    // The knob's new value must fit in the grace period too.
+    const knobMs = needMs - stop.offsetMs;
+    const andGrace = knobMs > pod.graceMs ? ` and terminationGracePeriodSeconds ≥ ${seconds(knobMs)}` : "";
+    return [`${p.container} ${describe(stop)} is shorter than ${shutdownOf(app, pod)}: the proxy stops while the app still calls out; ${set(stop, "≥", needMs)}${andGrace} ${alternative(p)}`];
+  });
+}
+
+/** proxy's drain deadline ≤ grace period. */
+function fitsGrace(p: ProxyTiming, pod: Pod): string[] {
+  const deadline = p.deadline ?? p.stop;
+  if (!deadline || deadline.ms <= pod.graceMs) return [];
+  const raise = `terminationGracePeriodSeconds ≥ ${seconds(deadline.ms)}`;
+  // When the parts before the knob already pass the deadline, only the grace period helps.
+  const fix = pod.graceMs > deadline.offsetMs ? `${set(deadline, "≤", pod.graceMs)} or ${raise}` : `set ${raise}`;
+  return [`${p.container} ${describe(deadline)} is longer than ${pod.grace}: the kubelet kills the proxy first; ${fix}`];
+}
+
+/** A native sidecar drains after the app: app's shutdown + its drain ≤ grace period. */
+function nativeFitsGrace(p: ProxyTiming, pod: Pod): string[] {
+  const after = p.afterApp;
+  if (!after) return [];
+  return pod.apps.flatMap((app) => {
+    if (app.preStopMs === undefined) return [];
+    const needMs = app.preStopMs + APP_SHUTDOWN_MS + after.ms;
+    if (needMs <= pod.graceMs) return [];
+    return [`${p.container} is a native sidecar: its ${describe(after)} starts after ${shutdownOf(app, pod)} and ends past ${pod.grace}: the kubelet kills it mid-drain; set terminationGracePeriodSeconds ≥ ${seconds(needMs)}`];
+  });
+}
+
+/** app's preStop + its shutdown ≤ grace period, proxy or not. */
+function appFitsGrace(app: App, pod: Pod): string[] {
+  if (app.preStop.kind !== "sleep" || app.preStop.ms + APP_SHUTDOWN_MS <= pod.graceMs) return [];
+  return [`container "${app.name}" preStop sleep ${f(app.preStop.ms)} leaves less than ${f(APP_SHUTDOWN_MS)} of ${pod.grace} for its shutdown: the kubelet kills it mid-shutdown; set terminationGracePeriodSeconds ≥ ${seconds(app.preStop.ms + APP_SHUTDOWN_MS)}`];
+}
+
+/** `the app's shutdown (preStop sleep 30s)`, or the container's name when there are several. */
+function shutdownOf(app: App, pod: Pod): string {
+  return `${pod.apps.length === 1 ? "the app's" : `container "${app.name}"'s`} shutdown (${hookText(app.preStop)})`;
 }
 
 /** How a finding names an app's preStop. */
