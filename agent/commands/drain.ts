@@ -25,7 +25,9 @@ export async function requestDrain(options: DrainOptions): Promise<number> {
     if (response.ok) return 0;
     writeErr(`lastcall drain: ${url} answered ${response.status}`);
   } catch (error) {
-    writeErr(`lastcall drain: cannot reach the agent at ${url}: ${(error as Error).message}`);
+    // fetch says only "fetch failed"; the reason (ECONNREFUSED, …) is in its cause.
+    const cause = (error as { cause?: { code?: string; message?: string } }).cause;
+    writeErr(`lastcall drain: cannot reach the agent at ${url}: ${cause?.code ?? cause?.message ?? (error as Error).message}`);
   }
   return 1;
 }

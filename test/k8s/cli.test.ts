@@ -142,9 +142,15 @@ describe("lastcall drain", () => {
   });
 
   it("exits 1 with the reason when no agent answers", async () => {
-    const result = await lastcall(["drain", "--status-url", "http://127.0.0.1:1"]);
-    expect(result.code).toBe(1);
-    expect(result.stderr).toMatch(/^lastcall drain: cannot reach the agent at http:\/\/127\.0\.0\.1:1\/drain: /);
+    const closed = createServer();
+    await new Promise<void>((done) => closed.listen(0, "127.0.0.1", done));
+    const port = (closed.address() as { port: number }).port;
+    await new Promise((done) => closed.close(done));
+    expect(await lastcall(["drain", "--status-url", `http://127.0.0.1:${port}`])).toEqual({
+      code: 1,
+      stdout: "",
+      stderr: `lastcall drain: cannot reach the agent at http://127.0.0.1:${port}/drain: ECONNREFUSED\n`,
+    });
   });
 });
 
