@@ -143,13 +143,14 @@ function addVolume(doc: Document, spec: YAMLMap, name: string, volume: Record<st
 }
 
 /**
- * The block sequence at `map[key]`, created when missing or empty. A new `initContainers`
- * goes just before `containers`, where people look for it.
+ * The sequence at `map[key]`, created when missing, written as a block (one item per line)
+ * unless its parent is itself on one line. A new `initContainers` goes just before
+ * `containers`, where people look for it.
  */
 function sequence(doc: Document, map: YAMLMap, key: string): YAMLSeq {
   const existing = map.get(key, true);
   if (isSeq(existing)) {
-    if (existing.items.length === 0) existing.flow = false;
+    existing.flow = false;
     return existing;
   }
   const seq = doc.createNode([]) as YAMLSeq;

@@ -198,6 +198,13 @@ describe("the documents inject changes keep their author's layout", () => {
     expect(out).toContain('command: ["./server"]');
   });
 
+  it("a one-line list it adds to becomes one item per line; one-line items stay as they are", () => {
+    const text = "kind: Pod\nmetadata: {name: web}\nspec:\n  containers: [{name: app, image: x}]\n";
+    const out = inject(text, classic).text;
+    expect(out).toMatch(/^ {2}containers:\n {4}- name: lastcall$/m);
+    expect(out).toContain("    - {name: app, image: x}\n");
+  });
+
   it("indented sequences stay indented", () => {
     const text = "kind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n    - name: app\n      image: x\n";
     expect(inject(text).text).toMatch(/^ {2}containers:\n {4}- name: app$/m);
