@@ -9,6 +9,7 @@ import { resolveRunOptions, runCommand, UsageError } from "./commands/run.ts";
 import { shutdownEnvoy, shutdownManager } from "./commands/contour.ts";
 import { execApp } from "./commands/exec.ts";
 import { waitReady } from "./commands/wait.ts";
+import { addKubernetesCommands } from "./commands/k8s.ts";
 import { createEventLog } from "./log.ts";
 import { filterWasmPath } from "./filter-asset.ts";
 import { durationArg, integerArg, option, runOptionList } from "./options.ts";
@@ -102,6 +103,7 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
         return printBootstrap({ ...o, filterWasm: wasm, heartbeatMs: o.heartbeat });
       })())
     );
+  addKubernetesCommands(program, run);
   return program;
 }
 

@@ -1,0 +1,127 @@
+// Reading timing facts out of container specs: command lines, flags, environment variables,
+// preStop hooks, and the duration spellings of Go, protobuf and lastcall.
+import { parseDuration } from "../duration.ts";
+import { isRecord } from "./workloads.ts";
+
+/** A container as it appears in a pod spec (only the fields the checks read). */
+export type ContainerSpec = Record<string, unknown>;
+
+/** The containers of a pod spec: regular ones, then init containers (flagged). */
+export function podContainers(spec: Record<string, unknown>): { container: ContainerSpec; init: boolean }[] {
+  const list = (key: string) => (Array.isArray(spec[key]) ? (spec[key] as unknown[]).filter(isRecord) : []);
+  return [...list("containers").map((container) => ({ container, init: false })), ...list("initContainers").map((container) => ({ container, init: true }))];
+}
+
+/** The container's name, or `?` when it has none. */
+export function containerName(c: ContainerSpec): string {
+  return typeof c.name === "string" ? c.name : "?";
+}
+
+/** `command` then `args`, the process's argument vector (string items only). */
+export function argv(c: ContainerSpec): string[] {
+  const strings = (v: unknown) => (Array.isArray(v) ? v.filter((s): s is string => typeof s === "string") : []);
+  return [...strings(c.command), ...strings(c.args)];
+}
+
+/** Whether the path names a program: `/bin/contour` is `contour`. */
+export function isProgram(path: string | undefined, name: string): boolean {
+  return path !== undefined && (path === name || path.endsWith(`/${name}`));
+}
+
+/**
+ * The value of `--flag value` or `--flag=value` in a command line; the last one wins, as with
+ * commander and kingpin.
+ *
+ * @example
+ * ```ts
+ * flagValue(["run", "--grace", "30s", "--grace=45s"], "--grace"); // "45s"
+ * ```
+ */
+export function flagValue(args: readonly string[], flag: string): string | undefined {
+  let value: string | undefined;
+  for (let i = 0; i < args.length; i++) {
+    if (args[i] === "--") break;
+    if (args[i] === flag && i + 1 < args.length) value = args[++i];
+    else if (args[i].startsWith(`${flag}=`)) value = args[i].slice(flag.length + 1);
+  }
+  return value;
+}
+
+/** A literal environment variable of the container (`valueFrom` ones cannot be known). */
+export function envValue(c: ContainerSpec, name: string): string | undefined {
+  if (!Array.isArray(c.env)) return undefined;
+  const entry = c.env.find((e) => isRecord(e) && e.name === name);
+  if (!isRecord(entry) || entry.value === undefined || entry.value === null) return undefined;
+  return String(entry.value);
+}
+
+/** What a hook or a command does, as a command line; `sh -c "…"` is split into words. */
+export function handlerArgv(handler: unknown): string[] | undefined {
+  if (!isRecord(handler) || !isRecord(handler.exec) || !Array.isArray(handler.exec.command)) return undefined;
+  const command = handler.exec.command.map(String);
+  if (command.length >= 3 && isShell(command[0]) && command[1] === "-c") return command[2].split(/[\s;&|]+/).filter(Boolean);
+  return command;
+}
+
+const isShell = (path: string) => ["sh", "bash", "ash", "dash"].some((shell) => isProgram(path, shell));
+
+/** The preStop hook, as far as its duration goes. */
+export type PreStop =
+  | { kind: "none" }
+  /** Sleeps this long (a `sleep` action, or `sleep N` in an exec hook), then the app gets SIGTERM. */
+  | { kind: "sleep"; ms: number }
+  /** Something else (an HTTP call, a script): how long it takes is not in the manifest. */
+  | { kind: "other"; what: string };
+
+/** Reads a container's preStop hook. */
+export function preStopOf(c: ContainerSpec): PreStop {
+  const hook = isRecord(c.lifecycle) ? c.lifecycle.preStop : undefined;
+  if (!isRecord(hook)) return { kind: "none" };
+  if (isRecord(hook.sleep) && typeof hook.sleep.seconds === "number") return { kind: "sleep", ms: hook.sleep.seconds * 1000 };
+  const words = handlerArgv(hook);
+  if (words) {
+    // `sleep 5 && nginx -s quit`: the sleeps are the part whose length is known.
+    let ms = 0;
+    let found = false;
+    words.forEach((word, i) => {
+      if (!isProgram(word, "sleep") || i + 1 >= words.length) return;
+      const value = tryDuration(words[i + 1]);
+      if (value !== undefined) (ms += value), (found = true);
+    });
+    if (found) return { kind: "sleep", ms };
+    return { kind: "other", what: `exec ${words.join(" ")}` };
+  }
+  if (isRecord(hook.httpGet)) return { kind: "other", what: `GET ${String(hook.httpGet.path ?? "/")}` };
+  return { kind: "other", what: "hook" };
+}
+
+/**
+ * Parses a duration as Go (`1m30s`, `250ms`), protobuf JSON (`5s`, `0.5s`) or lastcall
+ * (`5s`; a bare number is seconds) write it, into milliseconds.
+ *
+ * @example
+ * ```ts
+ * parseAnyDuration("1m30s"); // 90000
+ * ```
+ * @throws {RangeError} when the text is none of these
+ */
+export function parseAnyDuration(text: string): number {
+  const trimmed = text.trim();
+  const parts = trimmed.match(/\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h)/g);
+  if (parts && parts.join("") === trimmed) {
+    return parts.reduce((sum, part) => {
+      const sub = /^(\d+(?:\.\d+)?)(ns|us|µs)$/.exec(part);
+      return sum + (sub ? Number(sub[1]) / (sub[2] === "ns" ? 1e6 : 1e3) : parseDuration(part));
+    }, 0);
+  }
+  return parseDuration(trimmed);
+}
+
+/** {@linkcode parseAnyDuration}, or undefined for text that is not a duration. */
+export function tryDuration(text: string): number | undefined {
+  try {
+    return parseAnyDuration(text);
+  } catch {
+    return undefined;
+  }
+}

@@ -1,0 +1,77 @@
+// Contour's shutdown-manager pair (or lastcall's drop-in for it), read from the pod.
+import { argv, containerName, type ContainerSpec, flagValue, handlerArgv, isProgram, podContainers } from "./containers.ts";
+import { type ProxyTiming, type Setting, setting } from "./timing.ts";
+import { isRecord } from "./workloads.ts";
+
+/** The Contour subcommand a command line runs: `contour envoy shutdown` → `shutdown`. */
+function contourCommand(words: readonly string[]): { program: string; sub: string; args: string[] } | undefined {
+  if (isProgram(words[0], "contour") && words[1] === "envoy") return { program: "contour envoy", sub: words[2], args: words.slice(3) };
+  if (isProgram(words[0], "lastcall")) return { program: "lastcall", sub: words[1], args: words.slice(2) };
+  return undefined;
+}
+
+/**
+ * Contour's pair: a `shutdown-manager` container serving `/shutdown`, its preStop running
+ * `shutdown` (fail Envoy's health check, wait, poll open connections), and the Envoy
+ * container's preStop `GET :8090/shutdown`, which holds Envoy's SIGTERM until the drain ends.
+ */
+export function contourProxy(spec: Record<string, unknown>): ProxyTiming | undefined {
+  const containers = podContainers(spec).map((e) => e.container);
+  const manager = containers.find((c) => contourCommand(argv(c))?.sub === "shutdown-manager");
+  if (!manager) return undefined;
+  const managerArgs = contourCommand(argv(manager))!.args;
+  const port = Number(flagValue(managerArgs, "--serve-port") ?? 8090);
+  const problems: string[] = [];
+  const preStop = (c: ContainerSpec) => (isRecord(c.lifecycle) ? c.lifecycle.preStop : undefined);
+  const shutdownHook = containers.map((c) => contourCommand(handlerArgv(preStop(c)) ?? [])).find((cmd) => cmd?.sub === "shutdown");
+  const envoy = containers.find((c) => {
+    const hook = preStop(c);
+    return isRecord(hook) && isRecord(hook.httpGet) && hook.httpGet.path === "/shutdown";
+  });
+  const managerName = containerName(manager);
+  let hooked = envoy !== undefined && shutdownHook !== undefined;
+  if (!envoy) {
+    problems.push(`${managerName}: no container's preStop calls GET :${port}/shutdown: Envoy gets SIGTERM at once and exits without draining; add lifecycle.preStop.httpGet {path: /shutdown, port: ${port}} to the Envoy container`);
+  } else {
+    const hookPort = (preStop(envoy) as { httpGet: { port?: unknown } }).httpGet.port;
+    if (Number(hookPort) !== port) {
+      hooked = false;
+      problems.push(`${containerName(envoy)}: preStop GET /shutdown goes to port ${String(hookPort)}, but ${managerName} serves --serve-port ${port}: the hook fails at once and Envoy exits without draining; use port ${port}`);
+    }
+  }
+  if (!shutdownHook) {
+    problems.push(`${managerName}: no preStop runs \`shutdown\`: nobody writes the ready file, so Envoy's preStop GET /shutdown blocks until the kubelet kills the pod; add lifecycle.preStop.exec.command: [/bin/contour, envoy, shutdown] to ${managerName}`);
+  }
+  const flags = shutdownHook?.args ?? [];
+  const prefix = `${shutdownHook?.program ?? "contour envoy"} shutdown`;
+  const flag = (name: string, fallbackMs: number) => setting(name, flagValue(flags, name), fallbackMs, `${prefix} ${name}`);
+  const drainDelay = flag("--drain-delay", 0);
+  const checkDelay = flag("--check-delay", 0);
+  const checkInterval = flag("--check-interval", 5000);
+  const firstCheck: Setting = {
+    ...checkDelay,
+    ms: drainDelay.ms + checkDelay.ms,
+    what: `${prefix} ${drainDelay.ms ? `${drainDelay.what} + ` : ""}${checkDelay.what}`,
+    isDefault: drainDelay.isDefault && checkDelay.isDefault,
+    offsetMs: drainDelay.ms,
+  };
+  const secondCheck: Setting = {
+    ...checkInterval,
+    ms: firstCheck.ms + checkInterval.ms,
+    what: `${firstCheck.what} + ${checkInterval.what}`,
+    isDefault: firstCheck.isDefault && checkInterval.isDefault,
+    offsetMs: firstCheck.ms,
+  };
+  const name = envoy ? containerName(envoy) : managerName;
+  return {
+    container: name,
+    members: [...new Set([name, managerName])],
+    tool: "contour",
+    native: false,
+    // With no connection open, the first check ends the drain and Envoy gets SIGTERM.
+    // Without the pair of hooks in place, Envoy's timing is the problem already reported.
+    earliestStop: hooked ? firstCheck : undefined,
+    deadline: hooked ? secondCheck : undefined,
+    problems,
+  };
+}

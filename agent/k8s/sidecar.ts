@@ -1,0 +1,140 @@
+// What `lastcall inject` adds to a pod, as plain objects: the sidecar container in its two
+// shapes, the Envoy config volume, and (classic Jobs only) the copy of the binary that lets
+// the app container run `lastcall exec`.
+import { VERSION } from "../version.ts";
+
+/** How the sidecar is attached to the pod. */
+export type SidecarMode = "native" | "classic";
+
+/** Options of {@linkcode sidecarContainer}. */
+export interface SidecarOptions {
+  /**
+   * `native`: an init container with `restartPolicy: Always` (Kubernetes ≥ 1.29), started and
+   * ready before the app, stopped after it. `classic`: the first regular container, with a
+   * postStart hook that holds the app until the proxy is ready.
+   * @default "native"
+   */
+  mode: SidecarMode;
+  /** The lastcall image (its entrypoint is `lastcall`). @default `lastcall:<version>` */
+  image: string;
+  /** ConfigMap holding `envoy.yaml`, mounted at `/etc/envoy`. @default "lastcall-envoy" */
+  configMap: string;
+}
+
+/** Defaults of {@linkcode SidecarOptions}. */
+export const SIDECAR_DEFAULTS: SidecarOptions = { mode: "native", image: `lastcall:${VERSION}`, configMap: "lastcall-envoy" };
+
+/** Name of the injected container; a pod that has a container of this name is left alone. */
+export const SIDECAR_NAME = "lastcall";
+/** The status server's port: probes and `lastcall wait` / `exec` talk to it. */
+export const STATUS_PORT = 15020;
+/** Kubernetes' `terminationGracePeriodSeconds` when a pod does not set it. */
+export const DEFAULT_GRACE_SECONDS = 30;
+/** Where the Envoy config volume is mounted, and the config file inside it. */
+export const CONFIG_DIR = "/etc/envoy";
+const CONFIG_FILE = `${CONFIG_DIR}/envoy.yaml`;
+/** Volume of the Envoy config. */
+export const CONFIG_VOLUME = "lastcall-config";
+/** Init container that copies the lastcall binary for `lastcall exec` (classic Jobs). */
+export const INSTALL_NAME = "lastcall-install";
+/** emptyDir volume that carries the binary from the lastcall image to the app container. */
+export const BIN_VOLUME = "lastcall-bin";
+const BIN_DIR = "/lastcall/bin";
+/** The copied binary, as the app container sees it. */
+export const BIN_PATH = `${BIN_DIR}/lastcall`;
+
+/**
+ * The shortest `terminationGracePeriodSeconds` lastcall's default timings fit in: the drain
+ * must end `--stop-margin` (2 s) before `--grace`, and lasts at least `--min-drain` (5 s).
+ */
+export const MIN_GRACE_SECONDS = 8;
+
+const probe = (path: string) => ({ httpGet: { path, port: STATUS_PORT } });
+
+/**
+ * The `lastcall run` arguments for a pod whose grace period is `graceSeconds`: the status
+ * server listens on all addresses because the kubelet probes the pod IP, and the config is
+ * watched because Kubernetes updates ConfigMap volumes in place (a hot restart follows).
+ */
+export function runArgs(graceSeconds: number): string[] {
+  return ["run", "--config", CONFIG_FILE, "--grace", `${graceSeconds}s`, "--status-address", "0.0.0.0", "--watch", CONFIG_FILE];
+}
+
+/**
+ * The sidecar container for a pod with `graceSeconds` of termination grace.
+ *
+ * @example
+ * ```ts
+ * sidecarContainer(30, SIDECAR_DEFAULTS).restartPolicy; // "Always"
+ * ```
+ */
+export function sidecarContainer(graceSeconds: number, options: SidecarOptions): Record<string, unknown> {
+  const common = {
+    name: SIDECAR_NAME,
+    image: options.image,
+    args: runArgs(graceSeconds),
+  };
+  const mounts = { volumeMounts: [{ name: CONFIG_VOLUME, mountPath: CONFIG_DIR, readOnly: true }] };
+  if (options.mode === "native") {
+    return {
+      ...common,
+      restartPolicy: "Always",
+      // The kubelet starts the next container once the startup probe passes: the app starts
+      // with the proxy ready. 60 × 1 s matches `lastcall wait`'s default timeout.
+      startupProbe: { ...probe("/healthz/ready"), periodSeconds: 1, failureThreshold: 60 },
+      readinessProbe: probe("/healthz/ready"),
+      livenessProbe: probe("/healthz/live"),
+      // A native sidecar's preStop runs when the pod starts terminating, its SIGTERM only after
+      // the app has exited: draining at the start tells keep-alive clients to go elsewhere
+      // while the app still answers, and Envoy keeps serving the app until it is gone.
+      lifecycle: { preStop: { exec: { command: ["lastcall", "drain"] } } },
+      ...mounts,
+    };
+  }
+  return {
+    ...common,
+    readinessProbe: probe("/healthz/ready"),
+    livenessProbe: probe("/healthz/live"),
+    // The kubelet starts the next container only once this hook returns.
+    lifecycle: { postStart: { exec: { command: ["lastcall", "wait"] } } },
+    ...mounts,
+  };
+}
+
+/** The volume holding the Envoy config. */
+export function configVolume(configMap: string): Record<string, unknown> {
+  return { name: CONFIG_VOLUME, configMap: { name: configMap } };
+}
+
+/**
+ * The init container that copies lastcall into {@linkcode BIN_VOLUME}, for app images that do
+ * not have it. The copy is the same single executable, so the app image needs glibc.
+ */
+export function installContainer(image: string): Record<string, unknown> {
+  return {
+    name: INSTALL_NAME,
+    image,
+    command: ["cp", "/usr/local/bin/lastcall", BIN_PATH],
+    volumeMounts: [{ name: BIN_VOLUME, mountPath: BIN_DIR }],
+  };
+}
+
+/** The emptyDir volume between {@linkcode installContainer} and the app. */
+export function binVolume(): Record<string, unknown> {
+  return { name: BIN_VOLUME, emptyDir: {} };
+}
+
+/** The app container's mount of {@linkcode BIN_VOLUME}. */
+export function binMount(): Record<string, unknown> {
+  return { name: BIN_VOLUME, mountPath: BIN_DIR, readOnly: true };
+}
+
+/** An app command run under `lastcall exec`: waits for the proxy, then quits it at the end. */
+export function wrapCommand(command: readonly string[]): string[] {
+  return [BIN_PATH, "exec", "--", ...command];
+}
+
+/** Whether a command already runs under `lastcall exec`. */
+export function isWrapped(command: readonly unknown[]): boolean {
+  return typeof command[0] === "string" && /(^|\/)lastcall$/.test(command[0]) && command[1] === "exec";
+}

@@ -1,0 +1,286 @@
+import { readFileSync } from "node:fs";
+import { describe, expect, it } from "vitest";
+import YAML from "yaml";
+import { checkManifest } from "../../agent/k8s/check.ts";
+import { injectManifest } from "../../agent/k8s/inject.ts";
+import { SIDECAR_DEFAULTS } from "../../agent/k8s/sidecar.ts";
+import { KINDS, manifest, workload } from "./workloads.ts";
+
+const fixture = (name: string) => readFileSync(new URL(`fixtures/${name}`, import.meta.url), "utf8");
+const lines = (text: string) => checkManifest(text).map((f) => `${f.ref}: ${f.message}`);
+
+/** An app container with a `sh -c "sleep N"` preStop (none when `preStopSeconds` is undefined). */
+const app = (preStopSeconds?: number, extra: Record<string, unknown> = {}) => ({
+  name: "app",
+  image: "example/app:1",
+  ...(preStopSeconds !== undefined && { lifecycle: { preStop: { exec: { command: ["/bin/sh", "-c", `sleep ${preStopSeconds}`] } } } }),
+  ...extra,
+});
+const lastcall = (args: string[], extra: Record<string, unknown> = {}) => ({
+  name: "lastcall",
+  image: "lastcall:0.1.0",
+  args: ["run", "--config", "/etc/envoy/envoy.yaml", ...args],
+  ...extra,
+});
+const istio = (config?: string) => ({ "sidecar.istio.io/inject": "true", ...(config && { "proxy.istio.io/config": config }) });
+/** A Deployment `web` with this pod spec and pod annotations. */
+const deployment = (spec: Record<string, unknown>, annotations?: Record<string, string>) => {
+  const object = workload("Deployment", spec);
+  if (annotations) object.spec.template.metadata.annotations = annotations;
+  return manifest(object);
+};
+/** The Contour fixture with its shutdown preStop and Envoy preStop replaced. */
+const contour = (edit: (containers: Record<string, any>[]) => void) => {
+  const object = YAML.parse(fixture("contour-envoy.yaml"));
+  edit(object.spec.template.spec.containers);
+  return manifest(object);
+};
+
+describe("Istio sidecars", () => {
+  it("the typical one: a 5 s drain with a 30 s app shutdown is flagged, with the fix", () => {
+    expect(lines(fixture("istio-sidecar.yaml"))).toEqual([
+      "deployment/web: istio-proxy terminationDrainDuration 5s (default) is shorter than the app's shutdown (preStop sleep 30s): the proxy stops while the app still calls out; set proxy.istio.io/config terminationDrainDuration ≥ 35s or use lastcall (waits for the app)",
+    ]);
+  });
+
+  it.each([
+    {
+      name: "terminationDrainDuration from the annotation, with a grace period too short for the fix",
+      text: deployment({ containers: [app(30)] }, istio("terminationDrainDuration: 5s")),
+      findings: [
+        "deployment/web: istio-proxy terminationDrainDuration 5s is shorter than the app's shutdown (preStop sleep 30s): the proxy stops while the app still calls out; set proxy.istio.io/config terminationDrainDuration ≥ 35s and terminationGracePeriodSeconds ≥ 35 or use lastcall (waits for the app)",
+        'deployment/web: container "app" preStop sleep 30s leaves less than 5s of terminationGracePeriodSeconds 30 for its shutdown: the kubelet kills it mid-shutdown; set terminationGracePeriodSeconds ≥ 35',
+      ],
+    },
+    {
+      name: "TERMINATION_DRAIN_DURATION_SECONDS on the istio-proxy container",
+      text: deployment({
+        terminationGracePeriodSeconds: 60,
+        containers: [app(30), { name: "istio-proxy", image: "istio/proxyv2:1.22.0", env: [{ name: "TERMINATION_DRAIN_DURATION_SECONDS", value: "5" }] }],
+      }),
+      findings: [
+        "deployment/web: istio-proxy TERMINATION_DRAIN_DURATION_SECONDS 5s is shorter than the app's shutdown (preStop sleep 30s): the proxy stops while the app still calls out; set TERMINATION_DRAIN_DURATION_SECONDS ≥ 35 or use lastcall (waits for the app)",
+      ],
+    },
+    {
+      name: "an app without preStop gets SIGTERM while the proxy still forwards",
+      text: deployment({ containers: [app()] }, istio()),
+      findings: [
+        'deployment/web: container "app" has no preStop: it gets SIGTERM at once while istio-proxy still takes new requests until terminationDrainDuration 5s (default): the app stops answering requests the proxy forwards; add lifecycle.preStop.sleep.seconds: 5 on container "app"',
+      ],
+    },
+    {
+      name: "EXIT_ON_ZERO_ACTIVE_CONNECTIONS with a MINIMUM_DRAIN_DURATION inside endpoint removal",
+      text: deployment({ containers: [app(5)] }, istio("proxyMetadata:\n  EXIT_ON_ZERO_ACTIVE_CONNECTIONS: 'true'\n  MINIMUM_DRAIN_DURATION: 2s\n")),
+      findings: [
+        "deployment/web: istio-proxy stops taking requests as early as 2s after termination starts (MINIMUM_DRAIN_DURATION 2s), before endpoint removal is over (~3s): clients still routed to the pod are refused; set MINIMUM_DRAIN_DURATION ≥ 5s",
+      ],
+    },
+    {
+      name: "Envoy keeps listening (drainDuration) after the app stopped taking requests",
+      text: deployment({ terminationGracePeriodSeconds: 40, containers: [app(30)] }, istio("terminationDrainDuration: 35s\n")),
+      findings: [
+        'deployment/web: container "app" preStop sleep 30s ends while istio-proxy still takes new requests until terminationDrainDuration 35s: the app stops answering requests the proxy forwards; set lifecycle.preStop.sleep.seconds: 35 on container "app", or set proxy.istio.io/config drainDuration ≤ 30s',
+      ],
+    },
+    {
+      name: "terminationDrainDuration past the grace period",
+      text: deployment({ containers: [app(10)] }, istio("drainDuration: 10s\nterminationDrainDuration: 1m\n")),
+      findings: [
+        "deployment/web: istio-proxy terminationDrainDuration 1m is longer than terminationGracePeriodSeconds 30: the kubelet kills the proxy first; set proxy.istio.io/config terminationDrainDuration ≤ 30s or terminationGracePeriodSeconds ≥ 60",
+      ],
+    },
+    {
+      name: "a native istio-proxy whose drain starts after the app and ends past the grace period",
+      text: deployment({ containers: [app(25)], initContainers: [{ name: "istio-proxy", image: "istio/proxyv2:1.22.0", restartPolicy: "Always" }] }),
+      findings: [
+        "deployment/web: istio-proxy is a native sidecar: its terminationDrainDuration 5s (default) starts after the app's shutdown (preStop sleep 25s) and ends past terminationGracePeriodSeconds 30: the kubelet kills it mid-drain; set terminationGracePeriodSeconds ≥ 35",
+      ],
+    },
+    {
+      name: "an annotation that is not YAML",
+      text: deployment({ containers: [app(10)] }, istio("drainDuration: [\n")),
+      findings: [
+        "deployment/web: istio-proxy: cannot read its timings: proxy.istio.io/config is not YAML: Flow sequence in block collection must be sufficiently indented and end with a ]",
+      ],
+    },
+  ])("$name", ({ text, findings }) => {
+    expect(lines(text)).toEqual(findings);
+  });
+});
+
+describe("Contour's Envoy DaemonSet", () => {
+  it("as in Contour's example: with no connection open, Envoy stops at the first check, at once", () => {
+    expect(lines(fixture("contour-envoy.yaml"))).toEqual([
+      "daemonset/envoy: envoy stops taking requests as early as 0s after termination starts (contour envoy shutdown --check-delay 0s, default), before endpoint removal is over (~3s): clients still routed to the pod are refused; set contour envoy shutdown --check-delay ≥ 5s",
+    ]);
+  });
+
+  it.each([
+    {
+      name: "the Envoy container without its preStop",
+      edit: (c: Record<string, any>[]) => delete c[1].lifecycle,
+      findings: [
+        "daemonset/envoy: shutdown-manager: no container's preStop calls GET :8090/shutdown: Envoy gets SIGTERM at once and exits without draining; add lifecycle.preStop.httpGet {path: /shutdown, port: 8090} to the Envoy container",
+      ],
+    },
+    {
+      name: "the preStop on the wrong port",
+      edit: (c: Record<string, any>[]) => (c[1].lifecycle.preStop.httpGet.port = 8091),
+      findings: [
+        "daemonset/envoy: envoy: preStop GET /shutdown goes to port 8091, but shutdown-manager serves --serve-port 8090: the hook fails at once and Envoy exits without draining; use port 8090",
+      ],
+    },
+    {
+      name: "the shutdown-manager without its shutdown preStop",
+      edit: (c: Record<string, any>[]) => delete c[0].lifecycle,
+      findings: [
+        "daemonset/envoy: shutdown-manager: no preStop runs `shutdown`: nobody writes the ready file, so Envoy's preStop GET /shutdown blocks until the kubelet kills the pod; add lifecycle.preStop.exec.command: [/bin/contour, envoy, shutdown] to shutdown-manager",
+      ],
+    },
+    {
+      name: "checks that start after the grace period",
+      edit: (c: Record<string, any>[]) => c[0].lifecycle.preStop.exec.command.push("--drain-delay=10s", "--check-delay", "5m"),
+      findings: [
+        "daemonset/envoy: envoy contour envoy shutdown --drain-delay 10s + --check-delay 5m + --check-interval 5s is longer than terminationGracePeriodSeconds 300: the kubelet kills the proxy first; set terminationGracePeriodSeconds ≥ 315",
+      ],
+    },
+  ])("$name", ({ edit, findings }) => {
+    expect(lines(contour(edit))).toEqual(findings);
+  });
+});
+
+describe("lastcall sidecars", () => {
+  it.each([
+    {
+      name: "--grace longer than the pod's grace period",
+      text: deployment({ containers: [lastcall(["--grace", "60s"]), app(5)] }),
+      findings: [
+        "deployment/web: lastcall --grace 1m is longer than terminationGracePeriodSeconds 30: the kubelet kills the proxy first; set --grace ≤ 30s or terminationGracePeriodSeconds ≥ 60",
+      ],
+    },
+    {
+      name: "classic: the drain deadline comes before the app's shutdown",
+      text: deployment({ containers: [lastcall(["--grace", "30s"]), app(30)] }),
+      findings: [
+        "deployment/web: lastcall --grace 30s − --stop-margin 2s is shorter than the app's shutdown (preStop sleep 30s): the proxy stops while the app still calls out; set --grace ≥ 37s and terminationGracePeriodSeconds ≥ 37 or inject lastcall with --mode native (stops after the app)",
+        'deployment/web: container "app" preStop sleep 30s leaves less than 5s of terminationGracePeriodSeconds 30 for its shutdown: the kubelet kills it mid-shutdown; set terminationGracePeriodSeconds ≥ 35',
+      ],
+    },
+    {
+      name: "native without the preStop drain",
+      text: deployment({ containers: [app(5)], initContainers: [lastcall(["--grace", "30s"], { restartPolicy: "Always" })] }),
+      findings: [
+        "deployment/web: lastcall is a native sidecar without a preStop `lastcall drain`: it starts draining only after the app has exited, so keep-alive clients keep sending requests the stopping app cannot answer; add lifecycle.preStop.exec.command: [lastcall, drain]",
+      ],
+    },
+    {
+      name: "--min-drain inside endpoint removal",
+      text: deployment({ containers: [lastcall(["--min-drain=2s"]), app(5)] }),
+      findings: [
+        "deployment/web: lastcall stops taking requests as early as 2s after termination starts (--min-drain 2s), before endpoint removal is over (~3s): clients still routed to the pod are refused; set --min-drain ≥ 5s",
+      ],
+    },
+    {
+      name: "LASTCALL_MIN_DRAIN from the environment",
+      text: deployment({ containers: [lastcall([], { env: [{ name: "LASTCALL_MIN_DRAIN", value: "1s" }] }), app(5)] }),
+      findings: [
+        "deployment/web: lastcall stops taking requests as early as 1s after termination starts (LASTCALL_MIN_DRAIN 1s), before endpoint removal is over (~3s): clients still routed to the pod are refused; set LASTCALL_MIN_DRAIN ≥ 5s",
+      ],
+    },
+    {
+      name: "Istio's MINIMUM_DRAIN_DURATION, which lastcall honours",
+      text: deployment({ containers: [lastcall([], { env: [{ name: "MINIMUM_DRAIN_DURATION", value: "1s" }] }), app(5)] }),
+      findings: [
+        "deployment/web: lastcall stops taking requests as early as 1s after termination starts (MINIMUM_DRAIN_DURATION 1s), before endpoint removal is over (~3s): clients still routed to the pod are refused; set MINIMUM_DRAIN_DURATION ≥ 5s",
+      ],
+    },
+    {
+      name: "--min-drain longer than the app's preStop",
+      text: deployment({ containers: [lastcall(["--drain-time", "10s", "--min-drain", "8s"]), app(5)] }),
+      findings: [
+        'deployment/web: container "app" preStop sleep 5s ends while lastcall still takes new requests until --min-drain 8s: the app stops answering requests the proxy forwards; set lifecycle.preStop.sleep.seconds: 8 on container "app", or set --drain-time ≤ 5s',
+      ],
+    },
+    {
+      name: "sleep mode shorter than the app's shutdown",
+      text: deployment({ containers: [lastcall(["--drain-mode", "sleep", "--termination-drain", "8s"]), app(5)] }),
+      findings: [
+        "deployment/web: lastcall --termination-drain 8s is shorter than the app's shutdown (preStop sleep 5s): the proxy stops while the app still calls out; set --termination-drain ≥ 10s or inject lastcall with --mode native (stops after the app)",
+      ],
+    },
+    {
+      name: "a value that is not a duration",
+      text: deployment({ containers: [lastcall(["--grace", "abc"]), app(5)] }),
+      findings: ['deployment/web: lastcall: cannot read its timings: --grace "abc" is not a duration'],
+    },
+  ])("$name", ({ text, findings }) => {
+    expect(lines(text)).toEqual(findings);
+  });
+});
+
+describe("pods without a proxy", () => {
+  it("a preStop that eats the whole grace period", () => {
+    expect(lines(deployment({ containers: [app(30)] }))).toEqual([
+      'deployment/web: container "app" preStop sleep 30s leaves less than 5s of terminationGracePeriodSeconds 30 for its shutdown: the kubelet kills it mid-shutdown; set terminationGracePeriodSeconds ≥ 35',
+    ]);
+  });
+});
+
+describe("clean manifests: no finding", () => {
+  it.each([
+    { name: "an app without preStop and no proxy", text: deployment({ containers: [app()] }) },
+    { name: "an app with a sleep action", text: deployment({ containers: [app(undefined, { lifecycle: { preStop: { sleep: { seconds: 10 } } } })] }) },
+    {
+      name: "Istio with EXIT_ON_ZERO_ACTIVE_CONNECTIONS, tuned as the chain says",
+      text: deployment(
+        { containers: [app(10)] },
+        istio("drainDuration: '10s'\nparentShutdownDuration: '30s'\nproxyMetadata:\n  MINIMUM_DRAIN_DURATION: '10s'\n  EXIT_ON_ZERO_ACTIVE_CONNECTIONS: 'true'\n"),
+      ),
+    },
+    {
+      name: "Istio in sleep mode, tuned as the chain says",
+      text: deployment({ terminationGracePeriodSeconds: 40, containers: [app(30)] }, istio("drainDuration: 30s\nterminationDrainDuration: 35s\n")),
+    },
+    { name: "Istio opted out", text: deployment({ containers: [app()] }, { "sidecar.istio.io/inject": "false" }) },
+    {
+      name: "Contour with a 5 s --check-delay",
+      text: contour((c) => c[0].lifecycle.preStop.exec.command.push("--check-delay", "5s")),
+    },
+    {
+      name: "Contour's pair swapped for lastcall's drop-in",
+      text: contour((c) => {
+        c[0].command = ["lastcall"];
+        c[0].args = ["shutdown-manager"];
+        c[0].lifecycle.preStop.exec.command = ["lastcall", "shutdown", "--check-delay", "5s", "--check-interval", "200ms"];
+      }),
+    },
+    { name: "lastcall classic with its defaults", text: deployment({ containers: [lastcall(["--grace", "30s"]), app(5)] }) },
+    {
+      name: "lastcall native with the preStop drain",
+      text: deployment({ containers: [app(5)], initContainers: [lastcall(["--grace", "30s"], { restartPolicy: "Always", lifecycle: { preStop: { exec: { command: ["lastcall", "drain"] } } } })] }),
+    },
+    {
+      name: "a Job (behind no Service) whose app has no preStop, with a native sidecar without the drain hook",
+      text: manifest(workload("Job", { containers: [app()], initContainers: [lastcall(["--grace", "30s"], { restartPolicy: "Always" })] })),
+    },
+    { name: "unknown kinds", text: "kind: Service\nmetadata: {name: web}\n---\nkind: ConfigMap\n" },
+  ])("$name", ({ text }) => {
+    expect(lines(text)).toEqual([]);
+  });
+});
+
+describe("check accepts what inject produces", () => {
+  it.each(["native", "classic"] as const)("%s, for every kind, when the app's preStop outlasts endpoint removal", (mode) => {
+    const spec = { containers: [app(5, { command: ["./server"] })] };
+    const text = injectManifest(manifest(...KINDS.map((kind) => workload(kind, spec))), { ...SIDECAR_DEFAULTS, mode }).text;
+    expect(lines(text)).toEqual([]);
+  });
+
+  it("and flags the injected pod of an app without preStop, which gets SIGTERM while the proxy still forwards", () => {
+    const text = injectManifest(deployment({ containers: [app()] }), SIDECAR_DEFAULTS).text;
+    expect(lines(text)).toEqual([
+      'deployment/web: container "app" has no preStop: it gets SIGTERM at once while lastcall still takes new requests until --min-drain 5s (default): the app stops answering requests the proxy forwards; add lifecycle.preStop.sleep.seconds: 5 on container "app"',
+    ]);
+  });
+});

@@ -1,0 +1,186 @@
+// `lastcall inject`, `check` and `drain` through the built bundle: exit codes, stdout, stderr,
+// standard input, and the examples in examples/k8s staying what the CLI generates.
+import { execFileSync, spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { createServer } from "node:http";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { describe, expect, it } from "vitest";
+import YAML from "yaml";
+import { injectManifest } from "../../agent/k8s/inject.ts";
+import { SIDECAR_DEFAULTS } from "../../agent/k8s/sidecar.ts";
+import { lastcallCommand } from "../support/lastcall.ts";
+import { manifest, podSpec, workload } from "./workloads.ts";
+
+interface Result {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `lastcall <args>` to its end, with `input` on standard input. */
+function lastcall(args: string[], input = ""): Promise<Result> {
+  const [command, ...prefix] = lastcallCommand();
+  return new Promise((done) => {
+    const child = spawn(command, [...prefix, ...args], { stdio: ["pipe", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (chunk) => (stdout += chunk));
+    child.stderr.on("data", (chunk) => (stderr += chunk));
+    child.on("close", (code) => done({ code, stdout, stderr }));
+    child.stdin.end(input);
+  });
+}
+
+const root = resolve(import.meta.dirname, "../..");
+const example = (name: string) => join(root, "examples/k8s", name);
+const fixture = (name: string) => join(import.meta.dirname, "fixtures", name);
+const tempFile = (text: string) => {
+  const path = join(mkdtempSync(join(tmpdir(), "lastcall-k8s-")), "manifest.yaml");
+  writeFileSync(path, text);
+  return path;
+};
+
+describe("lastcall inject", () => {
+  const text = manifest(workload("Deployment"), workload("Job", podSpec(), "batch"));
+
+  it("prints the manifest with the sidecar, from a file", async () => {
+    const result = await lastcall(["inject", "-f", tempFile(text)]);
+    expect(result).toEqual({ code: 0, stdout: injectManifest(text, SIDECAR_DEFAULTS).text, stderr: "" });
+  });
+
+  it("reads standard input with -f -, and its own output gives the same bytes", async () => {
+    const once = await lastcall(["inject", "-f", "-", "--mode", "classic"], text);
+    const twice = await lastcall(["inject", "--filename", "-", "--mode", "classic"], once.stdout);
+    expect(once.code).toBe(0);
+    expect(once.stdout).toBe(injectManifest(text, { ...SIDECAR_DEFAULTS, mode: "classic" }).text);
+    expect(twice).toEqual({ code: 0, stdout: once.stdout, stderr: "" });
+  });
+
+  it("takes --image and --config-map", async () => {
+    const result = await lastcall(["inject", "-f", "-", "--image", "registry.example/lastcall:2", "--config-map", "edge"], text);
+    expect(result.stdout).toContain("image: registry.example/lastcall:2");
+    expect(result.stdout).toContain("name: edge");
+  });
+
+  it("warns on stderr, one line naming the container, about a Job app it cannot wrap", async () => {
+    const job = manifest(workload("Job", podSpec({ containers: [{ name: "report", image: "example/report:1" }] }), "nightly"));
+    const result = await lastcall(["inject", "-f", "-", "--mode", "classic"], job);
+    expect(result.code).toBe(0);
+    expect(result.stderr).toBe(
+      'lastcall inject: job/nightly: container "report" has no command: not wrapped with lastcall exec, so the sidecar keeps running after it ends (set its command, or use --mode native)\n',
+    );
+  });
+
+  it("a YAML error names the file, the document and the line, and exits 2", async () => {
+    const path = tempFile("kind: Pod\n---\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1: 2\n");
+    expect(await lastcall(["inject", "-f", path])).toEqual({
+      code: 2,
+      stdout: "",
+      stderr: `lastcall: cannot read ${path}: document 2, line 7: Nested mappings are not allowed in compact mappings\n`,
+    });
+  });
+
+  it("a missing file exits 2", async () => {
+    expect(await lastcall(["inject", "-f", "/nonexistent/deploy.yaml"])).toEqual({
+      code: 2,
+      stdout: "",
+      stderr: "lastcall: cannot read /nonexistent/deploy.yaml: ENOENT: no such file or directory, open '/nonexistent/deploy.yaml'\n",
+    });
+  });
+
+  it("refuses an unknown --mode with exit 2", async () => {
+    const result = await lastcall(["inject", "-f", "-", "--mode", "sidecar"]);
+    expect(result.code).toBe(2);
+    expect(result.stderr).toContain("--mode");
+    expect(result.stderr).toContain("'sidecar'");
+  });
+});
+
+describe("lastcall check", () => {
+  it("prints one line per finding and exits 1", async () => {
+    const result = await lastcall(["check", "-f", fixture("istio-sidecar.yaml")]);
+    expect(result).toEqual({
+      code: 1,
+      stdout: "deployment/web: istio-proxy terminationDrainDuration 5s (default) is shorter than the app's shutdown (preStop sleep 30s): the proxy stops while the app still calls out; set proxy.istio.io/config terminationDrainDuration ≥ 35s or use lastcall (waits for the app)\n",
+      stderr: "",
+    });
+  });
+
+  it("prints nothing and exits 0 on a clean manifest, from standard input", async () => {
+    expect(await lastcall(["check", "-f", "-"], readFileSync(example("deployment.yaml"), "utf8"))).toEqual({ code: 0, stdout: "", stderr: "" });
+  });
+
+  it("accepts inject's output", async () => {
+    const injected = await lastcall(["inject", "-f", example("deployment.yaml")]);
+    expect(await lastcall(["check", "-f", "-"], injected.stdout)).toEqual({ code: 0, stdout: "", stderr: "" });
+  });
+
+  it("exits 2 on unreadable input", async () => {
+    const result = await lastcall(["check", "-f", "-"], "a: [\n");
+    expect(result.code).toBe(2);
+    expect(result.stderr).toMatch(/^lastcall: cannot read stdin: document 1, line \d+: /);
+  });
+});
+
+describe("lastcall drain", () => {
+  it("POSTs /drain to the status server and exits 0", async () => {
+    const requests: string[] = [];
+    const server = createServer((req, res) => {
+      requests.push(`${req.method} ${req.url}`);
+      res.setHeader("content-type", "application/json");
+      res.end('{"draining":true}');
+    });
+    await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
+    try {
+      const port = (server.address() as { port: number }).port;
+      expect(await lastcall(["drain", "--status-url", `http://127.0.0.1:${port}`])).toEqual({ code: 0, stdout: "", stderr: "" });
+      expect(requests).toEqual(["POST /drain"]);
+    } finally {
+      server.close();
+    }
+  });
+
+  it("exits 1 with the reason when no agent answers", async () => {
+    const closed = createServer();
+    await new Promise<void>((done) => closed.listen(0, "127.0.0.1", done));
+    const port = (closed.address() as { port: number }).port;
+    await new Promise((done) => closed.close(done));
+    expect(await lastcall(["drain", "--status-url", `http://127.0.0.1:${port}`])).toEqual({
+      code: 1,
+      stdout: "",
+      stderr: `lastcall drain: cannot reach the agent at http://127.0.0.1:${port}/drain: ECONNREFUSED\n`,
+    });
+  });
+});
+
+describe("examples/k8s are what the CLI generates", () => {
+  it.each([
+    { before: "deployment.yaml", after: "deployment.injected.yaml", args: [] },
+    { before: "job.yaml", after: "job.injected.yaml", args: [] },
+    { before: "job.yaml", after: "job.classic.yaml", args: ["--mode", "classic"] },
+  ])("$after", async ({ before, after, args }) => {
+    const result = await lastcall(["inject", "-f", example(before), ...args]);
+    expect(result.code).toBe(0);
+    expect(result.stdout).toBe(readFileSync(example(after), "utf8"));
+  });
+
+  it.each(["deployment.yaml", "deployment.injected.yaml", "job.yaml", "job.injected.yaml", "job.classic.yaml", "envoy-config.yaml"])(
+    "check finds nothing in %s",
+    async (name) => {
+      expect(await lastcall(["check", "-f", example(name)])).toEqual({ code: 0, stdout: "", stderr: "" });
+    },
+  );
+});
+
+describe("examples/k8s/envoy-config.yaml", () => {
+  it("holds an envoy.yaml that Envoy accepts, as lastcall runs it", async () => {
+    const config = tempFile(YAML.parse(readFileSync(example("envoy-config.yaml"), "utf8")).data["envoy.yaml"]);
+    const bootstrap = await lastcall(["bootstrap", "--config", config]);
+    expect(bootstrap.code).toBe(0);
+    const path = join(mkdtempSync(join(tmpdir(), "lastcall-k8s-")), "bootstrap.yaml");
+    writeFileSync(path, bootstrap.stdout);
+    const out = execFileSync(process.env.ENVOY_BIN!, ["--mode", "validate", "-c", path, "-l", "warning"], { encoding: "utf8" });
+    expect(out).toContain("OK");
+  });
+});

@@ -1,0 +1,81 @@
+// Property: on any workload, inject's output is a valid workload with one lastcall sidecar, the
+// app containers survive, and injecting the output again gives the same bytes.
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import YAML from "yaml";
+import { injectManifest } from "../../agent/k8s/inject.ts";
+import { SIDECAR_DEFAULTS } from "../../agent/k8s/sidecar.ts";
+import { validateWorkload } from "./schema.ts";
+import { KINDS, objects, specOf, workload } from "./workloads.ts";
+
+const word = fc.stringMatching(/^[a-z][a-z0-9-]{0,8}$/);
+/** Command-line words, YAML-hostile ones included (`: `, `#`, quotes, `---`, newlines). */
+const argWord = fc.oneof(fc.string({ minLength: 1, maxLength: 10 }), fc.constantFrom("--", "---", "# x", "a: b", "'q'", "\"q\"", "yes", "1.0", "null", "line\nbreak"));
+
+const container = (name: string) =>
+  fc.record({
+    image: word.map((w) => `example/${w}:1`),
+    command: fc.option(fc.array(argWord, { minLength: 1, maxLength: 3 }), { nil: undefined }),
+    args: fc.option(fc.array(argWord, { maxLength: 3 }), { nil: undefined }),
+    preStopSeconds: fc.option(fc.integer({ min: 1, max: 60 }), { nil: undefined }),
+  }).map(({ image, command, args, preStopSeconds }) => ({
+    name,
+    image,
+    ...(command && { command }),
+    ...(args && { args }),
+    ...(preStopSeconds && { lifecycle: { preStop: { sleep: { seconds: preStopSeconds } } } }),
+  }));
+
+const podSpec = fc.record({
+  names: fc.uniqueArray(fc.oneof(word, fc.constant("lastcall")), { minLength: 1, maxLength: 3 }),
+  initNames: fc.uniqueArray(word.map((w) => `init-${w}`), { maxLength: 2 }),
+  grace: fc.option(fc.integer({ min: 0, max: 120 }), { nil: undefined }),
+  volume: fc.boolean(),
+}).chain(({ names, initNames, grace, volume }) =>
+  fc.tuple(fc.tuple(...names.map(container)), fc.constant(initNames), fc.constant(grace), fc.constant(volume))
+).map(([containers, initNames, grace, volume]) => ({
+  containers,
+  ...(initNames.length && { initContainers: initNames.map((name) => ({ name, image: "example/init:1" })) }),
+  ...(grace !== undefined && { terminationGracePeriodSeconds: grace }),
+  ...(volume && { volumes: [{ name: "data", emptyDir: {} }] }),
+}));
+
+const document = fc.oneof(
+  { weight: 5, arbitrary: fc.tuple(fc.constantFrom(...KINDS), podSpec, word).map(([kind, spec, name]) => workload(kind, spec, name)) },
+  { weight: 1, arbitrary: word.map((name) => ({ apiVersion: "v1", kind: "ConfigMap", metadata: { name }, data: { "envoy.yaml": "static_resources: {}\n" } })) },
+);
+
+const manifestText = fc.tuple(fc.array(document, { minLength: 1, maxLength: 4 }), fc.boolean()).map(([docs, indentSeq]) =>
+  docs.map((d) => YAML.stringify(d, { indentSeq })).join("---\n")
+);
+
+describe("inject on generated workloads", () => {
+  it("is idempotent and keeps workloads valid", () => {
+    fc.assert(
+      fc.property(manifestText, fc.constantFrom("native", "classic") as fc.Arbitrary<"native" | "classic">, (text, mode) => {
+        const options = { ...SIDECAR_DEFAULTS, mode };
+        const once = injectManifest(text, options);
+        const twice = injectManifest(once.text, options);
+        expect(twice.text).toBe(once.text);
+        expect(twice.injected).toBe(0);
+
+        const before = objects(text);
+        const after = objects(once.text);
+        expect(after).toHaveLength(before.length);
+        after.forEach((object, i) => {
+          if (object.kind === "ConfigMap") return expect(object).toEqual(before[i]);
+          validateWorkload(object);
+          const spec = specOf(object);
+          const original = specOf(before[i]);
+          const named = (s: Record<string, any>) => [...s.containers, ...(s.initContainers ?? [])].filter((c) => c.name === "lastcall");
+          // Already has a sidecar, or too short a grace period for one: left as is.
+          if (named(original).length || (original.terminationGracePeriodSeconds ?? 30) < 8) return expect(object).toEqual(before[i]);
+          expect(named(spec)).toHaveLength(1);
+          const apps = (s: Record<string, any>) => s.containers.filter((c: any) => c.name !== "lastcall").map((c: any) => [c.name, c.image, c.args]);
+          expect(apps(spec)).toEqual(apps(original));
+        });
+      }),
+      { numRuns: 300 },
+    );
+  });
+});

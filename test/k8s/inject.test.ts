@@ -1,0 +1,231 @@
+import { describe, expect, it } from "vitest";
+import { injectManifest } from "../../agent/k8s/inject.ts";
+import { ManifestError } from "../../agent/k8s/manifest.ts";
+import { SIDECAR_DEFAULTS, type SidecarOptions } from "../../agent/k8s/sidecar.ts";
+import { VERSION } from "../../agent/version.ts";
+import { unknownContainerFields, validateWorkload } from "./schema.ts";
+import { KINDS, manifest, objects, podSpec, specOf, workload } from "./workloads.ts";
+
+const native: SidecarOptions = SIDECAR_DEFAULTS;
+const classic: SidecarOptions = { ...SIDECAR_DEFAULTS, mode: "classic" };
+const inject = (text: string, options = native) => injectManifest(text, options);
+const ready = { httpGet: { path: "/healthz/ready", port: 15020 } };
+const live = { httpGet: { path: "/healthz/live", port: 15020 } };
+const argsFor = (grace: string) => ["run", "--config", "/etc/envoy/envoy.yaml", "--grace", grace, "--status-address", "0.0.0.0", "--watch", "/etc/envoy/envoy.yaml"];
+
+describe("native mode: an init container with restartPolicy Always", () => {
+  it.each(KINDS)("%s", (kind) => {
+    const result = inject(manifest(workload(kind)));
+    const [out] = objects(result.text);
+    const spec = specOf(out);
+    expect(result).toMatchObject({ injected: 1, warnings: [] });
+    expect(spec.initContainers).toEqual([{
+      name: "lastcall",
+      image: `lastcall:${VERSION}`,
+      args: argsFor("30s"),
+      restartPolicy: "Always",
+      startupProbe: { ...ready, periodSeconds: 1, failureThreshold: 60 },
+      readinessProbe: ready,
+      livenessProbe: live,
+      lifecycle: { preStop: { exec: { command: ["lastcall", "drain"] } } },
+      volumeMounts: [{ name: "lastcall-config", mountPath: "/etc/envoy", readOnly: true }],
+    }]);
+    expect(spec.containers).toEqual(podSpec().containers);
+    expect(spec.volumes).toEqual([{ name: "lastcall-config", configMap: { name: "lastcall-envoy" } }]);
+    expect(() => validateWorkload(out)).not.toThrow();
+    expect(unknownContainerFields(spec.initContainers[0])).toEqual([]);
+  });
+
+  it("comes after the pod's own init containers, so they run as before", () => {
+    const spec = podSpec({ initContainers: [{ name: "migrate", image: "example/migrate:1" }] });
+    const out = specOf(objects(inject(manifest(workload("Deployment", spec))).text)[0]);
+    expect(out.initContainers.map((c: { name: string }) => c.name)).toEqual(["migrate", "lastcall"]);
+  });
+
+  it("takes --grace from terminationGracePeriodSeconds", () => {
+    const out = specOf(objects(inject(manifest(workload("Deployment", podSpec({ terminationGracePeriodSeconds: 45 })))).text)[0]);
+    expect(out.initContainers[0].args).toEqual(argsFor("45s"));
+  });
+
+  it("uses --image and --config-map", () => {
+    const out = specOf(objects(inject(manifest(workload("Pod")), { ...native, image: "registry.example/lastcall:9", configMap: "edge-envoy" }).text)[0]);
+    expect(out.initContainers[0].image).toBe("registry.example/lastcall:9");
+    expect(out.volumes).toEqual([{ name: "lastcall-config", configMap: { name: "edge-envoy" } }]);
+  });
+
+  it("leaves Job commands alone: the kubelet stops a native sidecar when the app ends", () => {
+    const out = specOf(objects(inject(manifest(workload("Job"))).text)[0]);
+    expect(out.containers).toEqual(podSpec().containers);
+  });
+});
+
+describe("classic mode: the first container, holding the app until ready", () => {
+  it.each(KINDS)("%s", (kind) => {
+    const result = inject(manifest(workload(kind)), classic);
+    const [out] = objects(result.text);
+    const spec = specOf(out);
+    expect(spec.containers[0]).toEqual({
+      name: "lastcall",
+      image: `lastcall:${VERSION}`,
+      args: argsFor("30s"),
+      readinessProbe: ready,
+      livenessProbe: live,
+      lifecycle: { postStart: { exec: { command: ["lastcall", "wait"] } } },
+      volumeMounts: [{ name: "lastcall-config", mountPath: "/etc/envoy", readOnly: true }],
+    });
+    expect(spec.containers[1].name).toBe("app");
+    expect(() => validateWorkload(out)).not.toThrow();
+    expect(unknownContainerFields(spec.containers[0])).toEqual([]);
+  });
+
+  it.each(["Deployment", "StatefulSet", "DaemonSet"])("a %s's app command is left alone", (kind) => {
+    const spec = specOf(objects(inject(manifest(workload(kind)), classic).text)[0]);
+    expect(spec.containers[1]).toEqual(podSpec().containers[0]);
+    expect(spec.initContainers).toBeUndefined();
+  });
+
+  it.each([
+    ["Job", workload("Job")],
+    ["CronJob", workload("CronJob")],
+    ["Pod with restartPolicy Never", workload("Pod", podSpec({ restartPolicy: "Never" }))],
+  ])("a %s's app runs under lastcall exec, from a copy of the binary", (_, object) => {
+    const result = inject(manifest(object), classic);
+    const [out] = objects(result.text);
+    const spec = specOf(out);
+    expect(result.warnings).toEqual([]);
+    expect(spec.containers[1]).toEqual({
+      name: "app",
+      image: "example/app:1",
+      command: ["/lastcall/bin/lastcall", "exec", "--", "./server"],
+      args: ["--port", "8080"],
+      volumeMounts: [{ name: "lastcall-bin", mountPath: "/lastcall/bin", readOnly: true }],
+    });
+    expect(spec.initContainers).toEqual([{
+      name: "lastcall-install",
+      image: `lastcall:${VERSION}`,
+      command: ["cp", "/usr/local/bin/lastcall", "/lastcall/bin/lastcall"],
+      volumeMounts: [{ name: "lastcall-bin", mountPath: "/lastcall/bin" }],
+    }]);
+    expect(spec.volumes).toEqual([{ name: "lastcall-config", configMap: { name: "lastcall-envoy" } }, { name: "lastcall-bin", emptyDir: {} }]);
+    expect(() => validateWorkload(out)).not.toThrow();
+  });
+
+  it("a Job container without a command is not wrapped, with a warning naming it", () => {
+    const spec = podSpec({ containers: [{ name: "report", image: "example/report:1" }] });
+    const result = inject(manifest(workload("Job", spec, "nightly")), classic);
+    const out = specOf(objects(result.text)[0]);
+    expect(out.containers[1]).toEqual({ name: "report", image: "example/report:1" });
+    expect(out.initContainers).toBeUndefined();
+    expect(result.warnings).toEqual([
+      'job/nightly: container "report" has no command: not wrapped with lastcall exec, so the sidecar keeps running after it ends (set its command, or use --mode native)',
+    ]);
+  });
+
+  it("a Job command already under lastcall exec (the image has lastcall) is kept, with no copy", () => {
+    const spec = podSpec({ containers: [{ name: "app", image: "x", command: ["/usr/local/bin/lastcall", "exec", "--", "./job"] }] });
+    const out = specOf(objects(inject(manifest(workload("Job", spec)), classic).text)[0]);
+    expect(out.containers[1]).toEqual(spec.containers[0]);
+    expect(out.initContainers).toBeUndefined();
+    expect(out.volumes).toEqual([{ name: "lastcall-config", configMap: { name: "lastcall-envoy" } }]);
+  });
+
+  it("two wrapped Job containers get a warning: the first to end stops the proxy", () => {
+    const spec = podSpec({ containers: [{ name: "a", image: "x", command: ["a"] }, { name: "b", image: "y", command: ["b"] }] });
+    const result = inject(manifest(workload("Job", spec, "pair")), classic);
+    expect(result.warnings).toEqual(["job/pair: 2 app containers run under lastcall exec: the first to end stops the proxy (use --mode native)"]);
+  });
+});
+
+describe("what inject leaves alone", () => {
+  it.each(["native", "classic"] as const)("its own output (%s): the same bytes, nothing injected", (mode) => {
+    const once = inject(manifest(...KINDS.map((k) => workload(k))), { ...native, mode });
+    const twice = inject(once.text, { ...native, mode });
+    expect(once.injected).toBe(KINDS.length);
+    expect(twice).toEqual({ text: once.text, warnings: [], injected: 0 });
+  });
+
+  it("unknown kinds, byte for byte (comments, quoting, markers)", () => {
+    const text = [
+      "# the service\napiVersion: v1\nkind: Service\nmetadata: {name: web}   # flow style\nspec:\n  ports:\n  - port: 80\n",
+      "---\nkind: ConfigMap\ndata:\n  envoy.yaml: |\n    static_resources: {}\n  'quoted': \"yes\"\n...\n",
+      "--- # empty document\n",
+    ].join("");
+    expect(inject(text)).toEqual({ text, warnings: [], injected: 0 });
+  });
+
+  it.each(["", "# nothing yet\n", "---\n"])("a manifest without workloads: %j", (text) => {
+    expect(inject(text)).toEqual({ text, warnings: [], injected: 0 });
+  });
+
+  it("a pod with a container named lastcall (injected by hand)", () => {
+    const spec = podSpec({ containers: [{ name: "lastcall", image: "mine:1", args: ["run", "--config", "/x.yaml"] }, ...podSpec().containers] });
+    const text = manifest(workload("Deployment", spec), workload("Job", podSpec(), "other"));
+    const result = inject(text);
+    expect(result.injected).toBe(1);
+    expect(result.text.startsWith(manifest(workload("Deployment", spec)))).toBe(true);
+  });
+
+  it("a pod whose grace period is too short for lastcall's drain, with a warning", () => {
+    const text = manifest(workload("Deployment", podSpec({ terminationGracePeriodSeconds: 5 })));
+    expect(inject(text)).toEqual({
+      text,
+      warnings: ["deployment/web: terminationGracePeriodSeconds 5 leaves lastcall no time to drain (it needs at least 8): left as is"],
+      injected: 0,
+    });
+  });
+
+  it("a workload without containers, with a warning", () => {
+    const text = manifest({ apiVersion: "apps/v1", kind: "Deployment", metadata: { name: "empty" }, spec: {} });
+    expect(inject(text)).toEqual({ text, warnings: ["deployment/empty: no containers at spec.template.spec.containers: left as is"], injected: 0 });
+  });
+});
+
+describe("the documents inject changes keep their author's layout", () => {
+  it("comments and order of documents survive", () => {
+    const text = "# web tier\nkind: Pod\nmetadata:\n  name: web # the name\nspec:\n  containers:\n  - name: app # main\n    image: x\n---\nkind: Service\nmetadata: {name: web}\n";
+    const out = inject(text).text;
+    expect(out).toContain("# web tier\n");
+    expect(out).toContain("name: web # the name");
+    expect(out).toContain("- name: app # main");
+    expect(out.endsWith("---\nkind: Service\nmetadata: {name: web}\n")).toBe(true);
+  });
+
+  it("kubectl's sequence style (items at the key's indentation) is kept", () => {
+    const text = "kind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: app\n    image: x\n    command: [\"./server\"]\n";
+    const out = inject(text).text;
+    expect(out).toMatch(/^ {2}initContainers:\n {2}- name: lastcall$/m);
+    expect(out).toMatch(/^ {2}containers:\n {2}- name: app$/m);
+    expect(out).toContain('command: ["./server"]');
+  });
+
+  it("a one-line list it adds to becomes one item per line; one-line items stay as they are", () => {
+    const text = "kind: Pod\nmetadata: {name: web}\nspec:\n  containers: [{name: app, image: x}]\n";
+    const out = inject(text, classic).text;
+    expect(out).toMatch(/^ {2}containers:\n {4}- name: lastcall$/m);
+    expect(out).toContain("    - {name: app, image: x}\n");
+  });
+
+  it("indented sequences stay indented", () => {
+    const text = "kind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n    - name: app\n      image: x\n";
+    expect(inject(text).text).toMatch(/^ {2}containers:\n {4}- name: app$/m);
+  });
+});
+
+describe("manifests that are not YAML", () => {
+  it("names the document and the line", () => {
+    const text = "kind: Pod\n---\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1: 2\n";
+    let error: unknown;
+    try {
+      inject(text);
+    } catch (e) {
+      error = e;
+    }
+    expect(error).toBeInstanceOf(ManifestError);
+    expect(error).toMatchObject({ document: 2, line: 7 });
+    expect((error as Error).message).toMatch(/^document 2, line 7: /);
+  });
+
+  it("duplicate keys are an error too", () => {
+    expect(() => inject("kind: Pod\nkind: Job\n")).toThrow(/^document 1, line 2: Map keys must be unique/);
+  });
+});
