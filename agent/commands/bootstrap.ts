@@ -29,6 +29,7 @@ export async function printBootstrap(o: BootstrapCommandOptions): Promise<number
       }
       : undefined,
   });
-  writeOut(YAML.stringify(config).trimEnd());
+  // JSON: what Envoy reads as YAML 1.1 could differ from what YAML 1.2 wrote (`id: n`).
+  writeOut(JSON.stringify(config, null, 2));
   return 0;
 }

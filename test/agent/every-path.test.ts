@@ -9,7 +9,7 @@ import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { http1, type Outcome } from "../filter/clients.ts";
 import { localCluster, waitFor } from "../support/envoy.ts";
-import { inboundConfig, isAlive, type LastcallEvent, startLastcall, stopAllLastcalls, type TestLastcall, writeConfig } from "../support/lastcall.ts";
+import { freePort, inboundConfig, isAlive, type LastcallEvent, startLastcall, stopAllLastcalls, type TestLastcall, writeConfig } from "../support/lastcall.ts";
 import { agentSees, agentState, serving } from "../support/serving.ts";
 import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
 
@@ -164,6 +164,24 @@ describe("a reload racing a signal", () => {
     expect((await fetch(`${status}/quitquitquit`, { method: "POST" })).status).toBe(200);
     const terminated = await lc.event("terminated");
     expect(terminated).toMatchObject({ reason: "envoy_not_ready", inflight_at_stop: 0 });
+    expect(await lc.exited).toEqual({ code: 0, signal: null });
+  });
+});
+
+describe("a signal before Envoy serves", () => {
+  it("SIGTERM while the first config is still being validated: acted on at once, terminated logged", async () => {
+    // An Envoy whose `--mode validate` takes 20 s: lastcall is still validating when told to stop.
+    const dir = mkdtempSync(join(tmpdir(), "lastcall-slow-"));
+    const slowEnvoy = join(dir, "envoy");
+    writeFileSync(slowEnvoy, `#!/bin/sh\ncase "$*" in *"--mode validate"*) sleep 20;; esac\nexec "${process.env.ENVOY_BIN}" "$@"\n`, { mode: 0o755 });
+    const statusPort = await freePort();
+    const lc = startLastcall(inboundConfig({ upstreamPort: app.port }), { args: ["--envoy", slowEnvoy, "--status-port", String(statusPort)] });
+    await waitFor(async () => ((await fetch(`http://127.0.0.1:${statusPort}/healthz/live`).catch(() => undefined))?.ok ? true : undefined), { what: "the status server" });
+    lc.signal("SIGTERM");
+    const terminated = await lc.event("terminated");
+    expect(terminated).toMatchObject({ reason: "envoy_not_running", inflight_at_stop: 0 });
+    expect(time(terminated) - time(await lc.event("terminate"))).toBeLessThan(1000);
+    expect(names(lc)).not.toContain("start");
     expect(await lc.exited).toEqual({ code: 0, signal: null });
   });
 });

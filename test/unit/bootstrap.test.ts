@@ -128,4 +128,21 @@ describe("deriveBootstrap", () => {
     expect(config.stats_flush_interval).toBe("5s");
     expect(config.static_resources.listeners[0].address).toEqual(before.static_resources.listeners[0].address);
   });
+
+  it("inserts the filter into a listener's default_filter_chain, alone or beside matched chains", () => {
+    const onlyDefault = { name: "d", traffic_direction: "INBOUND", default_filter_chain: { filters: [hcm("d")] } };
+    const both = { ...listener("b", "INBOUND"), default_filter_chain: { filters: [hcm("b_default")] } };
+    const result = deriveBootstrap({ static_resources: { listeners: [onlyDefault, both] } }, withFilter);
+    const names = (chain: Json) => chain.filters[0].typed_config.http_filters.map((f: Json) => f.name);
+    expect(names(result.config.static_resources.listeners[0].default_filter_chain)).toEqual([FILTER_NAME, router.name]);
+    expect(names(result.config.static_resources.listeners[1].default_filter_chain)).toEqual([FILTER_NAME, router.name]);
+    expect(names(result.config.static_resources.listeners[1].filter_chains[0])).toEqual([FILTER_NAME, router.name]);
+    expect(result).toMatchObject({ filteredListeners: ["d", "b"], inboundStatPrefixes: ["d", "b", "b_default"] });
+  });
+
+  it("names listeners it cannot see: LDS", () => {
+    const lds = { dynamic_resources: { lds_config: { path_config_source: { path: "/etc/envoy/lds.yaml" } } } };
+    expect(deriveBootstrap(lds, withFilter).unseenListeners).toEqual(["LDS (dynamic_resources.lds_config)"]);
+    expect(deriveBootstrap({ static_resources: { listeners: [listener("in")] } }, withFilter).unseenListeners).toEqual([]);
+  });
 });
