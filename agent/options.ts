@@ -1,7 +1,7 @@
 // Every option of every command in one table: flag, default, environment variable, validation.
 // Commander does the parsing; the parsers here refuse bad values with the flag and the value.
 import { InvalidArgumentError, Option } from "commander";
-import { parseDuration } from "./duration.ts";
+import { DurationTooLongError, MAX_DURATION_TEXT, parseDuration } from "./duration.ts";
 
 /** How the termination sequence decides that draining is over. */
 export type DrainMode = "inflight" | "requests" | "connections" | "sleep";
@@ -71,11 +71,12 @@ function invalid(reason: string): never {
   throw new InvalidArgumentError(reason);
 }
 
-/** Parses a duration option value. */
+/** Parses a duration option value, at most the longest a timer can hold. */
 export function durationArg(value: string): number {
   try {
     return parseDuration(value);
-  } catch {
+  } catch (error) {
+    if (error instanceof DurationTooLongError) return invalid(`Expected at most ${MAX_DURATION_TEXT}: a timer cannot hold more.`);
     return invalid("Expected a duration such as 500ms, 5s or 2m.");
   }
 }

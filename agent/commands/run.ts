@@ -2,7 +2,7 @@ import { accessSync, constants } from "node:fs";
 import { delimiter, join } from "node:path";
 import type { Command } from "commander";
 import { Agent, EXIT, StartError } from "../agent.ts";
-import { formatDuration, parseDuration } from "../duration.ts";
+import { DurationTooLongError, formatDuration, MAX_DURATION_TEXT, parseDuration } from "../duration.ts";
 import { createEventLog } from "../log.ts";
 import type { RunOptions } from "../options.ts";
 import { environment, onSignal, writeErr } from "../runtime/process.ts";
@@ -32,36 +32,43 @@ export function findEnvoy(explicit: string | undefined, env = environment()): st
   return found;
 }
 
+/** Parses the duration in Istio variable `name`; refuses it with the variable and the value. */
+function istioDuration(name: string, value: string): number {
+  try {
+    return parseDuration(value);
+  } catch (error) {
+    if (error instanceof DurationTooLongError) throw new UsageError(`Invalid ${name}: "${value}" is longer than a timer can hold (${MAX_DURATION_TEXT})`);
+    throw new UsageError(`Invalid ${name}: "${value}" (use e.g. 5s)`);
+  }
+}
+
 /**
  * Applies Istio's environment variables where no lastcall flag or variable was given, so a
  * pilot-agent deployment keeps its drain behaviour (see docs/migration.md).
+ *
+ * @returns What was applied, for the `istio_environment` event
+ * @throws {UsageError} naming the variable and the value when one holds a bad duration
  */
 export function applyIstioEnvironment(options: RunOptions, isDefault: (key: string) => boolean, env = environment()): string[] {
   const applied: string[] = [];
-  const duration = (name: string, value: string) => {
-    try {
-      return parseDuration(value);
-    } catch {
-      throw new UsageError(`Invalid ${name}: "${value}" (use e.g. 5s)`);
-    }
-  };
   if (env.EXIT_ON_ZERO_ACTIVE_CONNECTIONS !== undefined && isDefault("drainMode")) {
     if (/^(1|true)$/i.test(env.EXIT_ON_ZERO_ACTIVE_CONNECTIONS)) {
       options.drainMode = "connections";
       applied.push("EXIT_ON_ZERO_ACTIVE_CONNECTIONS→--drain-mode connections");
     }
   }
-  const termination = env.TERMINATION_DRAIN_DURATION ?? env.TERMINATION_DRAIN_DURATION_SECONDS;
+  const terminationVar = env.TERMINATION_DRAIN_DURATION !== undefined ? "TERMINATION_DRAIN_DURATION" : "TERMINATION_DRAIN_DURATION_SECONDS";
+  const termination = env[terminationVar];
   if (termination !== undefined && isDefault("terminationDrainMs")) {
-    options.terminationDrainMs = duration("TERMINATION_DRAIN_DURATION", termination);
-    applied.push(`TERMINATION_DRAIN_DURATION→--termination-drain ${formatDuration(options.terminationDrainMs)}`);
+    options.terminationDrainMs = istioDuration(terminationVar, termination);
+    applied.push(`${terminationVar}→--termination-drain ${formatDuration(options.terminationDrainMs)}`);
     if (isDefault("drainMode") && options.drainMode === "inflight") {
       options.drainMode = "sleep";
-      applied.push("TERMINATION_DRAIN_DURATION→--drain-mode sleep");
+      applied.push(`${terminationVar}→--drain-mode sleep`);
     }
   }
   if (env.MINIMUM_DRAIN_DURATION !== undefined && isDefault("minDrainMs")) {
-    options.minDrainMs = duration("MINIMUM_DRAIN_DURATION", env.MINIMUM_DRAIN_DURATION);
+    options.minDrainMs = istioDuration("MINIMUM_DRAIN_DURATION", env.MINIMUM_DRAIN_DURATION);
     applied.push(`MINIMUM_DRAIN_DURATION→--min-drain ${formatDuration(options.minDrainMs)}`);
   }
   return applied;
