@@ -11,8 +11,8 @@ import { execApp } from "./commands/exec.ts";
 import { waitReady } from "./commands/wait.ts";
 import { createEventLog } from "./log.ts";
 import { filterWasmPath } from "./filter-asset.ts";
-import { durationArg, integerArg, option, runOptionList } from "./options.ts";
-import { commandArguments, exitWith, nextSignal, writeErr } from "./runtime/process.ts";
+import { durationArg, integerArg, option, runOptionList, strictBooleanEnvironment } from "./options.ts";
+import { commandArguments, environment, exitWith, nextSignal, writeErr } from "./runtime/process.ts";
 import { VERSION } from "./version.ts";
 
 /** Builds the command-line program; `run` resolves each command's exit code. */
@@ -102,6 +102,8 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
         return printBootstrap({ ...o, filterWasm: wasm, heartbeatMs: o.heartbeat });
       })())
     );
+  // After every option exists, so no command is left with commander's lax boolean variables.
+  for (const command of program.commands) strictBooleanEnvironment(command, environment);
   return program;
 }
 

@@ -1,6 +1,6 @@
 // Every option of every command in one table: flag, default, environment variable, validation.
 // Commander does the parsing; the parsers here refuse bad values with the flag and the value.
-import { InvalidArgumentError, Option } from "commander";
+import { type Command, InvalidArgumentError, Option } from "commander";
 import { DurationTooLongError, MAX_DURATION_TEXT, parseDuration } from "./duration.ts";
 
 /** How the termination sequence decides that draining is over. */
@@ -93,6 +93,73 @@ export function integerArg(min: number, max: number): (value: string) => number 
 /** Returns a parser that accepts one of `choices`. */
 export function choiceArg<T extends string>(choices: readonly T[]): (value: string) => T {
   return (value) => (choices.includes(value as T) ? (value as T) : invalid(`Expected one of: ${choices.join(", ")}.`));
+}
+
+// A Map, not an object literal: `"constructor"` must not find Object.prototype's.
+const BOOLEAN_VALUES = new Map([["true", true], ["1", true], ["false", false], ["0", false]]);
+
+/**
+ * Parses the value of a boolean environment variable: `true`, `false`, `1` or `0`, in any case.
+ *
+ * @param name The variable, for the message
+ * @param value Its value
+ * @returns What the value means
+ * @throws {RangeError} naming the variable and the value when it is anything else
+ * @example
+ * ```ts
+ * parseBoolean("LASTCALL_NO_FILTER", "TRUE"); // true
+ * ```
+ */
+export function parseBoolean(name: string, value: string): boolean {
+  const parsed = BOOLEAN_VALUES.get(value.toLowerCase());
+  if (parsed === undefined) throw new RangeError(`${name} must be true, false, 1 or 0, not ${JSON.stringify(value)}`);
+  return parsed;
+}
+
+/**
+ * Makes the environment variables of `command`'s boolean flags strict. Commander turns a flag
+ * on whenever its variable exists, whatever it holds, so `LASTCALL_NO_FILTER=false` would
+ * disable the filter. After this, each variable must be `true`, `false`, `1` or `0`:
+ * `LASTCALL_X=true` is `--x` and `LASTCALL_X=false` turns x off; `LASTCALL_NO_X=true` is
+ * `--no-x` and `LASTCALL_NO_X=false` is as if the variable were not set. A flag on the command
+ * line wins over its variables, but a bad value is refused either way.
+ *
+ * Call it once the command has all its options; the check runs before the command's action
+ * and throws a `RangeError` naming the variable and the value (or the two variables that
+ * contradict each other).
+ *
+ * @param command A command whose options were made with {@linkcode option}
+ * @param env The environment to read
+ */
+export function strictBooleanEnvironment(command: Command, env: () => Record<string, string | undefined>): void {
+  const groups = new Map<string, Option[]>();
+  for (const opt of command.options) {
+    if (opt.required || opt.optional || !opt.envVar) continue;
+    const key = opt.attributeName();
+    groups.set(key, [...(groups.get(key) ?? []), opt]);
+  }
+  // The values before parsing are the defaults commander would fall back to.
+  const defaults = new Map([...groups.keys()].map((key) => [key, command.getOptionValue(key)]));
+  command.hook("preAction", function strictBooleans() {
+    const vars = env();
+    for (const [key, opts] of groups) {
+      let value: boolean | undefined;
+      let from = "";
+      for (const opt of opts) {
+        const text = vars[opt.envVar!];
+        if (text === undefined) continue;
+        const on = parseBoolean(opt.envVar!, text);
+        const meant = opt.negate ? (on ? false : undefined) : on;
+        if (meant === undefined) continue;
+        if (value !== undefined && value !== meant) throw new RangeError(`${from} contradicts ${opt.envVar}=${text}`);
+        value = meant;
+        from = `${opt.envVar}=${text}`;
+      }
+      if (command.getOptionValueSource(key) !== "env") continue;
+      if (value === undefined) command.setOptionValueWithSource(key, defaults.get(key), "default");
+      else command.setOptionValueWithSource(key, value, "env");
+    }
+  });
 }
 
 /** Collects a repeatable option; an environment variable may hold a comma-separated list. */

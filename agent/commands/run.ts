@@ -4,7 +4,7 @@ import type { Command } from "commander";
 import { Agent, EXIT, StartError } from "../agent.ts";
 import { DurationTooLongError, formatDuration, MAX_DURATION_TEXT, parseDuration } from "../duration.ts";
 import { createEventLog } from "../log.ts";
-import type { RunOptions } from "../options.ts";
+import { parseBoolean, type RunOptions } from "../options.ts";
 import { environment, onSignal, writeErr } from "../runtime/process.ts";
 
 /** A bad combination of options: one line naming the values, exit 2. */
@@ -48,14 +48,16 @@ function istioDuration(name: string, value: string): number {
  *
  * @returns What was applied, for the `istio_environment` event
  * @throws {UsageError} naming the variable and the value when one holds a bad duration
+ * @throws {RangeError} naming the variable and the value when `EXIT_ON_ZERO_ACTIVE_CONNECTIONS`
+ * is not true, false, 1 or 0
  */
 export function applyIstioEnvironment(options: RunOptions, isDefault: (key: string) => boolean, env = environment()): string[] {
   const applied: string[] = [];
-  if (env.EXIT_ON_ZERO_ACTIVE_CONNECTIONS !== undefined && isDefault("drainMode")) {
-    if (/^(1|true)$/i.test(env.EXIT_ON_ZERO_ACTIVE_CONNECTIONS)) {
-      options.drainMode = "connections";
-      applied.push("EXIT_ON_ZERO_ACTIVE_CONNECTIONS→--drain-mode connections");
-    }
+  const exitOnZero = env.EXIT_ON_ZERO_ACTIVE_CONNECTIONS;
+  // Checked even when --drain-mode wins: a typo in the pod spec should not pass silently.
+  if (exitOnZero !== undefined && parseBoolean("EXIT_ON_ZERO_ACTIVE_CONNECTIONS", exitOnZero) && isDefault("drainMode")) {
+    options.drainMode = "connections";
+    applied.push("EXIT_ON_ZERO_ACTIVE_CONNECTIONS→--drain-mode connections");
   }
   const terminationVar = env.TERMINATION_DRAIN_DURATION !== undefined ? "TERMINATION_DRAIN_DURATION" : "TERMINATION_DRAIN_DURATION_SECONDS";
   const termination = env[terminationVar];
@@ -101,12 +103,7 @@ export function resolveRunOptions(command: Command, envoyArgs: string[]): RunOpt
     return source === undefined || source === "default";
   };
   const gateway = v.role === "gateway";
-  // Commander turns a `--no-x` flag off whenever LASTCALL_NO_X exists; `LASTCALL_NO_X=false`
-  // (or 0, no) should leave it on.
-  const on = (key: string, envVar: string) => {
-    if (command.getOptionValueSource(key) !== "env") return v[key] !== false;
-    return /^(0|false|no|off)$/i.test(environment()[envVar] ?? "") ? true : v[key] !== false;
-  };
+  // Boolean variables were made strict by strictBooleanEnvironment before the action.
   const options: RunOptions = {
     config: v.config,
     envoy: v.envoy,
@@ -115,10 +112,10 @@ export function resolveRunOptions(command: Command, envoyArgs: string[]): RunOpt
     statusAddress: v.statusAddress,
     concurrency: v.concurrency,
     watch: v.watch,
-    hotRestart: on("hotRestart", "LASTCALL_NO_HOT_RESTART"),
+    hotRestart: v.hotRestart !== false,
     restartBudget: v.restartBudget,
     logFormat: v.logFormat,
-    filter: on("filter", "LASTCALL_NO_FILTER"),
+    filter: v.filter !== false,
     filterWasm: v.filterWasm,
     excludePath: v.excludePath,
     heartbeatMs: v.heartbeat,

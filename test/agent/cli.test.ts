@@ -100,6 +100,35 @@ describe("durations a timer cannot hold are refused at start", () => {
   });
 });
 
+describe("boolean environment variables accept only true, false, 1 or 0", () => {
+  const notReady = ["--timeout", "1s", "--status-url", "http://127.0.0.1:9/healthz/ready"];
+  it.each([
+    { name: "LASTCALL_NO_FILTER", command: "run", args: run("--config", "/nonexistent.yaml") },
+    { name: "LASTCALL_NO_HOT_RESTART", command: "run", args: run("--config", "/nonexistent.yaml") },
+    { name: "LASTCALL_FAIL_HEALTHCHECK", command: "run", args: run("--config", "/nonexistent.yaml") },
+    { name: "LASTCALL_NO_FAIL_HEALTHCHECK", command: "run", args: run("--config", "/nonexistent.yaml") },
+    { name: "EXIT_ON_ZERO_ACTIVE_CONNECTIONS", command: "run", args: run("--config", "/nonexistent.yaml") },
+    { name: "LASTCALL_NO_QUIT", command: "exec", args: ["exec", ...notReady, "--", "true"] },
+    { name: "LASTCALL_NO_FILTER", command: "bootstrap", args: ["bootstrap", "--config", "/nonexistent.yaml"] },
+  ])("$command: $name=garbage", async ({ name, args }) => {
+    const result = await lastcall(args, { [name]: "garbage" });
+    expect(result).toMatchObject({ code: 2, stdout: "" });
+    expect(errorLines(result.stderr)).toEqual([`lastcall: ${name} must be true, false, 1 or 0, not "garbage"`]);
+  });
+
+  it.each([
+    ["true", false],
+    ["1", false],
+    ["false", true],
+    ["0", true],
+    ["FALSE", true],
+  ])("LASTCALL_NO_FILTER=%s: filter inserted %s", async (value, inserted) => {
+    const result = await lastcall(["bootstrap", "--config", someConfig()], { LASTCALL_NO_FILTER: value });
+    expect(result).toMatchObject({ code: 0, stderr: "" });
+    expect(result.stdout.includes("envoy.extensions.filters.http.wasm.v3.Wasm")).toBe(inserted);
+  });
+});
+
 describe("contradictory timings are refused with the numbers", () => {
   it.each([
     { args: ["--min-drain", "30s", "--grace", "30s"], line: "lastcall: --min-drain 30s must be shorter than --grace 30s minus --stop-margin 2s" },
