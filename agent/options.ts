@@ -60,8 +60,6 @@ export interface RunOptions {
   failHealthcheck: boolean;
   /** Termination: time kept back from the deadline for stopping Envoy. @default 2000 */
   stopMarginMs: number;
-  /** Termination: how long a zero must stand unchallenged before it counts. @default 50 */
-  zeroConfirmMs: number;
   /** Extra arguments passed to Envoy as they are. @default [] */
   envoyArgs: string[];
 }
@@ -208,6 +206,5 @@ export function runOptionList(): Option[] {
     option("--fail-healthcheck", "POST /healthcheck/fail before draining (default with --role gateway)"),
     option("--no-fail-healthcheck", "do not fail Envoy's health check filter"),
     option("--stop-margin <duration>", "time kept back from the deadline to stop Envoy").default(2000, "2s").argParser(durationArg),
-    option("--zero-confirm <duration>", "how long a reported zero must stand before it counts").default(50, "50ms").argParser(durationArg),
   ];
 }

@@ -130,7 +130,6 @@ export function resolveRunOptions(command: Command, envoyArgs: string[]): RunOpt
     drainScope: v.drainScope ?? (gateway ? "all" : "inbound"),
     failHealthcheck: v.failHealthcheck ?? gateway,
     stopMarginMs: v.stopMargin,
-    zeroConfirmMs: v.zeroConfirm,
     envoyArgs,
   };
   const applied = applyIstioEnvironment(options, (key) => {

@@ -212,6 +212,12 @@ describe("help and version", () => {
     expect(result.stdout).toContain("LASTCALL_RESTART_BUDGET");
   });
 
+  it("--zero-confirm is gone", async () => {
+    const result = await lastcall(run("--config", "x.yaml", "--zero-confirm", "50ms"));
+    expect(result.code).toBe(2);
+    expect(errorLines(result.stderr)).toEqual(["error: unknown option '--zero-confirm'"]);
+  });
+
   it("--help lists the commands and exits 0", async () => {
     const result = await lastcall(["--help"]);
     expect(result.code).toBe(0);

@@ -148,3 +148,10 @@ describe("Istio's variables", () => {
     expect(() => runOptions([], { TERMINATION_DRAIN_DURATION_SECONDS: "soon" })).toThrow('Invalid TERMINATION_DRAIN_DURATION_SECONDS: "soon"');
   });
 });
+
+describe("removed options", () => {
+  it("--zero-confirm is gone", () => {
+    expect(runOptionList().map((o) => o.long)).not.toContain("--zero-confirm");
+    expect(() => runOptions(["--zero-confirm", "50ms"])).toThrow("unknown option '--zero-confirm'");
+  });
+});
