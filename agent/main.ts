@@ -11,7 +11,7 @@ import { execApp } from "./commands/exec.ts";
 import { waitReady } from "./commands/wait.ts";
 import { createEventLog } from "./log.ts";
 import { filterWasmPath } from "./filter-asset.ts";
-import { durationArg, integerArg, option, runOptionList, strictBooleanEnvironment } from "./options.ts";
+import { durationArg, integerArg, listArg, option, runOptionList, strictBooleanEnvironment, VALUE_SYNTAX_HELP } from "./options.ts";
 import { commandArguments, environment, exitWith, nextSignal, writeErr } from "./runtime/process.ts";
 import { VERSION } from "./version.ts";
 
@@ -22,7 +22,8 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
     .version(VERSION, "-v, --version")
     .exitOverride()
     .enablePositionalOptions()
-    .configureOutput({ writeErr: (s) => writeErr(s.trimEnd()) });
+    .configureOutput({ writeErr: (s) => writeErr(s.trimEnd()) })
+    .addHelpText("afterAll", VALUE_SYNTAX_HELP);
 
   const runCmd = program.command("run")
     .description("start Envoy with the in-flight filter, serve the status port, drain on SIGTERM")
@@ -94,7 +95,7 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
     .addOption(option("--no-filter", "do not insert the in-flight filter"))
     .addOption(option("--filter-wasm <path>", "the filter module to reference"))
     .addOption(option("--heartbeat <duration>", "filter heartbeat period").default(1000, "1s").argParser(durationArg))
-    .addOption(option("--exclude-path <path>", "request path not counted (repeatable)").default([]).argParser((v: string, p: string[] = []) => [...p, v]))
+    .addOption(option("--exclude-path <path>", "request path not counted (repeatable or comma-separated)").default([]).argParser(listArg))
     .exitOverride()
     .action((o) =>
       run((async () => {

@@ -160,8 +160,8 @@ export function strictBooleanEnvironment(command: Command, env: () => Record<str
   });
 }
 
-/** Collects a repeatable option; an environment variable may hold a comma-separated list. */
-function listArg(value: string, previous: string[] = []): string[] {
+/** Collects a repeatable option; a value (or an environment variable) may hold a comma-separated list. */
+export function listArg(value: string, previous: string[] = []): string[] {
   return [...previous, ...value.split(",").map((s) => s.trim()).filter(Boolean)];
 }
 
@@ -176,6 +176,11 @@ export function option(flags: string, description: string): Option {
   return new Option(flags, description).env(envName(long));
 }
 
+/** How values are written, shown after every command's `--help`. */
+export const VALUE_SYNTAX_HELP = `
+Durations: 500ms, 5s, 2m, 1h, or a bare number of seconds; at most ${MAX_DURATION_TEXT}.
+Every flag is also an environment variable (shown as env); boolean ones take true, false, 1 or 0.`;
+
 /** The options of `lastcall run`, in the order `--help` lists them. */
 export function runOptionList(): Option[] {
   return [
@@ -183,28 +188,28 @@ export function runOptionList(): Option[] {
     option("--envoy <path>", "Envoy binary (default: $ENVOY_BIN, else envoy on PATH)"),
     option("--admin-port <port>", "Envoy admin port on 127.0.0.1 (0: any free port)").default(15000).argParser(integerArg(0, 65535)),
     option("--status-port <port>", "status server port (0: any free port)").default(15020).argParser(integerArg(0, 65535)),
-    option("--status-address <address>", "status server address").default("127.0.0.1"),
+    option("--status-address <address>", "status server address; 0.0.0.0 for kubelet probes (POST /quitquitquit and /drain still answer loopback only)").default("127.0.0.1"),
     option("--concurrency <n>", "Envoy worker threads").default(2).argParser(integerArg(1, 256)),
-    option("--watch <path>", "hot restart when this file changes (repeatable)").default([]).argParser(listArg),
-    option("--no-hot-restart", "restart Envoy cold on reload (no shared memory needed)"),
-    option("--restart-budget <n>", "crash restarts allowed per config").default(10).argParser(integerArg(0, 1000)),
-    option("--log-format <format>", "lastcall's own event lines").default("json").argParser(choiceArg(["json", "text"] as const)),
+    option("--watch <path>", "reload Envoy when this file changes (repeatable or comma-separated)").default([]).argParser(listArg),
+    option("--no-hot-restart", "reload (SIGHUP, --watch) by a cold restart: no shared memory needed"),
+    option("--restart-budget <n>", "crash restarts allowed per config (refilled by a config change or 60s of running)").default(10).argParser(integerArg(0, 1000)),
+    option("--log-format <format>", "json | text: lastcall's own event lines").default("json").argParser(choiceArg(["json", "text"] as const)),
     option("--no-filter", "do not insert the in-flight filter"),
     option("--filter-wasm <path>", "the in-flight filter module (default: the one shipped with lastcall)"),
-    option("--exclude-path <path>", "request path the filter does not count; '*' suffix for a prefix (repeatable)").default([]).argParser(listArg),
+    option("--exclude-path <path>", "request path the filter does not count; '*' suffix for a prefix (repeatable or comma-separated)").default([]).argParser(listArg),
     option("--heartbeat <duration>", "filter heartbeat period").default(1000, "1s").argParser(durationArg),
     option("--run-dir <dir>", "folder for generated bootstraps (default: a new temporary folder)"),
-    option("--drain-time <duration>", "Envoy --drain-time-s: graceful and hot-restart drain").default(5000, "5s").argParser(durationArg),
-    option("--parent-shutdown <duration>", "Envoy --parent-shutdown-time-s for hot restarts").default(10000, "10s").argParser(durationArg),
+    option("--drain-time <duration>", "Envoy --drain-time-s, rounded up to whole seconds: graceful and hot-restart drain").default(5000, "5s").argParser(durationArg),
+    option("--parent-shutdown <duration>", "Envoy --parent-shutdown-time-s, rounded up to whole seconds, for hot restarts").default(10000, "10s").argParser(durationArg),
     option("--role <role>", "sidecar or gateway: gateway defaults --fail-healthcheck on and --drain-scope all").default("sidecar").argParser(choiceArg(["sidecar", "gateway"] as const)),
-    option("--grace <duration>", "the pod's terminationGracePeriodSeconds: the drain ends before it").default(30000, "30s").argParser(durationArg),
-    option("--drain-mode <mode>", "inflight | requests | connections | sleep").default("inflight").argParser(choiceArg(["inflight", "requests", "connections", "sleep"] as const)),
-    option("--drain-delay <duration>", "wait before draining listeners").default(0, "0s").argParser(durationArg),
-    option("--min-drain <duration>", "never stop Envoy sooner after the signal").default(5000, "5s").argParser(durationArg),
-    option("--termination-drain <duration>", "how long --drain-mode sleep sleeps").default(5000, "5s").argParser(durationArg),
+    option("--grace <duration>", "the pod's terminationGracePeriodSeconds: the drain ends --stop-margin before it").default(30000, "30s").argParser(durationArg),
+    option("--drain-mode <mode>", "inflight | requests | connections | sleep: what ends the drain").default("inflight").argParser(choiceArg(["inflight", "requests", "connections", "sleep"] as const)),
+    option("--drain-delay <duration>", "wait before draining listeners, for load balancers to notice").default(0, "0s").argParser(durationArg),
+    option("--min-drain <duration>", "never stop Envoy sooner after the signal (Istio: MINIMUM_DRAIN_DURATION)").default(5000, "5s").argParser(durationArg),
+    option("--termination-drain <duration>", "how long --drain-mode sleep sleeps (Istio: TERMINATION_DRAIN_DURATION)").default(5000, "5s").argParser(durationArg),
     option("--drain-scope <scope>", "inbound | all (default: inbound; all with --role gateway)").argParser(choiceArg(["inbound", "all"] as const)),
     option("--fail-healthcheck", "POST /healthcheck/fail before draining (default with --role gateway)"),
-    option("--no-fail-healthcheck", "do not fail Envoy's health check filter"),
-    option("--stop-margin <duration>", "time kept back from the deadline to stop Envoy").default(2000, "2s").argParser(durationArg),
+    option("--no-fail-healthcheck", "do not fail Envoy's health check filter, even with --role gateway"),
+    option("--stop-margin <duration>", "time kept back from --grace to stop Envoy").default(2000, "2s").argParser(durationArg),
   ];
 }

@@ -200,6 +200,14 @@ describe("configs lastcall cannot run exit 2 before Envoy starts", () => {
   });
 });
 
+describe("bootstrap reads options as run does", () => {
+  it("LASTCALL_EXCLUDE_PATH holds a comma-separated list", async () => {
+    const result = await lastcall(["bootstrap", "--config", someConfig()], { LASTCALL_EXCLUDE_PATH: "/healthz,/metrics" });
+    expect(result).toMatchObject({ code: 0, stderr: "" });
+    expect(result.stdout).toContain('"exclude_paths":["/healthz","/metrics"]');
+  });
+});
+
 describe("help and version", () => {
   it("run --help lists every flag with its environment variable and exits 0", async () => {
     const result = await lastcall(["run", "--help"]);
@@ -210,6 +218,15 @@ describe("help and version", () => {
     }
     expect(result.stdout).toContain("LASTCALL_ADMIN_PORT");
     expect(result.stdout).toContain("LASTCALL_RESTART_BUDGET");
+  });
+
+  it("run --help tells the truth about what changed: no --zero-confirm, the limits, loopback-only control", async () => {
+    const help = (await lastcall(["run", "--help"])).stdout.replace(/\s+/g, " ");
+    expect(help).not.toContain("zero-confirm");
+    expect(help).toContain("at most 2147483647ms, about 24.8 days");
+    expect(help).toContain("boolean ones take true, false, 1 or 0");
+    expect(help).toContain("POST /quitquitquit and /drain still answer loopback only");
+    expect(help).toContain("Envoy --drain-time-s, rounded up to whole seconds");
   });
 
   it("--zero-confirm is gone", async () => {
