@@ -12,8 +12,8 @@ import { waitReady } from "./commands/wait.ts";
 import { addKubernetesCommands } from "./commands/k8s.ts";
 import { createEventLog } from "./log.ts";
 import { filterWasmPath } from "./filter-asset.ts";
-import { durationArg, integerArg, option, runOptionList } from "./options.ts";
-import { commandArguments, exitWith, nextSignal, writeErr } from "./runtime/process.ts";
+import { durationArg, integerArg, listArg, option, runOptionList, strictBooleanEnvironment, VALUE_SYNTAX_HELP } from "./options.ts";
+import { commandArguments, environment, exitWith, nextSignal, writeErr } from "./runtime/process.ts";
 import { VERSION } from "./version.ts";
 
 /** Builds the command-line program; `run` resolves each command's exit code. */
@@ -23,7 +23,8 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
     .version(VERSION, "-v, --version")
     .exitOverride()
     .enablePositionalOptions()
-    .configureOutput({ writeErr: (s) => writeErr(s.trimEnd()) });
+    .configureOutput({ writeErr: (s) => writeErr(s.trimEnd()) })
+    .addHelpText("afterAll", VALUE_SYNTAX_HELP);
 
   const runCmd = program.command("run")
     .description("start Envoy with the in-flight filter, serve the status port, drain on SIGTERM")
@@ -95,7 +96,7 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
     .addOption(option("--no-filter", "do not insert the in-flight filter"))
     .addOption(option("--filter-wasm <path>", "the filter module to reference"))
     .addOption(option("--heartbeat <duration>", "filter heartbeat period").default(1000, "1s").argParser(durationArg))
-    .addOption(option("--exclude-path <path>", "request path not counted (repeatable)").default([]).argParser((v: string, p: string[] = []) => [...p, v]))
+    .addOption(option("--exclude-path <path>", "request path not counted (repeatable or comma-separated)").default([]).argParser(listArg))
     .exitOverride()
     .action((o) =>
       run((async () => {
@@ -104,6 +105,8 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
       })())
     );
   addKubernetesCommands(program, run);
+  // After every option exists, so no command is left with commander's lax boolean variables.
+  for (const command of program.commands) strictBooleanEnvironment(command, environment);
   return program;
 }
 

@@ -1,7 +1,7 @@
 // Every option of every command in one table: flag, default, environment variable, validation.
 // Commander does the parsing; the parsers here refuse bad values with the flag and the value.
-import { InvalidArgumentError, Option } from "commander";
-import { parseDuration } from "./duration.ts";
+import { type Command, InvalidArgumentError, Option } from "commander";
+import { DurationTooLongError, MAX_DURATION_TEXT, parseDuration } from "./duration.ts";
 
 /** How the termination sequence decides that draining is over. */
 export type DrainMode = "inflight" | "requests" | "connections" | "sleep";
@@ -60,8 +60,6 @@ export interface RunOptions {
   failHealthcheck: boolean;
   /** Termination: time kept back from the deadline for stopping Envoy. @default 2000 */
   stopMarginMs: number;
-  /** Termination: how long a zero must stand unchallenged before it counts. @default 50 */
-  zeroConfirmMs: number;
   /** Extra arguments passed to Envoy as they are. @default [] */
   envoyArgs: string[];
 }
@@ -71,11 +69,12 @@ function invalid(reason: string): never {
   throw new InvalidArgumentError(reason);
 }
 
-/** Parses a duration option value. */
+/** Parses a duration option value, at most the longest a timer can hold. */
 export function durationArg(value: string): number {
   try {
     return parseDuration(value);
-  } catch {
+  } catch (error) {
+    if (error instanceof DurationTooLongError) return invalid(`Expected at most ${MAX_DURATION_TEXT}: a timer cannot hold more.`);
     return invalid("Expected a duration such as 500ms, 5s or 2m.");
   }
 }
@@ -94,8 +93,75 @@ export function choiceArg<T extends string>(choices: readonly T[]): (value: stri
   return (value) => (choices.includes(value as T) ? (value as T) : invalid(`Expected one of: ${choices.join(", ")}.`));
 }
 
-/** Collects a repeatable option; an environment variable may hold a comma-separated list. */
-function listArg(value: string, previous: string[] = []): string[] {
+// A Map, not an object literal: `"constructor"` must not find Object.prototype's.
+const BOOLEAN_VALUES = new Map([["true", true], ["1", true], ["false", false], ["0", false]]);
+
+/**
+ * Parses the value of a boolean environment variable: `true`, `false`, `1` or `0`, in any case.
+ *
+ * @param name The variable, for the message
+ * @param value Its value
+ * @returns What the value means
+ * @throws {RangeError} naming the variable and the value when it is anything else
+ * @example
+ * ```ts
+ * parseBoolean("LASTCALL_NO_FILTER", "TRUE"); // true
+ * ```
+ */
+export function parseBoolean(name: string, value: string): boolean {
+  const parsed = BOOLEAN_VALUES.get(value.toLowerCase());
+  if (parsed === undefined) throw new RangeError(`${name} must be true, false, 1 or 0, not ${JSON.stringify(value)}`);
+  return parsed;
+}
+
+/**
+ * Makes the environment variables of `command`'s boolean flags strict. Commander turns a flag
+ * on whenever its variable exists, whatever it holds, so `LASTCALL_NO_FILTER=false` would
+ * disable the filter. After this, each variable must be `true`, `false`, `1` or `0`:
+ * `LASTCALL_X=true` is `--x` and `LASTCALL_X=false` turns x off; `LASTCALL_NO_X=true` is
+ * `--no-x` and `LASTCALL_NO_X=false` is as if the variable were not set. A flag on the command
+ * line wins over its variables, but a bad value is refused either way.
+ *
+ * Call it once the command has all its options; the check runs before the command's action
+ * and throws a `RangeError` naming the variable and the value (or the two variables that
+ * contradict each other).
+ *
+ * @param command A command whose options were made with {@linkcode option}
+ * @param env The environment to read
+ */
+export function strictBooleanEnvironment(command: Command, env: () => Record<string, string | undefined>): void {
+  const groups = new Map<string, Option[]>();
+  for (const opt of command.options) {
+    if (opt.required || opt.optional || !opt.envVar) continue;
+    const key = opt.attributeName();
+    groups.set(key, [...(groups.get(key) ?? []), opt]);
+  }
+  // The values before parsing are the defaults commander would fall back to.
+  const defaults = new Map([...groups.keys()].map((key) => [key, command.getOptionValue(key)]));
+  command.hook("preAction", function strictBooleans() {
+    const vars = env();
+    for (const [key, opts] of groups) {
+      let value: boolean | undefined;
+      let from = "";
+      for (const opt of opts) {
+        const text = vars[opt.envVar!];
+        if (text === undefined) continue;
+        const on = parseBoolean(opt.envVar!, text);
+        const meant = opt.negate ? (on ? false : undefined) : on;
+        if (meant === undefined) continue;
+        if (value !== undefined && value !== meant) throw new RangeError(`${from} contradicts ${opt.envVar}=${text}`);
+        value = meant;
+        from = `${opt.envVar}=${text}`;
+      }
+      if (command.getOptionValueSource(key) !== "env") continue;
+      if (value === undefined) command.setOptionValueWithSource(key, defaults.get(key), "default");
+      else command.setOptionValueWithSource(key, value, "env");
+    }
+  });
+}
+
+/** Collects a repeatable option; a value (or an environment variable) may hold a comma-separated list. */
+export function listArg(value: string, previous: string[] = []): string[] {
   return [...previous, ...value.split(",").map((s) => s.trim()).filter(Boolean)];
 }
 
@@ -110,6 +176,11 @@ export function option(flags: string, description: string): Option {
   return new Option(flags, description).env(envName(long));
 }
 
+/** How values are written, shown after every command's `--help`. */
+export const VALUE_SYNTAX_HELP = `
+Durations: 500ms, 5s, 2m, 1h, or a bare number of seconds; at most ${MAX_DURATION_TEXT}.
+Every flag is also an environment variable (shown as env); boolean ones take true, false, 1 or 0.`;
+
 /** The options of `lastcall run`, in the order `--help` lists them. */
 export function runOptionList(): Option[] {
   return [
@@ -117,29 +188,28 @@ export function runOptionList(): Option[] {
     option("--envoy <path>", "Envoy binary (default: $ENVOY_BIN, else envoy on PATH)"),
     option("--admin-port <port>", "Envoy admin port on 127.0.0.1 (0: any free port)").default(15000).argParser(integerArg(0, 65535)),
     option("--status-port <port>", "status server port (0: any free port)").default(15020).argParser(integerArg(0, 65535)),
-    option("--status-address <address>", "status server address").default("127.0.0.1"),
+    option("--status-address <address>", "status server address; 0.0.0.0 for kubelet probes (POST /quitquitquit and /drain still answer loopback only)").default("127.0.0.1"),
     option("--concurrency <n>", "Envoy worker threads").default(2).argParser(integerArg(1, 256)),
-    option("--watch <path>", "hot restart when this file changes (repeatable)").default([]).argParser(listArg),
-    option("--no-hot-restart", "restart Envoy cold on reload (no shared memory needed)"),
-    option("--restart-budget <n>", "crash restarts allowed per config").default(10).argParser(integerArg(0, 1000)),
-    option("--log-format <format>", "lastcall's own event lines").default("json").argParser(choiceArg(["json", "text"] as const)),
+    option("--watch <path>", "reload Envoy when this file changes (repeatable or comma-separated)").default([]).argParser(listArg),
+    option("--no-hot-restart", "reload (SIGHUP, --watch) by a cold restart: no shared memory needed"),
+    option("--restart-budget <n>", "crash restarts allowed per config (refilled by a config change or 60s of running)").default(10).argParser(integerArg(0, 1000)),
+    option("--log-format <format>", "json | text: lastcall's own event lines").default("json").argParser(choiceArg(["json", "text"] as const)),
     option("--no-filter", "do not insert the in-flight filter"),
     option("--filter-wasm <path>", "the in-flight filter module (default: the one shipped with lastcall)"),
-    option("--exclude-path <path>", "request path the filter does not count; '*' suffix for a prefix (repeatable)").default([]).argParser(listArg),
+    option("--exclude-path <path>", "request path the filter does not count; '*' suffix for a prefix (repeatable or comma-separated)").default([]).argParser(listArg),
     option("--heartbeat <duration>", "filter heartbeat period").default(1000, "1s").argParser(durationArg),
     option("--run-dir <dir>", "folder for generated bootstraps (default: a new temporary folder)"),
-    option("--drain-time <duration>", "Envoy --drain-time-s: graceful and hot-restart drain").default(5000, "5s").argParser(durationArg),
-    option("--parent-shutdown <duration>", "Envoy --parent-shutdown-time-s for hot restarts").default(10000, "10s").argParser(durationArg),
+    option("--drain-time <duration>", "Envoy --drain-time-s, rounded up to whole seconds: graceful and hot-restart drain").default(5000, "5s").argParser(durationArg),
+    option("--parent-shutdown <duration>", "Envoy --parent-shutdown-time-s, rounded up to whole seconds, for hot restarts").default(10000, "10s").argParser(durationArg),
     option("--role <role>", "sidecar or gateway: gateway defaults --fail-healthcheck on and --drain-scope all").default("sidecar").argParser(choiceArg(["sidecar", "gateway"] as const)),
-    option("--grace <duration>", "the pod's terminationGracePeriodSeconds: the drain ends before it").default(30000, "30s").argParser(durationArg),
-    option("--drain-mode <mode>", "inflight | requests | connections | sleep").default("inflight").argParser(choiceArg(["inflight", "requests", "connections", "sleep"] as const)),
-    option("--drain-delay <duration>", "wait before draining listeners").default(0, "0s").argParser(durationArg),
-    option("--min-drain <duration>", "never stop Envoy sooner after the signal").default(5000, "5s").argParser(durationArg),
-    option("--termination-drain <duration>", "how long --drain-mode sleep sleeps").default(5000, "5s").argParser(durationArg),
+    option("--grace <duration>", "the pod's terminationGracePeriodSeconds: the drain ends --stop-margin before it").default(30000, "30s").argParser(durationArg),
+    option("--drain-mode <mode>", "inflight | requests | connections | sleep: what ends the drain").default("inflight").argParser(choiceArg(["inflight", "requests", "connections", "sleep"] as const)),
+    option("--drain-delay <duration>", "wait before draining listeners, for load balancers to notice").default(0, "0s").argParser(durationArg),
+    option("--min-drain <duration>", "never stop Envoy sooner after the signal (Istio: MINIMUM_DRAIN_DURATION)").default(5000, "5s").argParser(durationArg),
+    option("--termination-drain <duration>", "how long --drain-mode sleep sleeps (Istio: TERMINATION_DRAIN_DURATION)").default(5000, "5s").argParser(durationArg),
     option("--drain-scope <scope>", "inbound | all (default: inbound; all with --role gateway)").argParser(choiceArg(["inbound", "all"] as const)),
     option("--fail-healthcheck", "POST /healthcheck/fail before draining (default with --role gateway)"),
-    option("--no-fail-healthcheck", "do not fail Envoy's health check filter"),
-    option("--stop-margin <duration>", "time kept back from the deadline to stop Envoy").default(2000, "2s").argParser(durationArg),
-    option("--zero-confirm <duration>", "how long a reported zero must stand before it counts").default(50, "50ms").argParser(durationArg),
+    option("--no-fail-healthcheck", "do not fail Envoy's health check filter, even with --role gateway"),
+    option("--stop-margin <duration>", "time kept back from --grace to stop Envoy").default(2000, "2s").argParser(durationArg),
   ];
 }

@@ -2,9 +2,9 @@ import { accessSync, constants } from "node:fs";
 import { delimiter, join } from "node:path";
 import type { Command } from "commander";
 import { Agent, EXIT, StartError } from "../agent.ts";
-import { formatDuration, parseDuration } from "../duration.ts";
+import { DurationTooLongError, formatDuration, MAX_DURATION_TEXT, parseDuration } from "../duration.ts";
 import { createEventLog } from "../log.ts";
-import type { RunOptions } from "../options.ts";
+import { parseBoolean, type RunOptions } from "../options.ts";
 import { environment, onSignal, writeErr } from "../runtime/process.ts";
 
 /** A bad combination of options: one line naming the values, exit 2. */
@@ -32,36 +32,45 @@ export function findEnvoy(explicit: string | undefined, env = environment()): st
   return found;
 }
 
+/** Parses the duration in Istio variable `name`; refuses it with the variable and the value. */
+function istioDuration(name: string, value: string): number {
+  try {
+    return parseDuration(value);
+  } catch (error) {
+    if (error instanceof DurationTooLongError) throw new UsageError(`Invalid ${name}: "${value}" is longer than a timer can hold (${MAX_DURATION_TEXT})`);
+    throw new UsageError(`Invalid ${name}: "${value}" (use e.g. 5s)`);
+  }
+}
+
 /**
  * Applies Istio's environment variables where no lastcall flag or variable was given, so a
  * pilot-agent deployment keeps its drain behaviour (see docs/migration.md).
+ *
+ * @returns What was applied, for the `istio_environment` event
+ * @throws {UsageError} naming the variable and the value when one holds a bad duration
+ * @throws {RangeError} naming the variable and the value when `EXIT_ON_ZERO_ACTIVE_CONNECTIONS`
+ * is not true, false, 1 or 0
  */
 export function applyIstioEnvironment(options: RunOptions, isDefault: (key: string) => boolean, env = environment()): string[] {
   const applied: string[] = [];
-  const duration = (name: string, value: string) => {
-    try {
-      return parseDuration(value);
-    } catch {
-      throw new UsageError(`Invalid ${name}: "${value}" (use e.g. 5s)`);
-    }
-  };
-  if (env.EXIT_ON_ZERO_ACTIVE_CONNECTIONS !== undefined && isDefault("drainMode")) {
-    if (/^(1|true)$/i.test(env.EXIT_ON_ZERO_ACTIVE_CONNECTIONS)) {
-      options.drainMode = "connections";
-      applied.push("EXIT_ON_ZERO_ACTIVE_CONNECTIONS→--drain-mode connections");
-    }
+  const exitOnZero = env.EXIT_ON_ZERO_ACTIVE_CONNECTIONS;
+  // Checked even when --drain-mode wins: a typo in the pod spec should not pass silently.
+  if (exitOnZero !== undefined && parseBoolean("EXIT_ON_ZERO_ACTIVE_CONNECTIONS", exitOnZero) && isDefault("drainMode")) {
+    options.drainMode = "connections";
+    applied.push("EXIT_ON_ZERO_ACTIVE_CONNECTIONS→--drain-mode connections");
   }
-  const termination = env.TERMINATION_DRAIN_DURATION ?? env.TERMINATION_DRAIN_DURATION_SECONDS;
+  const terminationVar = env.TERMINATION_DRAIN_DURATION !== undefined ? "TERMINATION_DRAIN_DURATION" : "TERMINATION_DRAIN_DURATION_SECONDS";
+  const termination = env[terminationVar];
   if (termination !== undefined && isDefault("terminationDrainMs")) {
-    options.terminationDrainMs = duration("TERMINATION_DRAIN_DURATION", termination);
-    applied.push(`TERMINATION_DRAIN_DURATION→--termination-drain ${formatDuration(options.terminationDrainMs)}`);
+    options.terminationDrainMs = istioDuration(terminationVar, termination);
+    applied.push(`${terminationVar}→--termination-drain ${formatDuration(options.terminationDrainMs)}`);
     if (isDefault("drainMode") && options.drainMode === "inflight") {
       options.drainMode = "sleep";
-      applied.push("TERMINATION_DRAIN_DURATION→--drain-mode sleep");
+      applied.push(`${terminationVar}→--drain-mode sleep`);
     }
   }
   if (env.MINIMUM_DRAIN_DURATION !== undefined && isDefault("minDrainMs")) {
-    options.minDrainMs = duration("MINIMUM_DRAIN_DURATION", env.MINIMUM_DRAIN_DURATION);
+    options.minDrainMs = istioDuration("MINIMUM_DRAIN_DURATION", env.MINIMUM_DRAIN_DURATION);
     applied.push(`MINIMUM_DRAIN_DURATION→--min-drain ${formatDuration(options.minDrainMs)}`);
   }
   return applied;
@@ -94,12 +103,7 @@ export function resolveRunOptions(command: Command, envoyArgs: string[]): RunOpt
     return source === undefined || source === "default";
   };
   const gateway = v.role === "gateway";
-  // Commander turns a `--no-x` flag off whenever LASTCALL_NO_X exists; `LASTCALL_NO_X=false`
-  // (or 0, no) should leave it on.
-  const on = (key: string, envVar: string) => {
-    if (command.getOptionValueSource(key) !== "env") return v[key] !== false;
-    return /^(0|false|no|off)$/i.test(environment()[envVar] ?? "") ? true : v[key] !== false;
-  };
+  // Boolean variables were made strict by strictBooleanEnvironment before the action.
   const options: RunOptions = {
     config: v.config,
     envoy: v.envoy,
@@ -108,10 +112,10 @@ export function resolveRunOptions(command: Command, envoyArgs: string[]): RunOpt
     statusAddress: v.statusAddress,
     concurrency: v.concurrency,
     watch: v.watch,
-    hotRestart: on("hotRestart", "LASTCALL_NO_HOT_RESTART"),
+    hotRestart: v.hotRestart !== false,
     restartBudget: v.restartBudget,
     logFormat: v.logFormat,
-    filter: on("filter", "LASTCALL_NO_FILTER"),
+    filter: v.filter !== false,
     filterWasm: v.filterWasm,
     excludePath: v.excludePath,
     heartbeatMs: v.heartbeat,
@@ -126,7 +130,6 @@ export function resolveRunOptions(command: Command, envoyArgs: string[]): RunOpt
     drainScope: v.drainScope ?? (gateway ? "all" : "inbound"),
     failHealthcheck: v.failHealthcheck ?? gateway,
     stopMarginMs: v.stopMargin,
-    zeroConfirmMs: v.zeroConfirm,
     envoyArgs,
   };
   const applied = applyIstioEnvironment(options, (key) => {

@@ -1,9 +1,22 @@
 // The status server: probes, state, metrics, and the filter's reports. Routes read the agent
 // through a small interface, so tests can call `app.request(url)` without a server.
+// Probes, /metrics and /v1/state are open to whoever reaches the port (kubelet, scrapers);
+// stopping and draining are for loopback callers; reports need the agent's secret.
 import { Hono } from "hono";
+import { bodyLimit } from "hono/body-limit";
 import { type InflightReport, parseReport } from "../drain/in-flight.ts";
-import type { ReportAnswer } from "../reports.ts";
 import type { AgentState } from "../state.ts";
+import { loopbackOnly } from "./loopback-only.ts";
+import { requireReportToken } from "./report-token.ts";
+
+/** The largest report body accepted; a real report is about 150 bytes. */
+export const REPORT_MAX_BYTES = 4096;
+
+/** Response header of `POST /v1/inflight`: `1` when the agent is draining, else `0`. */
+export const DRAINING_HEADER = "x-lastcall-draining";
+
+/** Response header of `POST /v1/inflight`: the probe being answered, when there is one. */
+export const PROBE_HEADER = "x-lastcall-probe";
 
 /** Readiness with the reason operators need when it is not ready. */
 export interface ReadinessAnswer {
@@ -11,24 +24,38 @@ export interface ReadinessAnswer {
   reason: string;
 }
 
+/** The agent's answer to one filter report. */
+export interface ReportAnswer {
+  /** The agent is draining. */
+  draining: boolean;
+  /** The probe (a positive integer) this answer completes, when there is one. */
+  probe?: number;
+}
+
 /** What the routes need from the agent. */
 export interface StatusControls {
   readiness(): Promise<ReadinessAnswer>;
   state(): AgentState & { inflight: number; filter: string };
   metrics(): Promise<string>;
-  /** Secret the filter sends in `x-lastcall-token`. */
+  /**
+   * The secret the filter sends in `x-lastcall-token` with each report (at least 16
+   * characters; see `createReportToken`). Never put in a response, a log line or a metric.
+   */
   reportToken: string;
-  /** Takes a filter report; answers whether the agent is draining, maybe with a probe. */
+  /** Takes a filter report; answers whether the agent is draining and which probe is answered. */
   report(report: InflightReport): Promise<ReportAnswer>;
-  /** `POST /quitquitquit`: the termination sequence, as on SIGTERM. */
+  /** `POST /quitquitquit` from loopback: the termination sequence, as on SIGTERM. */
   quit(): void;
-  /** `POST /drain`: drain without exiting. */
+  /** `POST /drain` from loopback: drain without exiting. */
   drain(): void;
 }
 
 /**
  * Builds the status server's routes.
  *
+ * @param controls What the routes read and call on the agent
+ * @returns The app, to serve with `listen` or to call with `app.request()`
+ * @throws {RangeError} when `controls.reportToken` is too short (naming its length only)
  * @example
  * ```ts
  * const app = createStatusApp(controls);
@@ -46,24 +73,29 @@ export function createStatusApp(controls: StatusControls): Hono {
   app.get("/metrics", async function metrics(c) {
     return c.body(await controls.metrics(), 200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });
   });
-  app.post("/v1/inflight", async function inflight(c) {
-    let report: InflightReport;
-    try {
-      report = parseReport(await c.req.json());
-    } catch (error) {
-      return c.json({ error: (error as Error).message }, 400);
-    }
-    if (c.req.header("x-lastcall-token") !== controls.reportToken) return c.json({ error: "report token missing or wrong" }, 403);
-    const answer = await controls.report(report);
-    c.header("x-lastcall-draining", answer.draining ? "1" : "0");
-    if (answer.probe !== undefined) c.header("x-lastcall-probe", String(answer.probe));
-    return c.json(answer);
-  });
-  app.post("/quitquitquit", (c) => {
+  app.post(
+    "/v1/inflight",
+    // The token first: a stranger's body is not even read.
+    requireReportToken(controls.reportToken),
+    bodyLimit({ maxSize: REPORT_MAX_BYTES, onError: (c) => c.json({ error: `report body larger than ${REPORT_MAX_BYTES} bytes` }, 413) }),
+    async function inflight(c) {
+      let report: InflightReport;
+      try {
+        report = parseReport(await c.req.json());
+      } catch (error) {
+        return c.json({ error: (error as Error).message }, 400);
+      }
+      const { draining, probe } = await controls.report(report);
+      c.header(DRAINING_HEADER, draining ? "1" : "0");
+      if (probe !== undefined) c.header(PROBE_HEADER, String(probe));
+      return c.json(probe === undefined ? { draining } : { draining, probe });
+    },
+  );
+  app.post("/quitquitquit", loopbackOnly(), function quit(c) {
     controls.quit();
     return c.json({ quitting: true });
   });
-  app.post("/drain", (c) => {
+  app.post("/drain", loopbackOnly(), function drain(c) {
     controls.drain();
     return c.json({ draining: true });
   });

@@ -60,6 +60,75 @@ describe("bad option values exit 2 with one line naming the flag and the value",
   });
 });
 
+describe("durations a timer cannot hold are refused at start", () => {
+  // Above 2^31 − 1 ms setTimeout fires at once: --grace 99999999999999s would mean a hard stop.
+  it.each([
+    { name: "--grace 99999999999999s", args: run("--config", "/nonexistent.yaml", "--grace", "99999999999999s"), env: {}, flag: "--grace", value: "99999999999999s" },
+    { name: "LASTCALL_GRACE", args: run("--config", "/nonexistent.yaml"), env: { LASTCALL_GRACE: "99999999999999s" }, flag: "LASTCALL_GRACE", value: "99999999999999s" },
+    { name: "--stop-margin 2147483648ms", args: run("--config", "/nonexistent.yaml", "--stop-margin", "2147483648ms"), env: {}, flag: "--stop-margin", value: "2147483648ms" },
+    { name: "--heartbeat 597h", args: run("--config", "/nonexistent.yaml", "--heartbeat", "597h"), env: {}, flag: "--heartbeat", value: "597h" },
+    { name: "wait --timeout", args: ["wait", "--timeout", "9999999h"], env: {}, flag: "--timeout", value: "9999999h" },
+    { name: "exec --timeout", args: ["exec", "--timeout", "9999999h", "--", "true"], env: {}, flag: "--timeout", value: "9999999h" },
+    { name: "shutdown --check-interval", args: ["shutdown", "--check-interval", "9999999h"], env: {}, flag: "--check-interval", value: "9999999h" },
+    { name: "bootstrap --heartbeat", args: ["bootstrap", "--config", "/nonexistent.yaml", "--heartbeat", "9999999h"], env: {}, flag: "--heartbeat", value: "9999999h" },
+  ])("$name", async ({ args, env, flag, value }) => {
+    const result = await lastcall(args, env);
+    expect(result).toMatchObject({ code: 2, stdout: "" });
+    const lines = errorLines(result.stderr);
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toContain(flag);
+    expect(lines[0]).toContain(`'${value}'`);
+    expect(lines[0]).toContain("at most 2147483647ms");
+  });
+
+  it.each([
+    ["TERMINATION_DRAIN_DURATION", "99999999999999s"],
+    ["TERMINATION_DRAIN_DURATION_SECONDS", "99999999999999"],
+    ["MINIMUM_DRAIN_DURATION", "597h"],
+  ])("Istio's %s=%s", async (name, value) => {
+    const result = await lastcall(run("--config", "/nonexistent.yaml", "--grace", "596h"), { [name]: value });
+    expect(result).toMatchObject({ code: 2, stdout: "" });
+    expect(errorLines(result.stderr)).toEqual([
+      `lastcall: Invalid ${name}: "${value}" is longer than a timer can hold (2147483647ms, about 24.8 days)`,
+    ]);
+  });
+
+  it("accepts exactly 2^31 − 1 ms (and goes on to read the config)", async () => {
+    const result = await lastcall(run("--config", "/nonexistent/envoy.yaml", "--grace", "2147483647ms"));
+    expect(result.code).toBe(2);
+    expect(errorLines(result.stderr)[0]).toMatch(/^lastcall: Cannot read Envoy config \/nonexistent\/envoy.yaml/);
+  });
+});
+
+describe("boolean environment variables accept only true, false, 1 or 0", () => {
+  const notReady = ["--timeout", "1s", "--status-url", "http://127.0.0.1:9/healthz/ready"];
+  it.each([
+    { name: "LASTCALL_NO_FILTER", command: "run", args: run("--config", "/nonexistent.yaml") },
+    { name: "LASTCALL_NO_HOT_RESTART", command: "run", args: run("--config", "/nonexistent.yaml") },
+    { name: "LASTCALL_FAIL_HEALTHCHECK", command: "run", args: run("--config", "/nonexistent.yaml") },
+    { name: "LASTCALL_NO_FAIL_HEALTHCHECK", command: "run", args: run("--config", "/nonexistent.yaml") },
+    { name: "EXIT_ON_ZERO_ACTIVE_CONNECTIONS", command: "run", args: run("--config", "/nonexistent.yaml") },
+    { name: "LASTCALL_NO_QUIT", command: "exec", args: ["exec", ...notReady, "--", "true"] },
+    { name: "LASTCALL_NO_FILTER", command: "bootstrap", args: ["bootstrap", "--config", "/nonexistent.yaml"] },
+  ])("$command: $name=garbage", async ({ name, args }) => {
+    const result = await lastcall(args, { [name]: "garbage" });
+    expect(result).toMatchObject({ code: 2, stdout: "" });
+    expect(errorLines(result.stderr)).toEqual([`lastcall: ${name} must be true, false, 1 or 0, not "garbage"`]);
+  });
+
+  it.each([
+    ["true", false],
+    ["1", false],
+    ["false", true],
+    ["0", true],
+    ["FALSE", true],
+  ])("LASTCALL_NO_FILTER=%s: filter inserted %s", async (value, inserted) => {
+    const result = await lastcall(["bootstrap", "--config", someConfig()], { LASTCALL_NO_FILTER: value });
+    expect(result).toMatchObject({ code: 0, stderr: "" });
+    expect(result.stdout.includes("envoy.extensions.filters.http.wasm.v3.Wasm")).toBe(inserted);
+  });
+});
+
 describe("contradictory timings are refused with the numbers", () => {
   it.each([
     { args: ["--min-drain", "30s", "--grace", "30s"], line: "lastcall: --min-drain 30s must be shorter than --grace 30s minus --stop-margin 2s" },
@@ -131,6 +200,14 @@ describe("configs lastcall cannot run exit 2 before Envoy starts", () => {
   });
 });
 
+describe("bootstrap reads options as run does", () => {
+  it("LASTCALL_EXCLUDE_PATH holds a comma-separated list", async () => {
+    const result = await lastcall(["bootstrap", "--config", someConfig()], { LASTCALL_EXCLUDE_PATH: "/healthz,/metrics" });
+    expect(result).toMatchObject({ code: 0, stderr: "" });
+    expect(result.stdout).toContain('"exclude_paths":["/healthz","/metrics"]');
+  });
+});
+
 describe("help and version", () => {
   it("run --help lists every flag with its environment variable and exits 0", async () => {
     const result = await lastcall(["run", "--help"]);
@@ -141,6 +218,21 @@ describe("help and version", () => {
     }
     expect(result.stdout).toContain("LASTCALL_ADMIN_PORT");
     expect(result.stdout).toContain("LASTCALL_RESTART_BUDGET");
+  });
+
+  it("run --help tells the truth about what changed: no --zero-confirm, the limits, loopback-only control", async () => {
+    const help = (await lastcall(["run", "--help"])).stdout.replace(/\s+/g, " ");
+    expect(help).not.toContain("zero-confirm");
+    expect(help).toContain("at most 2147483647ms, about 24.8 days");
+    expect(help).toContain("boolean ones take true, false, 1 or 0");
+    expect(help).toContain("POST /quitquitquit and /drain still answer loopback only");
+    expect(help).toContain("Envoy --drain-time-s, rounded up to whole seconds");
+  });
+
+  it("--zero-confirm is gone", async () => {
+    const result = await lastcall(run("--config", "x.yaml", "--zero-confirm", "50ms"));
+    expect(result.code).toBe(2);
+    expect(errorLines(result.stderr)).toEqual(["error: unknown option '--zero-confirm'"]);
   });
 
   it("--help lists the commands and exits 0", async () => {

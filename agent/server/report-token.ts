@@ -1,0 +1,67 @@
+// The filter's reports change what the agent does (when it stops Envoy), so the status port,
+// reachable by pod neighbours when bound to 0.0.0.0, takes them only with the agent's secret.
+import type { MiddlewareHandler } from "hono";
+import { randomBytes, timingSafeEqual } from "node:crypto";
+
+/** The request header that carries the report token. */
+export const REPORT_TOKEN_HEADER = "x-lastcall-token";
+
+/** The shortest report token accepted; {@linkcode createReportToken} makes 43 characters. */
+export const MIN_REPORT_TOKEN_LENGTH = 16;
+
+/**
+ * Makes a fresh report token: 32 random bytes, base64url (safe in headers and JSON).
+ *
+ * @returns The token
+ * @example
+ * ```ts
+ * const reportToken = createReportToken();
+ * ```
+ */
+export function createReportToken(): string {
+  return randomBytes(32).toString("base64url");
+}
+
+/**
+ * Whether `given` equals the expected token, in time that depends only on the lengths: equal
+ * lengths are compared with `timingSafeEqual`; a different length (or no header) is refused
+ * after the same comparison of the token with itself.
+ *
+ * @param given The header's value, if any
+ * @param expected The token's UTF-8 bytes
+ * @returns True when they are equal
+ */
+export function reportTokenMatches(given: string | undefined, expected: Uint8Array): boolean {
+  const bytes = new TextEncoder().encode(given ?? "");
+  if (bytes.byteLength !== expected.byteLength) {
+    timingSafeEqual(expected, expected);
+    return false;
+  }
+  return timingSafeEqual(bytes, expected);
+}
+
+/**
+ * Middleware that answers 403 `{"error":"report token missing or wrong"}` unless the request
+ * carries `token` in {@linkcode REPORT_TOKEN_HEADER}. The token is never echoed.
+ *
+ * @param token The agent's secret
+ * @returns The middleware
+ * @throws {RangeError} when the token is shorter than {@linkcode MIN_REPORT_TOKEN_LENGTH}
+ * (naming its length, never the token)
+ * @example
+ * ```ts
+ * app.post("/v1/inflight", requireReportToken(createReportToken()), handler);
+ * ```
+ */
+export function requireReportToken(token: string): MiddlewareHandler {
+  // Also guards JavaScript callers that pass none: a missing token must not open the route.
+  const length = typeof token === "string" ? token.length : 0;
+  if (length < MIN_REPORT_TOKEN_LENGTH) {
+    throw new RangeError(`Report token too short: ${length} characters (at least ${MIN_REPORT_TOKEN_LENGTH})`);
+  }
+  const expected = new TextEncoder().encode(token);
+  return async function requireReportToken(c, next) {
+    if (!reportTokenMatches(c.req.header(REPORT_TOKEN_HEADER), expected)) return c.json({ error: "report token missing or wrong" }, 403);
+    await next();
+  };
+}
