@@ -1,7 +1,7 @@
-// The status server bound to 0.0.0.0 (for kubelet probes) on a real socket: the peer address
-// comes from the connection, so a neighbour reaching the pod's address cannot stop or drain
-// the proxy, while a caller inside the pod (loopback) can.
-import { networkInterfaces } from "node:os";
+// The status server bound to 0.0.0.0 (for kubelet probes) on a real socket: a caller inside the
+// pod (loopback) can stop or drain it. Callers from other addresses are refused by the peer
+// address of the connection: shown in test/unit/status-app.test.ts with the peer set, since
+// tests here send traffic to loopback addresses only.
 import { request } from "node:http";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { createStatusApp, type StatusControls } from "../../agent/server/app.ts";
@@ -21,9 +21,6 @@ function fakeControls() {
   } satisfies StatusControls;
 }
 
-/** A non-loopback IPv4 address of this machine, if it has one. */
-const external = Object.values(networkInterfaces()).flat().find((i) => i && !i.internal && i.family === "IPv4")?.address;
-
 let server: StatusServer | undefined;
 afterEach(async () => {
   await server?.close();
@@ -37,19 +34,6 @@ async function serve() {
 }
 
 describe("bound to 0.0.0.0", () => {
-  it.skipIf(!external)(`POST /quitquitquit and /drain from this machine's non-loopback address (${external}): 403, nothing done`, async () => {
-    const { controls, url } = await serve();
-    for (const path of ["/quitquitquit", "/drain"]) {
-      const res = await fetch(`${url(external!)}${path}`, { method: "POST", headers: { "x-forwarded-for": "127.0.0.1" } });
-      expect(res.status).toBe(403);
-      expect(await res.json()).toEqual({ error: `POST ${path} is accepted only from loopback, not from ${external}` });
-    }
-    expect(controls.quit).not.toHaveBeenCalled();
-    expect(controls.drain).not.toHaveBeenCalled();
-    // Probes stay open to the same caller.
-    expect((await fetch(`${url(external!)}/healthz/ready`)).status).toBe(200);
-  });
-
   it("POST /quitquitquit and /drain from 127.0.0.1: 200", async () => {
     const { controls, url } = await serve();
     expect((await fetch(`${url("127.0.0.1")}/quitquitquit`, { method: "POST" })).status).toBe(200);
@@ -58,15 +42,6 @@ describe("bound to 0.0.0.0", () => {
     expect(controls.drain).toHaveBeenCalledOnce();
   });
 
-  it.skipIf(!external)("a report from a non-loopback address with the token is taken, answered in headers", async () => {
-    const { controls, url } = await serve();
-    const body = JSON.stringify({ instance: "a", epoch: 0, seq: 1, inflight: 0, draining: true, reason: "probe" });
-    const res = await fetch(`${url(external!)}/v1/inflight`, { method: "POST", headers: { "x-lastcall-token": TOKEN }, body });
-    expect(res.status).toBe(200);
-    expect(res.headers.get("x-lastcall-draining")).toBe("1");
-    expect(res.headers.get("x-lastcall-probe")).toBe("5");
-    expect(controls.report).toHaveBeenCalledOnce();
-  });
 });
 
 describe("report bodies over a real connection", () => {
