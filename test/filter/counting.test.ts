@@ -88,8 +88,8 @@ describe("counting across worker VMs", () => {
     const ids: Map<FilterVm, number[]> = new Map(vms.map((vm) => [vm, []]));
     let racing = false;
     let expected = 0;
-    host.beforeSharedSet = (vm, key) => {
-      if (racing || key !== "lastcall.inflight" || random() < 0.5) return;
+    host.beforeHostCall = ({ vm, call, key }) => {
+      if (racing || call !== "proxy_set_shared_data" || key !== "lastcall.inflight" || random() < 0.5) return;
       racing = true; // another worker runs to completion between this VM's get and set
       const other = vms.find((candidate) => candidate !== vm)!;
       ids.get(other)!.push(other.createStream());
@@ -110,7 +110,7 @@ describe("counting across worker VMs", () => {
     }
     expect(host.casMismatches).toBeGreaterThan(500);
     expect(host.metric(GAUGE)).toBe(expected);
-    host.beforeSharedSet = undefined;
+    host.beforeHostCall = undefined;
     for (const [vm, mine] of ids) for (const id of mine) vm.endStream(id);
     expect(host.inflight()!.count).toBe(0);
     expect(host.metric(GAUGE)).toBe(0);
