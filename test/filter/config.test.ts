@@ -20,6 +20,10 @@ describe("plugin configuration", () => {
     ['{"exclude_paths":[]}'],
     ['{"instance":"\\ud800"}'], // echoed verbatim: still valid JSON text
     ['{"heartbeat_ms":4294967295}'],
+    ['{"token":""}'],
+    ['{"token":"!~s3cr3t"}'],
+    ['{"token":"\\u0041\\/b"}'], // escapes that unescape to visible ASCII
+    [`{"token":"${"~".repeat(256)}"}`],
   ])("accepts %j", (configuration) => {
     const { host, vm } = configure(configuration);
     expect(vm.configured).toBe(true);
@@ -53,6 +57,14 @@ describe("plugin configuration", () => {
     ['{"instance":"\\x"}', "malformed JSON"],
     ['{"agent_cluster":"\\ud800"}', 'lone surrogate in a string: "\\ud800"'],
     ["[".repeat(5000), "JSON nested too deeply"],
+    ['{"token":7}', '"token" must be a string: 7'],
+    ['{"token":null}', '"token" must be a string: null'],
+    [`{"token":"${"a".repeat(257)}"}`, `"token" must be at most 256 visible ASCII characters (0x21 to 0x7e): "${"a".repeat(199)}...`],
+    ['{"token":"a b"}', '"token" must be at most 256 visible ASCII characters (0x21 to 0x7e): "a b"'],
+    ['{"token":"a\\tb"}', '"token" must be at most 256 visible ASCII characters (0x21 to 0x7e): "a\\tb"'],
+    ['{"token":"\\u007f"}', '"token" must be at most 256 visible ASCII characters (0x21 to 0x7e): "\\u007f"'],
+    ['{"token":"\u00e9"}', '"token" must be at most 256 visible ASCII characters (0x21 to 0x7e): "\u00e9"'],
+    ['{"token":"a\\r\\nx-injected: 1"}', '"token" must be at most 256 visible ASCII characters (0x21 to 0x7e)'],
   ])("refuses %j with one error line", (configuration, message) => {
     const { host, vm } = configure(configuration);
     expect(vm.configured).toBe(false);
@@ -77,7 +89,7 @@ describe("plugin configuration", () => {
 
   test("random and truncated inputs never trap: each is accepted or refused with one line", () => {
     const random = prng(7);
-    const valid = '{"agent_cluster":"c","agent_authority":"a","heartbeat_ms":5,"push_timeout_ms":9,"epoch":1,"instance":"i\\u0041","exclude_paths":["/a*"]}';
+    const valid = '{"agent_cluster":"c","agent_authority":"a","heartbeat_ms":5,"push_timeout_ms":9,"epoch":1,"instance":"i\\u0041","exclude_paths":["/a*"],"token":"t\\u0021"}';
     const alphabet = '{}[]",:\\u0123456789abcdefxyz -.eE\n\t\u00e9\u{1f600}';
     const inputs: string[] = [];
     for (let cut = 0; cut <= valid.length; cut++) inputs.push(valid.slice(0, cut));

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "vitest";
-import { type FilterVm, ProxyWasmHost } from "../support/proxy-wasm-host.ts";
+import { type FilterVm, ProxyWasmHost, WasmResult } from "../support/proxy-wasm-host.ts";
 import { prng } from "./prng.ts";
 
 const GAUGE = "wasmcustom.lastcall_inflight";
@@ -7,6 +7,22 @@ const TOTAL = "wasmcustom.lastcall_streams_total";
 const CONFIG = JSON.stringify({ exclude_paths: ["/healthz", "/internal/*"], heartbeat_ms: 0 });
 
 interface Live { vm: FilterVm; id: number; counted: boolean; headers: boolean }
+
+// Checks after every host call that changes the count or the gauge that 0 ≤ counter ≤ gauge ≤ live
+// contexts: the gauge is an upper bound of the counter at every instant, not only when quiescent.
+function watchGauge(host: ProxyWasmHost): { checks: number; maxLead: number } {
+  const seen = { checks: 0, maxLead: 0 };
+  host.afterHostCall = ({ call, key }) => {
+    if (!(call === "proxy_set_shared_data" && key === "lastcall.inflight") && key !== GAUGE) return;
+    const count = host.inflight()!.count;
+    const gauge = host.metric(GAUGE)!;
+    const live = host.vms.reduce((sum, vm) => sum + vm.liveStreams, 0);
+    if (!(count >= 0 && count <= gauge && gauge <= live)) throw new Error(`counter ${count}, gauge ${gauge}, live ${live}`);
+    seen.checks++;
+    seen.maxLead = Math.max(seen.maxLead, gauge - count);
+  };
+  return seen;
+}
 
 // Drives `steps` random events over `vmCount` VMs; checks the count against the truth as it goes.
 function run(seed: number, steps: number, vmCount: number, host: ProxyWasmHost) {
@@ -72,7 +88,9 @@ describe("counting across worker VMs", () => {
   test("thousands of overlapping streams in random order end at exactly zero", () => {
     for (const seed of [1, 2, 3]) {
       const host = new ProxyWasmHost();
+      const gauge = watchGauge(host);
       const { vms, finishedCounted, changes } = run(seed, 6000, 4, host);
+      expect(gauge.checks).toBeGreaterThan(2 * changes);
       expect(host.inflight()).toEqual({ count: 0, version: changes });
       expect(host.metric(GAUGE)).toBe(0);
       expect(host.metric(TOTAL)).toBe(finishedCounted);
@@ -88,8 +106,9 @@ describe("counting across worker VMs", () => {
     const ids: Map<FilterVm, number[]> = new Map(vms.map((vm) => [vm, []]));
     let racing = false;
     let expected = 0;
-    host.beforeSharedSet = (vm, key) => {
-      if (racing || key !== "lastcall.inflight" || random() < 0.5) return;
+    const gauge = watchGauge(host);
+    host.beforeHostCall = ({ vm, call, key }) => {
+      if (racing || call !== "proxy_set_shared_data" || key !== "lastcall.inflight" || random() < 0.5) return;
       racing = true; // another worker runs to completion between this VM's get and set
       const other = vms.find((candidate) => candidate !== vm)!;
       ids.get(other)!.push(other.createStream());
@@ -109,11 +128,35 @@ describe("counting across worker VMs", () => {
       expect(host.inflight()!.count).toBe(expected);
     }
     expect(host.casMismatches).toBeGreaterThan(500);
+    expect(gauge.maxLead).toBeGreaterThanOrEqual(1); // the gauge rose before the CAS that counted
     expect(host.metric(GAUGE)).toBe(expected);
-    host.beforeSharedSet = undefined;
+    host.beforeHostCall = undefined;
     for (const [vm, mine] of ids) for (const id of mine) vm.endStream(id);
     expect(host.inflight()!.count).toBe(0);
     expect(host.metric(GAUGE)).toBe(0);
+  });
+
+  test.each([["proxy_get_shared_data"], ["proxy_set_shared_data"]])("a +1 failed by the host at %s is not counted: its end does not decrement", (failing) => {
+    const host = new ProxyWasmHost();
+    const vm = host.createVm({ configuration: CONFIG });
+    watchGauge(host);
+    const counted = vm.createStream();
+    host.beforeHostCall = ({ call, key, callback }) =>
+      call === failing && key === "lastcall.inflight" && callback === "proxy_on_context_create" ? WasmResult.InternalFailure : undefined;
+    const failed = [vm.createStream(), vm.createStream()];
+    host.beforeHostCall = undefined;
+    expect(host.inflight()).toEqual({ count: 1, version: 1 });
+    expect(host.metric(GAUGE)).toBe(1); // raised, then lowered again
+    vm.requestHeaders(failed[0]!, { ":path": "/healthz" }); // excluded, but was never counted
+    vm.endStream(failed[0]!);
+    vm.endStream(failed[1]!);
+    expect(host.inflight()).toEqual({ count: 1, version: 1 });
+    expect(host.metric(GAUGE)).toBe(1);
+    expect(host.metric(TOTAL)).toBe(0);
+    vm.endStream(counted);
+    expect(host.inflight()).toEqual({ count: 0, version: 2 });
+    expect(host.metric(GAUGE)).toBe(0);
+    expect(host.metric(TOTAL)).toBe(1);
   });
 
   test("a stream reset before its headers is counted from create to delete", () => {
@@ -166,10 +209,11 @@ describe("counting across worker VMs", () => {
     expect(host.inflight()).toBeUndefined(); // another vm_id, another namespace
   });
 
-  test("the first configure creates the key; later VMs find it and keep it", () => {
+  test("the first configure creates the keys; later VMs find them and keep them", () => {
     const host = new ProxyWasmHost();
     const first = host.createVm({ configuration: CONFIG });
     expect(host.inflight()).toEqual({ count: 0, version: 0 });
+    expect(host.sharedData("lastcall.draining")!.value).toEqual(new Uint8Array([0]));
     const id = first.createStream();
     host.createVm({ configuration: CONFIG });
     expect(host.inflight()).toEqual({ count: 1, version: 1 });

@@ -8,6 +8,7 @@ test.each([
   ['{"heartbeat_ms":-1}', '"heartbeat_ms" must be an integer from 0 to 4294967295: -1'],
   ['{"exclude_paths":"/healthz"}', '"exclude_paths" must be an array of strings: "/healthz"'],
   ["not json", "malformed JSON at byte 0: not json"],
+  ['{"token":"a b"}', '"token" must be at most 256 visible ASCII characters (0x21 to 0x7e): "a b"'],
 ])("Envoy refuses to start with plugin configuration %s", async (configuration, message) => {
   const error = await startEnvoy(httpBootstrap({ upstreamPort: 9, configuration }), { concurrency: 1 })
     .then(() => undefined, (e: unknown) => e);

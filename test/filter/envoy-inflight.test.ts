@@ -37,9 +37,11 @@ describe.each([2, 4])("with --concurrency %i", (concurrency) => {
     const random = prng(concurrency);
     app = await startUpstreamApp();
     sink = await startReportSink();
+    const token = `t0k3n-${concurrency}`;
+    sink.token = token; // a report without it is answered 401 and counted failed
     const envoy = await startEnvoy(httpBootstrap({
       upstreamPort: app.port, agentPort: sink.port,
-      configuration: { heartbeat_ms: HEARTBEAT_MS, instance: `c${concurrency}`, exclude_paths: ["/healthz"] },
+      configuration: { heartbeat_ms: HEARTBEAT_MS, instance: `c${concurrency}`, exclude_paths: ["/healthz"], token },
     }), { concurrency });
     const port = envoy.port("ingress");
     const vms = concurrency + 1;
@@ -76,10 +78,19 @@ describe.each([2, 4])("with --concurrency %i", (concurrency) => {
     await app.until((a) => a.inflight === HELD - 5 + 1);
     expect((await settle(envoy, sink, HELD - 5 + 1, vms)).inflight).toBe(HELD - 5 + 1);
 
-    // Drain: the agent says draining; exactly one VM acks with the true count.
+    // Probe: the agent pulls the count by answering a report with x-lastcall-probe.
+    const probed = sink.next((r) => r.reason === "probe");
+    sink.probe(1000 + concurrency);
+    expect(await probed).toMatchObject({ probe: 1000 + concurrency, inflight: HELD - 5 + 1, draining: false });
+
+    // Drain: the agent says draining; exactly one VM acks with the true count. The first answer
+    // that says draining also probes: the VM it reaches reports the count it reads after the flag.
     sink.draining = true;
+    sink.probe(2000 + concurrency);
+    const drainProbe = sink.next((r) => r.reason === "probe" && r.probe === 2000 + concurrency);
     const ack = await sink.next((r) => r.reason === "drain_ack");
     expect(ack).toMatchObject({ inflight: HELD - 5 + 1, draining: true, instance: `c${concurrency}` });
+    expect(await drainProbe).toMatchObject({ inflight: HELD - 5 + 1, draining: true, instance: `c${concurrency}` });
     const zero = sink.next((r) => r.reason === "zero" && r.draining);
     // Snapshot of the upstream when the zero arrives: no HTTP request may still be in flight.
     const upstreamAtZero = zero.then(() => ({ requests: app!.inflight - app!.webSockets, held: app!.held }));
@@ -106,6 +117,8 @@ describe.each([2, 4])("with --concurrency %i", (concurrency) => {
     expect(stats["wasmcustom.lastcall_streams_total"]).toBeGreaterThanOrEqual(answered - excluded + HELD + 1);
     expect(stats["wasmcustom.lastcall_streams_total"]).toBeLessThanOrEqual(outcomes.length - excluded + HELD + 1);
     expect(stats["wasmcustom.lastcall_reports_failed"]).toBe(0);
+    expect(sink.reports.filter((r) => r.headers["x-lastcall-token"] !== token)).toEqual([]);
+    expect(sink.reports.filter((r) => r.reason === "probe").map((r) => r.probe)).toEqual([1000 + concurrency, 2000 + concurrency]);
     for (const session of sessions) session.close();
   });
 });

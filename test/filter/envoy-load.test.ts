@@ -24,6 +24,7 @@ test("a request through Envoy 1.40 moves the filter's gauge and counter", async 
   expect(during["wasmcustom.lastcall_inflight"]).toBe(1);
   const report = await sink.next((r) => r.reason === "heartbeat" && r.inflight === 1);
   expect(report).toMatchObject({ instance: "load-test", epoch: 3, draining: false });
+  expect(report.headers["x-lastcall-token"]).toBeUndefined(); // no token configured: no header
   app.release();
   expect(await (await pending).text()).toBe("released");
   const after = await waitFor(async () => {

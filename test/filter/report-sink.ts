@@ -1,5 +1,6 @@
 // The agent's side of docs/filter-protocol.md for tests: records every `POST /v1/inflight` and
-// answers `{"draining": …}` as the test decides. (This is the agent, not Envoy: a stand-in is fair.)
+// answers 200 with `x-lastcall-draining: 1|0` (and a JSON body for humans), `x-lastcall-probe: <id>`
+// once per asked probe, as the test decides. (This is the agent, not Envoy: a stand-in is fair.)
 import { EventEmitter } from "node:events";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -11,7 +12,9 @@ export interface Report {
   seq: number;
   inflight: number;
   draining: boolean;
-  reason: "heartbeat" | "drain_ack" | "zero" | "busy";
+  reason: "heartbeat" | "drain_ack" | "zero" | "busy" | "probe";
+  /** The probe id answered (probe reports only). */
+  probe?: number;
   /** Arrival order at the sink. */
   arrival: number;
   /** Request headers, lower-case. */
@@ -28,6 +31,10 @@ export interface ReportSink {
   draining: boolean;
   /** Status to answer with. @default 200 */
   status: number;
+  /** When set, a report without `x-lastcall-token: <token>` is answered 401 (and still recorded). */
+  token: string | undefined;
+  /** Puts `x-lastcall-probe: <id>` on the next answer (one answer only). */
+  probe(id: number): void;
   /** Resolves with the first report (from now on) matching `predicate`. */
   next(predicate: (report: Report) => boolean, timeoutMs?: number): Promise<Report>;
   /** Closes the server. */
@@ -39,6 +46,7 @@ export async function startReportSink(): Promise<ReportSink> {
   const events = new EventEmitter();
   events.setMaxListeners(0);
   const reports: Report[] = [];
+  const probes: number[] = [];
   const server = createServer((request, response) => {
     let body = "";
     request.setEncoding("utf8").on("data", (chunk: string) => { body += chunk; }).on("end", () => {
@@ -48,7 +56,17 @@ export async function startReportSink(): Promise<ReportSink> {
       }
       const report = { ...JSON.parse(body), arrival: reports.length, headers: request.headers } as Report;
       reports.push(report);
-      response.writeHead(sink.status, { "content-type": "application/json" });
+      if (sink.token !== undefined && request.headers["x-lastcall-token"] !== sink.token) {
+        response.writeHead(401).end();
+        events.emit("report", report);
+        return;
+      }
+      const headers: Record<string, string> = {
+        "content-type": "application/json", "x-lastcall-draining": sink.draining ? "1" : "0",
+      };
+      const probe = probes.shift();
+      if (probe !== undefined) headers["x-lastcall-probe"] = String(probe);
+      response.writeHead(sink.status, headers);
       response.end(JSON.stringify({ draining: sink.draining }));
       events.emit("report", report);
     });
@@ -59,6 +77,10 @@ export async function startReportSink(): Promise<ReportSink> {
     reports,
     draining: false,
     status: 200,
+    token: undefined,
+    probe(id) {
+      probes.push(id);
+    },
     next(predicate, timeoutMs = 15_000) {
       return new Promise((done, fail) => {
         const onReport = (report: Report) => {

@@ -6,7 +6,11 @@
 //   sequence that skips 0;
 // - metrics: per-VM ids (type in the low 2 bits), one stat per name; counters take only offset > 0;
 // - ticks per root context, driven by the test; http calls recorded for the test to answer or fail;
-// - callbacks in Envoy's order: create → [headers/body…] → log → done → delete.
+// - callbacks in Envoy's order: create → [headers/body…] → log → done → delete;
+// - races: worker threads run in parallel and hold no lock between two host calls, so any other
+//   worker may run between two host calls of one VM. `beforeHostCall` lets a test run other VMs
+//   at that point (nested: they run to completion before this VM's call goes on), or fail the
+//   call with a host error; `afterHostCall` observes every state the process passes through.
 // Any import the module declares that is not modelled here throws when called.
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
@@ -82,6 +86,20 @@ export interface VmOptions {
 
 interface SharedEntry { value: Uint8Array; cas: number }
 
+/** One host call of a VM that touches process-wide state, as the race hooks see it. */
+export interface HostCallPoint {
+  /** The calling VM. */
+  readonly vm: FilterVm;
+  /** The import called. */
+  readonly call: "proxy_get_shared_data" | "proxy_set_shared_data" | "proxy_increment_metric" | "proxy_http_call";
+  /** Shared-data key, metric name (`wasmcustom.…`) or cluster. */
+  readonly key: string;
+  /** The export of the VM that is running (e.g. `proxy_on_context_create`). */
+  readonly callback: string;
+  /** The context it runs for. */
+  readonly context: number;
+}
+
 /** One Envoy process: the shared-data store, the metrics, and every VM loaded into it. */
 export class ProxyWasmHost {
   /** Everything the VMs logged. */
@@ -93,10 +111,15 @@ export class ProxyWasmHost {
   /** Sets refused with CasMismatch so far. */
   casMismatches = 0;
   /**
-   * Runs inside `proxy_set_shared_data` before the store is touched: a test can run another VM
-   * here to play a worker thread that wins the race between this VM's get and set.
+   * Runs at the start of every shared-data get or set, metric increment and http call, before
+   * the host's state is touched. A test can run OTHER VMs here (a worker thread that runs between
+   * two host calls of this VM, e.g. winning the race between its get and its set; running a VM
+   * that is already inside a callback throws), or return a `WasmResult` code to make this call
+   * fail with it and have no effect (a host error).
    */
-  beforeSharedSet: ((vm: FilterVm, key: string) => void) | undefined;
+  beforeHostCall: ((point: HostCallPoint) => number | void) | undefined;
+  /** Runs after every such call took effect (or failed), with its result. */
+  afterHostCall: ((point: HostCallPoint, result: number) => void) | undefined;
   readonly #module: WebAssembly.Module;
   readonly #clusters: Set<string>;
   /** Lowest log level kept. */
@@ -218,6 +241,7 @@ export class FilterVm {
   #nextContextId = 1;
   #nextToken = 1;
   #current = 0;
+  #callback: string | undefined;
   #callResponse: { headers: [string, string][]; body: Uint8Array } | undefined;
   #metricIds = new Map<number, string>();
   #nextMetricId = [METRIC_COUNTER, METRIC_GAUGE, METRIC_HISTOGRAM];
@@ -305,6 +329,16 @@ export class FilterVm {
     return this.#streams.size;
   }
 
+  /** Ids of the live stream contexts. */
+  get streamIds(): number[] {
+    return [...this.#streams.keys()];
+  }
+
+  /** Whether a callback of this VM is running (a VM runs one callback at a time). */
+  get busy(): boolean {
+    return this.#callback !== undefined;
+  }
+
   #stream(id: number): StreamState {
     const state = this.#streams.get(id);
     if (!state) throw new Error(`proxy-wasm host: no live context ${id} in VM ${this.index}`);
@@ -314,18 +348,32 @@ export class FilterVm {
   // Runs one export as `context`; a trap marks the VM failed (Envoy stops calling it) and rethrows.
   #call(name: string, context: number, ...args: number[]): number {
     if (this.failed) throw new Error(`proxy-wasm host: VM ${this.index} failed earlier`, { cause: this.failed });
+    if (this.#callback !== undefined) {
+      throw new Error(`proxy-wasm host: VM ${this.index} is inside ${this.#callback}: a VM runs one callback at a time`);
+    }
     const fn = this.#exports[name];
     if (typeof fn !== "function") return 0; // Envoy skips callbacks the module does not export
-    const previous = this.#current;
     this.#current = context;
+    this.#callback = name;
     try {
       return fn(...args) ?? 0;
     } catch (error) {
       this.failed = error;
       throw error;
     } finally {
-      this.#current = previous;
+      this.#current = 0;
+      this.#callback = undefined;
     }
+  }
+
+  // Runs one host call that touches process-wide state between the race hooks.
+  #hooked(call: HostCallPoint["call"], key: string, body: () => number): number {
+    const host = this.#host;
+    const point: HostCallPoint = { vm: this, call, key, callback: this.#callback ?? "", context: this.#current };
+    const injected = host.beforeHostCall?.(point);
+    const result = typeof injected === "number" ? injected : body();
+    host.afterHostCall?.(point, result);
+    return result;
   }
 
   #deliverCallResponse(token: number, response: { headers: [string, string][]; body: Uint8Array } | undefined): void {
@@ -427,18 +475,20 @@ export class FilterVm {
         return this.#copyOut(Buffer.from(found.join(",")), ptrPtr, sizePtr);
       },
       proxy_get_shared_data: (keyPtr: number, keySize: number, ptrPtr: number, sizePtr: number, casPtr: number) => {
-        const entry = host.getShared(vmId(), this.#string(keyPtr, keySize));
-        if (!entry) return WasmResult.NotFound;
-        const result = this.#copyOut(entry.value, ptrPtr, sizePtr);
-        if (result !== WasmResult.Ok) return result;
-        this.#setU32(casPtr, entry.cas);
-        return WasmResult.Ok;
+        const key = this.#string(keyPtr, keySize);
+        return this.#hooked("proxy_get_shared_data", key, () => {
+          const entry = host.getShared(vmId(), key);
+          if (!entry) return WasmResult.NotFound;
+          const result = this.#copyOut(entry.value, ptrPtr, sizePtr);
+          if (result !== WasmResult.Ok) return result;
+          this.#setU32(casPtr, entry.cas);
+          return WasmResult.Ok;
+        });
       },
       proxy_set_shared_data: (keyPtr: number, keySize: number, valuePtr: number, valueSize: number, cas: number) => {
         const key = this.#string(keyPtr, keySize);
         const value = this.#bytes(valuePtr, valueSize).slice();
-        host.beforeSharedSet?.(this, key);
-        return host.setShared(vmId(), key, value, cas >>> 0);
+        return this.#hooked("proxy_set_shared_data", key, () => host.setShared(vmId(), key, value, cas >>> 0));
       },
       proxy_define_metric: (type: number, namePtr: number, nameSize: number, idPtr: number) => {
         if (type > METRIC_HISTOGRAM) return WasmResult.BadArgument;
@@ -456,8 +506,10 @@ export class FilterVm {
         if (type === METRIC_HISTOGRAM) return WasmResult.BadArgument;
         if (name === undefined) return WasmResult.NotFound;
         if (type === METRIC_COUNTER && offset <= 0n) return WasmResult.BadArgument;
-        host.addStat(name, offset);
-        return WasmResult.Ok;
+        return this.#hooked("proxy_increment_metric", name, () => {
+          host.addStat(name, offset);
+          return WasmResult.Ok;
+        });
       },
       proxy_set_tick_period_milliseconds: (periodMs: number) => {
         if (!this.#isRoot() && !this.#streams.has(this.#current)) return WasmResult.BadArgument;
@@ -473,28 +525,34 @@ export class FilterVm {
         const body = this.#string(bodyPtr, bodySize);
         this.#pairs(trailersPtr, trailersSize);
         this.#setU32(tokenPtr, 0);
-        if ((timeoutMs | 0) < 0 || !host.hasCluster(cluster)) return WasmResult.BadArgument;
-        const names = new Set(headers.map(([k]) => k));
-        if (!names.has(":path") || !names.has(":method") || !names.has(":authority")) return WasmResult.BadArgument;
-        const token = this.#nextToken++;
-        const vm = this;
-        const call: HttpCall = {
-          vm, token, cluster, headers, body, timeoutMs: timeoutMs >>> 0, settled: false,
-          respond(status, responseBody = "", extra = []) {
-            if (call.settled) throw new Error(`proxy-wasm host: call ${token} already settled`);
-            call.settled = true;
-            vm.#deliverCallResponse(token, { headers: [[":status", String(status)], ...extra], body: Buffer.from(responseBody) });
-          },
-          fail() {
-            if (call.settled) throw new Error(`proxy-wasm host: call ${token} already settled`);
-            call.settled = true;
-            vm.#deliverCallResponse(token, undefined);
-          },
-        };
-        host.calls.push(call);
-        this.#setU32(tokenPtr, token);
-        return WasmResult.Ok;
+        return this.#hooked("proxy_http_call", cluster, () => this.#dispatch(cluster, headers, body, timeoutMs, tokenPtr));
       },
     } as Record<string, (...args: never[]) => unknown>;
+  }
+
+  // proxy_http_call once its arguments are read: Envoy's checks, then a call for the test to settle.
+  #dispatch(cluster: string, headers: [string, string][], body: string, timeoutMs: number, tokenPtr: number): number {
+    const host = this.#host;
+    if ((timeoutMs | 0) < 0 || !host.hasCluster(cluster)) return WasmResult.BadArgument;
+    const names = new Set(headers.map(([k]) => k));
+    if (!names.has(":path") || !names.has(":method") || !names.has(":authority")) return WasmResult.BadArgument;
+    const token = this.#nextToken++;
+    const vm = this;
+    const call: HttpCall = {
+      vm, token, cluster, headers, body, timeoutMs: timeoutMs >>> 0, settled: false,
+      respond(status, responseBody = "", extra = []) {
+        if (call.settled) throw new Error(`proxy-wasm host: call ${token} already settled`);
+        call.settled = true;
+        vm.#deliverCallResponse(token, { headers: [[":status", String(status)], ...extra], body: Buffer.from(responseBody) });
+      },
+      fail() {
+        if (call.settled) throw new Error(`proxy-wasm host: call ${token} already settled`);
+        call.settled = true;
+        vm.#deliverCallResponse(token, undefined);
+      },
+    };
+    host.calls.push(call);
+    this.#setU32(tokenPtr, token);
+    return WasmResult.Ok;
   }
 }
