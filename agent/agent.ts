@@ -18,6 +18,7 @@ import { bindFailure, describeExit, type EnvoyExit } from "./envoy/process.ts";
 import { Envoys, type LiveEnvoy } from "./envoys.ts";
 import { EXIT, StartError } from "./errors.ts";
 import { filterWasmPath } from "./filter-asset.ts";
+import { AppWatch } from "./app-watch.ts";
 import { watchHealth } from "./health.ts";
 import type { EventLog } from "./log.ts";
 import type { RunOptions } from "./options.ts";
@@ -68,6 +69,7 @@ export class Agent {
   readonly #tracker: InflightTracker;
   readonly #desk: ReportDesk;
   readonly #budget: RestartBudget;
+  readonly #app: AppWatch;
   /** Secret the filter sends with its reports: anything else on the status port is refused. */
   readonly #reportToken = randomBytes(24).toString("hex");
   /** Envoys being stopped on purpose: their exit is no crash. */
@@ -100,6 +102,7 @@ export class Agent {
       draining: (instance) => this.#drainPlan !== undefined || this.#coldDraining.has(instance),
     });
     this.#budget = new RestartBudget(options.restartBudget);
+    this.#app = new AppWatch({ port: options.appPort }, log);
   }
 
   /** The port the status server listens on, once started. */
@@ -212,6 +215,7 @@ export class Agent {
       metrics: () => metrics.metrics(),
       reportToken: this.#reportToken,
       report: (report) => this.#desk.answer(report),
+      app: (report) => this.#app.report(report),
       quit: () => this.terminate("POST /quitquitquit"),
       drain: () => this.drain(),
     });
@@ -252,6 +256,7 @@ export class Agent {
       status_port: this.#server!.port,
       filter: this.#filterWasm ? b.filteredListeners : [],
       filter_tcp: this.#filterWasm ? b.tcpListeners : [],
+      ...(this.#filterWasm && b.outboundListeners.length ? { filter_outbound: b.outboundListeners } : {}),
       inbound: b.inboundListeners,
       ...(b.unseenListeners.length ? { counted_by_stats: b.unseenListeners } : {}),
     });
@@ -540,7 +545,8 @@ export class Agent {
     const running = this.#envoys.all().filter((l) => l.process.running);
     Promise.all(running.map((l) => l.process.exited)).then(end("envoy_exited"));
     try {
-      return await waitDrained(plan, { ...this.#modeContext(), measure: (s) => this.#measure(s) }, ended.signal);
+      const waitForApp = (s: AbortSignal) => this.#app.waitGone(s);
+      return await waitDrained(plan, { ...this.#modeContext(), measure: (s) => this.#measure(s), waitForApp }, ended.signal);
     } finally {
       clearTimeout(timer);
     }

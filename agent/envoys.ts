@@ -165,7 +165,7 @@ export class Envoys {
       hung: false,
       listenersDraining: false,
       reporters: [
-        ...(filtered && b.filteredListeners.length > 0 ? [instance] : []),
+        ...(filtered && b.filteredListeners.length + b.outboundListeners.length > 0 ? [instance] : []),
         ...(filtered && b.tcpListeners.length > 0 ? [`${instance}${TCP_INSTANCE_SUFFIX}`] : []),
       ],
     };

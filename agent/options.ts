@@ -60,6 +60,8 @@ export interface RunOptions {
   failHealthcheck: boolean;
   /** Termination: time kept back from the deadline for stopping Envoy. @default 2000 */
   stopMarginMs: number;
+  /** Termination: the app's port on 127.0.0.1; while it accepts connections the app runs. */
+  appPort?: number;
   /** Extra arguments passed to Envoy as they are. @default [] */
   envoyArgs: string[];
 }
@@ -210,6 +212,7 @@ export function runOptionList(): Option[] {
     option("--drain-scope <scope>", "inbound | all (default: inbound; all with --role gateway)").argParser(choiceArg(["inbound", "all"] as const)),
     option("--fail-healthcheck", "POST /healthcheck/fail before draining (default with --role gateway)"),
     option("--no-fail-healthcheck", "do not fail Envoy's health check filter, even with --role gateway"),
+    option("--app-port <port>", "the app's port on 127.0.0.1: on termination Envoy is kept (for the app's outbound calls) until it stops accepting connections").argParser(integerArg(1, 65535)),
     option("--stop-margin <duration>", "time kept back from --grace to stop Envoy").default(2000, "2s").argParser(durationArg),
   ];
 }

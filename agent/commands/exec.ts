@@ -22,10 +22,27 @@ export function exitStatus(code: number | null, signal: NodeJS.Signals | null): 
   return 128 + (number ?? 1);
 }
 
+/** Tells the agent what became of the app (`POST /v1/app`); a failure is said, never fatal. */
+async function tellAgent(statusUrl: string, body: { state: "running" | "exited"; pid?: number; status?: number }): Promise<void> {
+  const url = new URL("/v1/app", statusUrl);
+  try {
+    const response = await fetch(url, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(2000),
+    });
+    if (!response.ok) writeErr(`lastcall exec: ${url} answered ${response.status}`);
+  } catch (error) {
+    writeErr(`lastcall exec: cannot tell the agent at ${url} that the app ${body.state === "running" ? "runs" : "exited"}: ${(error as Error).message}`);
+  }
+}
+
 /**
  * `lastcall exec -- CMD ARGS...`, for the app container: wait until the proxy is ready, run
- * the app with signals forwarded, and when it exits ask the agent to quit (the same
- * termination sequence as SIGTERM), then exit with the app's status.
+ * the app with signals forwarded (telling the agent it runs, so a drain waits for it), and when
+ * it exits tell the agent and ask it to quit (the same termination sequence as SIGTERM), then
+ * exit with the app's status.
  *
  * @example
  * ```ts
@@ -41,6 +58,8 @@ export async function execApp(command: string[], options: ExecOptions): Promise<
   if (ready !== 0) return ready;
   const child = spawn(command[0], command.slice(1), { stdio: "inherit" });
   const off = FORWARDED.map((signal) => onSignal(signal, () => child.kill(signal)));
+  // The agent keeps Envoy for the app's outbound calls until it hears that the app exited.
+  const told = child.pid === undefined ? Promise.resolve() : tellAgent(options.statusUrl, { state: "running", pid: child.pid });
   const status = await new Promise<number>((resolve) => {
     child.once("error", (error) => {
       writeErr(`lastcall exec: cannot run ${command[0]}: ${error.message}`);
@@ -49,6 +68,8 @@ export async function execApp(command: string[], options: ExecOptions): Promise<
     child.once("exit", (code, signal) => resolve(exitStatus(code, signal)));
   });
   for (const remove of off) remove();
+  await told;
+  await tellAgent(options.statusUrl, { state: "exited", pid: child.pid, status });
   if (options.quit) {
     const url = new URL("/quitquitquit", options.statusUrl);
     try {

@@ -93,6 +93,10 @@ export function checkTimings(o: RunOptions): void {
   if (o.parentShutdownMs <= o.drainTimeMs) {
     throw new UsageError(`--parent-shutdown ${f(o.parentShutdownMs)} must be longer than --drain-time ${f(o.drainTimeMs)}`);
   }
+  // The filter's heartbeats carry the count outside a drain and the channel for probes in it.
+  if (o.heartbeatMs < 100 || o.heartbeatMs > 60_000) {
+    throw new UsageError(`--heartbeat ${f(o.heartbeatMs)} must be from 100ms to 1m`);
+  }
 }
 
 /** Turns commander's parsed values into validated {@linkcode RunOptions}. */
@@ -130,6 +134,7 @@ export function resolveRunOptions(command: Command, envoyArgs: string[]): RunOpt
     drainScope: v.drainScope ?? (gateway ? "all" : "inbound"),
     failHealthcheck: v.failHealthcheck ?? gateway,
     stopMarginMs: v.stopMargin,
+    appPort: v.appPort,
     envoyArgs,
   };
   const applied = applyIstioEnvironment(options, (key) => {

@@ -94,6 +94,8 @@ export async function drainListeners(
 export interface WaitDeps extends ModeContext {
   /** Requests in flight in the live Envoys now, from Envoy itself; undefined when unknown. */
   measure(signal: AbortSignal): Promise<number | undefined>;
+  /** Waits while the app beside the proxy still runs; true if it had to wait. */
+  waitForApp?(signal: AbortSignal): Promise<boolean>;
 }
 
 /**
@@ -101,7 +103,8 @@ export interface WaitDeps extends ModeContext {
  * `requests_zero`, `connections_zero`, `sleep_done`, …), or `deadline`, `stopped_now`,
  * `envoy_exited` when `ended` aborts with a {@linkcode DrainEnded}. A zero seen before the
  * floor (`--min-drain`) is not an end: the wait goes on, and requests that arrive during the
- * floor are waited for. In the counting modes, Envoy's own count is read once more right
+ * floor are waited for. An app that still runs beside the proxy is waited for too (its outbound
+ * calls go through Envoy). In the counting modes, Envoy's own count is read once more right
  * before the end; if it is not zero, the wait resumes.
  *
  * @example
@@ -124,6 +127,8 @@ export async function waitDrained(plan: DrainPlan, deps: WaitDeps, ended: AbortS
         if (!counting) return reason;
         continue; // a zero before the floor is not the end: count again
       }
+      // The app may still call out through Envoy while it shuts down: wait for it, then count again.
+      if (deps.waitForApp && await deps.waitForApp(ended)) continue;
       if (counting) {
         const now = await deps.measure(ended).catch(() => undefined);
         if (now !== undefined && now > 0) {

@@ -37,8 +37,10 @@ export interface Bootstrap {
   inboundListeners: string[];
   /** `stat_prefix` of every HTTP connection manager of those listeners. */
   inboundStatPrefixes: string[];
-  /** Listeners whose HTTP connection managers got the filter. */
+  /** Inbound listeners whose HTTP connection managers got the filter. */
   filteredListeners: string[];
+  /** OUTBOUND listeners whose HTTP connection managers got the filter: counted, not drained. */
+  outboundListeners: string[];
   /** Inbound tcp_proxy listeners that got the network (connection-counting) variant. */
   tcpListeners: string[];
   /**
@@ -149,10 +151,15 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
   const listeners = ((staticResources.listeners ?? []) as Json[]).filter(isObject);
   const anyMarked = listeners.some((l) => l.traffic_direction === "INBOUND");
   const inbound = listeners.filter((l) => !anyMarked || l.traffic_direction === "INBOUND");
+  // Outbound listeners (the app's calls out) are counted, not drained: an app that shuts down
+  // slowly still calls other services through Envoy, and the drain waits for those calls.
+  const outbound = anyMarked ? listeners.filter((l) => l.traffic_direction === "OUTBOUND") : [];
   const inboundStatPrefixes: string[] = [];
   const filteredListeners: string[] = [];
+  const outboundListeners: string[] = [];
   const tcpListeners = new Set<string>();
-  for (const listener of inbound) {
+  for (const listener of [...inbound, ...outbound]) {
+    const isInbound = inbound.includes(listener);
     let filtered = false;
     const chains = [...((listener.filter_chains ?? []) as Json[])];
     // A listener may have only a default chain, or a default chain beside matched ones: it
@@ -160,20 +167,22 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
     if (isObject(listener.default_filter_chain)) chains.push(listener.default_filter_chain);
     for (const chain of chains) {
       const filters = (chain.filters ?? []) as Json[];
-      if (options.filter && filters.some(isTcpProxy) && !filters.some(isHcm)) {
+      // Open connections are counted on inbound tcp_proxy only: an app's idle outbound pools
+      // (databases) would hold every drain until the deadline.
+      if (isInbound && options.filter && filters.some(isTcpProxy) && !filters.some(isHcm)) {
         chain.filters = [wasmFilter(options.filter, true), ...filters];
         tcpListeners.add(String(listener.name ?? "(unnamed)"));
       }
       for (const filter of filters) {
         if (!isHcm(filter) || !isObject(filter.typed_config)) continue;
         const hcm = filter.typed_config;
-        if (typeof hcm.stat_prefix === "string") inboundStatPrefixes.push(hcm.stat_prefix);
+        if (isInbound && typeof hcm.stat_prefix === "string") inboundStatPrefixes.push(hcm.stat_prefix);
         if (!options.filter) continue;
         hcm.http_filters = [wasmFilter(options.filter), ...((hcm.http_filters ?? []) as Json[])];
         filtered = true;
       }
     }
-    if (filtered) filteredListeners.push(String(listener.name ?? "(unnamed)"));
+    if (filtered) (isInbound ? filteredListeners : outboundListeners).push(String(listener.name ?? "(unnamed)"));
   }
   const dynamic = isObject(config.dynamic_resources) ? config.dynamic_resources : {};
   const unseenListeners = dynamic.lds_config !== undefined ? ["LDS (dynamic_resources.lds_config)"] : [];
@@ -183,6 +192,7 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
     inboundListeners: inbound.map((l) => String(l.name ?? "(unnamed)")),
     inboundStatPrefixes,
     filteredListeners,
+    outboundListeners,
     tcpListeners: [...tcpListeners],
   };
 }

@@ -33,6 +33,14 @@ export interface ReportAnswer {
 }
 
 /** What the routes need from the agent. */
+/** What `lastcall exec` says of the app it runs. */
+export interface AppReport {
+  state: "running" | "exited";
+  pid?: number;
+  /** Exit status, once exited. */
+  status?: number;
+}
+
 export interface StatusControls {
   readiness(): Promise<ReadinessAnswer>;
   state(): AgentState & { inflight: number; filter: string };
@@ -42,6 +50,8 @@ export interface StatusControls {
    * characters; see `createReportToken`). Never put in a response, a log line or a metric.
    */
   reportToken: string;
+  /** `POST /v1/app` (loopback only): `lastcall exec` says the app runs, or has exited. */
+  app?(report: AppReport): void;
   /** Takes a filter report; answers whether the agent is draining and which probe is answered. */
   report(report: InflightReport): Promise<ReportAnswer>;
   /** `POST /quitquitquit` from loopback: the termination sequence, as on SIGTERM. */
@@ -94,6 +104,14 @@ export function createStatusApp(controls: StatusControls): Hono {
   app.post("/quitquitquit", loopbackOnly(), function quit(c) {
     controls.quit();
     return c.json({ quitting: true });
+  });
+  app.post("/v1/app", loopbackOnly(), async function appState(c) {
+    const body = await c.req.json().catch(() => undefined) as { state?: unknown; pid?: unknown; status?: unknown } | undefined;
+    if (body?.state !== "running" && body?.state !== "exited") {
+      return c.json({ error: `app state must be "running" or "exited", not ${JSON.stringify(body?.state)?.slice(0, 40)}` }, 400);
+    }
+    controls.app?.({ state: body.state, pid: typeof body.pid === "number" ? body.pid : undefined, status: typeof body.status === "number" ? body.status : undefined });
+    return c.json({ ok: true });
   });
   app.post("/drain", loopbackOnly(), function drain(c) {
     controls.drain();

@@ -69,13 +69,20 @@ describe("deriveBootstrap", () => {
     expect(() => deriveBootstrap({ static_resources: { clusters: [{ name: AGENT_CLUSTER }] } }, options)).toThrow(/already has a cluster named lastcall_agent/);
   });
 
-  it("inserts the filter first, only into INBOUND listeners when some are marked", () => {
+  it("inserts the filter first into INBOUND listeners and (counted, not drained) OUTBOUND ones when some are marked", () => {
     const input = { static_resources: { listeners: [listener("in", "INBOUND"), listener("out", "OUTBOUND"), listener("plain")] } };
     const result = deriveBootstrap(input, withFilter);
     expect(httpFilterNames(result.config, 0)).toEqual([FILTER_NAME, router.name]);
-    expect(httpFilterNames(result.config, 1)).toEqual([router.name]);
+    expect(httpFilterNames(result.config, 1)).toEqual([FILTER_NAME, router.name]);
     expect(httpFilterNames(result.config, 2)).toEqual([router.name]);
-    expect(result).toMatchObject({ inboundListeners: ["in"], inboundStatPrefixes: ["in"], filteredListeners: ["in"] });
+    expect(result).toMatchObject({ inboundListeners: ["in"], inboundStatPrefixes: ["in"], filteredListeners: ["in"], outboundListeners: ["out"] });
+  });
+
+  it("counts connections (TCP variant) on inbound tcp_proxy only, not on outbound pools", () => {
+    const input = { static_resources: { listeners: [listener("in", "INBOUND", [tcpProxy]), listener("db", "OUTBOUND", [tcpProxy])] } };
+    const result = deriveBootstrap(input, withFilter);
+    expect(result.tcpListeners).toEqual(["in"]);
+    expect(result.config.static_resources.listeners[1].filter_chains[0].filters).toEqual([tcpProxy]);
   });
 
   it("treats every listener as inbound when none is marked", () => {

@@ -1,0 +1,94 @@
+// The sidecar outlives the app's own shutdown: in a classic sidecar pod both containers get
+// SIGTERM at once, and the app, while it finishes, still calls other services through Envoy's
+// outbound listener. lastcall counts those calls (outbound listeners get the filter, and are
+// not drained) and waits for the app to exit, told by `lastcall exec` or by `--app-port`.
+import { spawn } from "node:child_process";
+import { createServer, type Server } from "node:net";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { inboundConfig, lastcallCommand, type LastcallEvent, stopAllLastcalls } from "../support/lastcall.ts";
+import { serving } from "../support/serving.ts";
+import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
+
+let app: UpstreamApp;
+beforeAll(async () => (app = await startUpstreamApp()));
+afterAll(() => app.close());
+afterEach(async () => {
+  await stopAllLastcalls();
+  app.release();
+});
+
+/** An inbound listener in front of the app and an OUTBOUND one for its calls out. */
+function podConfig(): Record<string, unknown> {
+  const config = inboundConfig({ upstreamPort: app.port }) as { static_resources: { listeners: Array<Record<string, any>> } };
+  const egress = structuredClone(config.static_resources.listeners[0]);
+  egress.name = "egress";
+  egress.traffic_direction = "OUTBOUND";
+  egress.filter_chains[0].filters[0].typed_config.stat_prefix = "egress";
+  config.static_resources.listeners.push(egress);
+  return config;
+}
+
+// The app: on SIGTERM it keeps calling out through Envoy for a while (one call every 150 ms,
+// each 50 ms long, so the count touches zero between them), then exits 0 if every call got 200.
+const SHUTTING_DOWN_APP = `
+const http = require("node:http");
+const port = Number(process.argv[1]);
+const call = () => new Promise((done) => {
+  const req = http.get({ host: "127.0.0.1", port, path: "/delay?ms=50", agent: false }, (res) => { res.resume(); res.on("end", () => done(res.statusCode)); });
+  req.on("error", () => done(0));
+});
+setInterval(() => {}, 1000);
+process.on("SIGTERM", async () => {
+  const statuses = [];
+  for (let i = 0; i < 12; i++) { statuses.push(await call()); await new Promise((d) => setTimeout(d, 100)); }
+  console.log("app calls:", statuses.join(","));
+  process.exit(statuses.every((s) => s === 200) ? 0 : 1);
+});
+console.log("app running");
+`;
+
+describe("an app that calls out while it shuts down", () => {
+  it.each([
+    { name: "default settings", args: [] },
+    { name: "--min-drain 0s (the wait is the app's, not the floor's)", args: ["--min-drain", "0s"] },
+  ])("under lastcall exec ($name): the outbound calls all succeed, the drain ends after the app exited", async ({ args }) => {
+    const { lc, status } = await serving(app.port, args, { config: podConfig() });
+    expect(await lc.event("start")).toMatchObject({ filter: ["ingress"], filter_outbound: ["egress"] });
+    const egressPort = await lc.listenerPort("egress");
+    const [command, ...prefix] = lastcallCommand("bundle");
+    const exec = spawn(command, [...prefix, "exec", "--status-url", `${status}/healthz/ready`, "--", process.execPath, "-e", SHUTTING_DOWN_APP, String(egressPort)], { stdio: ["ignore", "pipe", "pipe"] });
+    let output = "";
+    exec.stdout!.on("data", (chunk) => (output += chunk));
+    exec.stderr!.on("data", (chunk) => (output += chunk));
+    const execExit = new Promise<number | null>((done) => exec.once("exit", (code) => done(code)));
+    await lc.event("app_running");
+    while (!output.includes("app running")) await new Promise((done) => exec.stdout!.once("data", done));
+    // The kubelet: SIGTERM to both containers at once.
+    exec.kill("SIGTERM");
+    lc.signal("SIGTERM");
+    expect(await execExit).toBe(0);
+    expect(output).toMatch(/app calls: (200,){11}200/);
+    const terminated = await lc.event("terminated");
+    expect(terminated).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+    const order = (name: string) => lc.events.findIndex((e: LastcallEvent) => e.event === name);
+    expect(order("app_exited")).toBeGreaterThan(order("drain_start"));
+    expect(order("drain_wait_done")).toBeGreaterThan(order("app_exited"));
+    // Without the floor, the drain had to wait for the app itself.
+    if (args.length) expect(order("app_wait")).toBeGreaterThan(order("drain_start"));
+    if (args.length) expect(order("app_exited")).toBeGreaterThan(order("app_wait"));
+  });
+
+  it("with --app-port: waits while the app's port accepts connections", async () => {
+    const appServer: Server = createServer();
+    await new Promise<void>((done) => appServer.listen(0, "127.0.0.1", done));
+    const appPort = (appServer.address() as { port: number }).port;
+    const { lc } = await serving(app.port, ["--min-drain", "0s", "--app-port", String(appPort)]);
+    lc.signal("SIGTERM");
+    expect(await lc.event("app_wait")).toMatchObject({ via: `port ${appPort}` });
+    await new Promise((done) => setTimeout(done, 300));
+    expect(lc.events.map((e) => e.event)).not.toContain("drain_wait_done");
+    await new Promise((done) => appServer.close(done));
+    await lc.event("app_exited");
+    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero" });
+  });
+});
