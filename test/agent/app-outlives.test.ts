@@ -4,18 +4,11 @@
 // not drained) and waits for the app to exit, told by `lastcall exec` or by `--app-port`.
 import { spawn } from "node:child_process";
 import { createServer, type Server } from "node:net";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { inboundConfig, lastcallCommand, type LastcallEvent, stopAllLastcalls } from "../support/lastcall.ts";
-import { serving } from "../support/serving.ts";
-import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
+import { describe, expect, it } from "vitest";
+import { inboundConfig, lastcallCommand, type LastcallEvent } from "../support/lastcall.ts";
+import { serving, upstreamForFile } from "../support/serving.ts";
 
-let app: UpstreamApp;
-beforeAll(async () => (app = await startUpstreamApp()));
-afterAll(() => app.close());
-afterEach(async () => {
-  await stopAllLastcalls();
-  app.release();
-});
+const app = upstreamForFile();
 
 /** An inbound listener in front of the app and an OUTBOUND one for its calls out. */
 function podConfig(): Record<string, unknown> {

@@ -6,20 +6,13 @@
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { http1, type Outcome } from "../filter/clients.ts";
 import { localCluster, waitFor } from "../support/envoy.ts";
-import { freePort, inboundConfig, isAlive, type LastcallEvent, startLastcall, stopAllLastcalls, type TestLastcall, writeConfig } from "../support/lastcall.ts";
-import { agentSees, agentState, serving } from "../support/serving.ts";
-import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
+import { freePort, inboundConfig, isAlive, type LastcallEvent, startLastcall, type TestLastcall, writeConfig } from "../support/lastcall.ts";
+import { agentSees, agentState, serving, upstreamForFile } from "../support/serving.ts";
 
-let app: UpstreamApp;
-beforeAll(async () => (app = await startUpstreamApp()));
-afterAll(() => app.close());
-afterEach(async () => {
-  await stopAllLastcalls();
-  app.release();
-});
+const app = upstreamForFile();
 
 const names = (lc: TestLastcall) => lc.events.map((e) => e.event);
 const time = (e: LastcallEvent) => Date.parse(e.ts);

@@ -3,20 +3,13 @@
 // what the agent reports (`/v1/state`), never on sleeps, and assert the order of what happened.
 import { Agent as HttpAgent, request } from "node:http";
 import type { Socket } from "node:net";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { closeWebSocket, http1, openWebSocket, type Outcome } from "../filter/clients.ts";
 import { waitFor } from "../support/envoy.ts";
-import { inboundConfig, isAlive, type LastcallEvent, startLastcall, stopAllLastcalls, type TestLastcall } from "../support/lastcall.ts";
-import { agentSees, agentState, type Serving, serving as servingAt, type ServingOptions } from "../support/serving.ts";
-import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
+import { inboundConfig, isAlive, type LastcallEvent, startLastcall, type TestLastcall } from "../support/lastcall.ts";
+import { agentSees, agentState, type Serving, serving as servingAt, type ServingOptions, upstreamForFile } from "../support/serving.ts";
 
-let app: UpstreamApp;
-beforeAll(async () => (app = await startUpstreamApp()));
-afterAll(() => app.close());
-afterEach(async () => {
-  await stopAllLastcalls();
-  app.release();
-});
+const app = upstreamForFile();
 
 function serving(args: string[], options: ServingOptions = {}): Promise<Serving> {
   return servingAt(app.port, args, options);

@@ -1,7 +1,30 @@
 // A lastcall whose Envoy serves and whose filter reports, and what its status server says: the
 // starting point of the termination tests.
+import { afterAll, afterEach, beforeAll } from "vitest";
 import { waitFor } from "./envoy.ts";
-import { inboundConfig, type StartOptions, startLastcall, type TestLastcall } from "./lastcall.ts";
+import { inboundConfig, type StartOptions, startLastcall, stopAllLastcalls, type TestLastcall } from "./lastcall.ts";
+import { startUpstreamApp, type UpstreamApp } from "./upstream-app.ts";
+
+/**
+ * One upstream app for a test file: started before its tests, closed after them; after each
+ * test every lastcall it started is killed and held requests are released.
+ */
+export function upstreamForFile(): UpstreamApp {
+  let app: UpstreamApp | undefined;
+  beforeAll(async () => (app = await startUpstreamApp()));
+  afterAll(() => app?.close());
+  afterEach(async () => {
+    await stopAllLastcalls();
+    app?.release();
+  });
+  return new Proxy({} as UpstreamApp, {
+    get(_, key) {
+      if (!app) throw new Error("The upstream app is used before beforeAll started it");
+      const value = Reflect.get(app, key, app);
+      return typeof value === "function" ? value.bind(app) : value;
+    },
+  });
+}
 
 /** A lastcall whose Envoy is ready and whose filter has reported at least once. */
 export interface Serving {
