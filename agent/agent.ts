@@ -3,7 +3,6 @@
 // drain, reload). Long steps (a reload, a crash restart) run as tasks beside the loop, so a
 // terminate is acted on at once and pre-empts them. Starting Envoys lives in envoys.ts, the
 // termination steps in drain/shutdown.ts, the filter's reports in reports.ts.
-import { randomBytes } from "node:crypto";
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -25,6 +24,7 @@ import type { RunOptions } from "./options.ts";
 import { ReportDesk } from "./reports.ts";
 import { createStatusApp, type ReadinessAnswer } from "./server/app.ts";
 import { listen, type StatusServer } from "./server/listen.ts";
+import { createReportToken } from "./server/report-token.ts";
 import { createMetrics } from "./server/metrics.ts";
 import { type AgentState, initialState } from "./state.ts";
 import { watchFiles } from "./watch.ts";
@@ -71,7 +71,7 @@ export class Agent {
   readonly #budget: RestartBudget;
   readonly #app: AppWatch;
   /** Secret the filter sends with its reports: anything else on the status port is refused. */
-  readonly #reportToken = randomBytes(24).toString("hex");
+  readonly #reportToken = createReportToken();
   /** Envoys being stopped on purpose: their exit is no crash. */
   readonly #retiring = new Set<string>();
   /** Reporters of Envoys drained before a cold reload stops them. */

@@ -10,6 +10,7 @@ import { shutdownEnvoy, shutdownManager } from "./commands/contour.ts";
 import { execApp } from "./commands/exec.ts";
 import { waitReady } from "./commands/wait.ts";
 import { addKubernetesCommands } from "./commands/k8s.ts";
+import { StartError } from "./errors.ts";
 import { createEventLog } from "./log.ts";
 import { filterWasmPath } from "./filter-asset.ts";
 import { durationArg, integerArg, listArg, option, runOptionList, strictBooleanEnvironment, VALUE_SYNTAX_HELP } from "./options.ts";
@@ -122,8 +123,9 @@ export async function main(argv: string[] = commandArguments()): Promise<void> {
       // --help and --version end here with code 0; usage errors were printed by commander.
       exitWith(error.exitCode === 0 ? 0 : 2);
     }
-    if (error instanceof UsageError || error instanceof RangeError) {
+    if (error instanceof UsageError || error instanceof RangeError || error instanceof StartError) {
       writeErr(`lastcall: ${error.message}`);
+      for (const line of (error as StartError).details ?? []) writeErr(`  ${line}`);
       exitWith(2);
     }
     writeErr(`lastcall: ${(error as Error).stack ?? error}`);

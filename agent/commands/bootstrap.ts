@@ -1,6 +1,7 @@
 import { readFile } from "node:fs/promises";
 import YAML from "yaml";
 import { AGENT_CLUSTER, deriveBootstrap } from "../envoy/bootstrap.ts";
+import { StartError } from "../errors.ts";
 import { writeOut } from "../runtime/process.ts";
 
 /** Options of {@linkcode printBootstrap}. */
@@ -17,10 +18,16 @@ export interface BootstrapCommandOptions {
 
 /** `lastcall bootstrap`: prints the effective bootstrap lastcall would run (epoch 0). */
 export async function printBootstrap(o: BootstrapCommandOptions): Promise<number> {
-  const parsed = YAML.parse(await readFile(o.config, "utf8"));
+  let parsed: unknown;
+  try {
+    parsed = YAML.parse(await readFile(o.config, "utf8"));
+  } catch (error) {
+    throw new StartError(`Cannot read Envoy config ${o.config}: ${(error as Error).message.split("\n")[0]}`);
+  }
   const { config } = deriveBootstrap(parsed, {
     adminPort: o.adminPort,
-    statusAddress: o.statusAddress,
+    // As `run` does: Envoy reaches a status server bound to every address on loopback.
+    statusAddress: o.statusAddress === "0.0.0.0" ? "127.0.0.1" : o.statusAddress,
     statusPort: o.statusPort,
     filter: o.filterWasm
       ? {

@@ -1,7 +1,9 @@
 // Issue 4, the command-line contract: bad values and bad configs are refused at start with one
 // line naming what is wrong and exit 2; --help and --version answer and exit 0.
 import { execFile } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { inboundConfig, lastcallCommand, startLastcall, stopAllLastcalls, writeConfig } from "../support/lastcall.ts";
 
@@ -201,6 +203,16 @@ describe("configs lastcall cannot run exit 2 before Envoy starts", () => {
 });
 
 describe("bootstrap reads options as run does", () => {
+  it("refuses a config that is not YAML in one line, exit 2", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "lastcall-cli-"));
+    const path = join(dir, "bad.yaml");
+    writeFileSync(path, "static_resources: [\n");
+    const result = await lastcall(["bootstrap", "--config", path]);
+    expect(result.code).toBe(2);
+    expect(result.stderr.trim().split("\n")).toHaveLength(1);
+    expect(result.stderr).toMatch(new RegExp(`^lastcall: Cannot read Envoy config ${path}: `));
+  });
+
   it("LASTCALL_EXCLUDE_PATH holds a comma-separated list", async () => {
     const result = await lastcall(["bootstrap", "--config", someConfig()], { LASTCALL_EXCLUDE_PATH: "/healthz,/metrics" });
     expect(result).toMatchObject({ code: 0, stderr: "" });
