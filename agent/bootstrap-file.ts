@@ -53,6 +53,7 @@ export async function prepareBootstrap(envoyBinary: string, o: RunOptions, reque
   try {
     bootstrap = deriveBootstrap(parsed, {
       adminPort: o.adminPort,
+      adminSocket: o.adminSocket,
       statusAddress: o.statusAddress === "0.0.0.0" ? "127.0.0.1" : o.statusAddress,
       statusPort: request.statusPort,
       filter: request.filterWasm

@@ -68,8 +68,8 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
 
   program.command("shutdown")
     .description("Contour-compatible preStop: fail Envoy's health check, wait for open requests (or connections) to drain, write the ready file")
-    .addOption(option("--admin-address <address>", "Envoy admin address").default("127.0.0.1"))
-    .addOption(option("--admin-port <port>", "Envoy admin port").default(9001).argParser(integerArg(1, 65535)))
+    .addOption(option("--admin-address <address>", "Envoy admin: a Unix socket path (as Contour), or a host with --admin-port").default("/admin/admin.sock"))
+    .addOption(option("--admin-port <port>", "Envoy admin port, only with a host --admin-address (deprecated in Contour)").default(9001).argParser(integerArg(1, 65535)))
     .addOption(option("--check-interval <duration>", "time between checks").default(5000, "5s").argParser(durationArg))
     .addOption(option("--check-delay <duration>", "wait before the first check").default(0, "0s").argParser(durationArg))
     .addOption(option("--drain-delay <duration>", "wait after failing the health check").default(0, "0s").argParser(durationArg))

@@ -16,6 +16,8 @@ export interface RunOptions {
   envoy?: string;
   /** Envoy admin port on 127.0.0.1; 0 picks a free one. @default 15000 */
   adminPort: number;
+  /** Serve Envoy's admin on this Unix socket instead of 127.0.0.1:`adminPort` (when the config has no admin). */
+  adminSocket?: string;
   /** Status server port; 0 picks a free one. @default 15020 */
   statusPort: number;
   /** Status server address. @default "127.0.0.1" */
@@ -189,6 +191,7 @@ export function runOptionList(): Option[] {
     option("-c, --config <file>", "the Envoy config (YAML or JSON) to run").makeOptionMandatory(),
     option("--envoy <path>", "Envoy binary (default: $ENVOY_BIN, else envoy on PATH)"),
     option("--admin-port <port>", "Envoy admin port on 127.0.0.1 (0: any free port)").default(15000).argParser(integerArg(0, 65535)),
+    option("--admin-socket <path>", "serve Envoy's admin on this Unix socket instead (a config's own admin pipe is used as it is)"),
     option("--status-port <port>", "status server port (0: any free port)").default(15020).argParser(integerArg(0, 65535)),
     option("--status-address <address>", "status server address; 0.0.0.0 for kubelet probes (POST /quitquitquit and /drain still answer loopback only)").default("127.0.0.1"),
     option("--concurrency <n>", "Envoy worker threads").default(2).argParser(integerArg(1, 256)),

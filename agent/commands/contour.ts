@@ -38,8 +38,9 @@ export async function shutdownManager(options: ShutdownManagerOptions, log: Even
 
 /** Options of {@linkcode shutdownEnvoy}, with Contour's names and defaults. */
 export interface ShutdownOptions {
+  /** Envoy's admin: a Unix socket path, or a host (then with `adminPort`). @default "/admin/admin.sock" */
   adminAddress: string;
-  /** @default 9001 */
+  /** Only with a host `adminAddress` (Contour's deprecated form). @default 9001 */
   adminPort: number;
   /** Time between checks of the open count. @default 5000 */
   checkIntervalMs: number;
@@ -64,7 +65,9 @@ export function openCount(stats: Stat[]): { what: "inflight_requests" | "http_co
 
 /** `lastcall shutdown`: fail health, wait for the open count to fall, write the ready file. */
 export async function shutdownEnvoy(options: ShutdownOptions, log: EventLog): Promise<number> {
-  const admin = new AdminClient(`http://${options.adminAddress}:${options.adminPort}`);
+  // Contour ≥ 1.2x talks to Envoy's admin on a Unix socket only (`--admin-address
+  // /admin/admin.sock`, `--admin-port` deprecated and ignored); a host address is the older form.
+  const admin = new AdminClient(options.adminAddress.startsWith("/") ? `unix:${options.adminAddress}` : `http://${options.adminAddress}:${options.adminPort}`);
   // Contour retries the health-check failure a few times with a growing backoff.
   let failed = false;
   for (let attempt = 0, wait = 200; attempt < 4 && !failed; attempt++, wait *= 5) {

@@ -112,6 +112,7 @@ export function resolveRunOptions(command: Command, envoyArgs: string[]): RunOpt
     config: v.config,
     envoy: v.envoy,
     adminPort: v.adminPort,
+    adminSocket: v.adminSocket,
     statusPort: v.statusPort,
     statusAddress: v.statusAddress,
     concurrency: v.concurrency,

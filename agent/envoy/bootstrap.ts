@@ -17,6 +17,8 @@ export const TCP_INSTANCE_SUFFIX = "/tcp";
 export interface BootstrapOptions {
   /** Admin port on 127.0.0.1 (0: any). */
   adminPort: number;
+  /** Serve admin on this Unix socket instead, when the config has no admin. */
+  adminSocket?: string;
   /** Where the agent's status server listens, for the filter's reports. */
   statusAddress: string;
   statusPort: number;
@@ -102,14 +104,19 @@ function wasmFilter(filter: NonNullable<BootstrapOptions["filter"]>, tcp = false
   };
 }
 
-function checkAdmin(config: Json, adminPort: number): void {
+function checkAdmin(config: Json, adminPort: number, adminSocket?: string): void {
   const admin = config.admin;
   if (admin === undefined) {
-    config.admin = { address: { socket_address: { address: "127.0.0.1", port_value: adminPort } } };
+    config.admin = adminSocket
+      ? { address: { pipe: { path: adminSocket } } }
+      : { address: { socket_address: { address: "127.0.0.1", port_value: adminPort } } };
     return;
   }
-  const socket = isObject(admin) && isObject(admin.address) ? admin.address.socket_address : undefined;
-  if (!isObject(socket)) throw new BootstrapError("Envoy config admin has no socket_address: lastcall needs admin on 127.0.0.1");
+  const address = isObject(admin) && isObject(admin.address) ? admin.address : undefined;
+  // A Unix socket (Contour's bootstraps use /admin/admin.sock) is reachable from the pod only.
+  if (address && isObject(address.pipe) && typeof address.pipe.path === "string") return;
+  const socket = address?.socket_address;
+  if (!isObject(socket)) throw new BootstrapError("Envoy config admin has neither socket_address nor pipe: lastcall needs admin on 127.0.0.1 or a Unix socket");
   if (!LOOPBACK.has(String(socket.address))) {
     throw new BootstrapError(`Envoy config admin address must be loopback, not ${String(socket.address)}`);
   }
@@ -131,7 +138,7 @@ function checkAdmin(config: Json, adminPort: number): void {
 export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions): Bootstrap {
   if (!isObject(userConfig)) throw new BootstrapError("Envoy config must be a YAML or JSON object");
   const config = structuredClone(userConfig) as Json;
-  checkAdmin(config, options.adminPort);
+  checkAdmin(config, options.adminPort, options.adminSocket);
 
   const staticResources = (config.static_resources ??= {}) as Json;
   const clusters = (staticResources.clusters ??= []) as Json[];

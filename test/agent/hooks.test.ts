@@ -73,7 +73,7 @@ describe("Contour-compatible shutdown-manager and shutdown", () => {
         return r.status;
       });
       const adminPort = new URL(envoy.adminUrl).port;
-      const shutdown = runFile(lastcall, [...prefix, "shutdown", "--admin-port", adminPort, "--check-interval", "50ms", "--ready-file", readyFile]);
+      const shutdown = runFile(lastcall, [...prefix, "shutdown", "--admin-address", "127.0.0.1", "--admin-port", adminPort, "--check-interval", "50ms", "--ready-file", readyFile]);
       // The health check is failed and the requests are still counted: nothing is written yet.
       await waitFor(async () => ((await envoy.stats("lastcall_inflight"))["wasmcustom.lastcall_inflight"] === 2 ? true : undefined), { what: "gauge at 2" });
       // Envoy's health check fails (state DRAINING) while the requests are still counted.
@@ -95,5 +95,35 @@ describe("Contour-compatible shutdown-manager and shutdown", () => {
       manager.kill("SIGTERM");
     }
   });
-});
 
+  it("today's Contour: Envoy's admin on a Unix socket, lastcall run as the Envoy container, shutdown with Contour's flags", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "lastcall-contour-"));
+    const socket = join(dir, "admin.sock");
+    const readyFile = join(dir, "ok");
+    // As Contour's bootstrap: admin on a pipe (here in a temporary folder instead of /admin).
+    const config = { ...inboundConfig({ upstreamPort: app.port }), admin: { address: { pipe: { path: socket } } } };
+    const lc = startLastcall(config, { args: ["--min-drain", "0s"] });
+    const ready = await lc.event("ready");
+    expect(ready.admin).toBe(`unix:${socket}`);
+    const status = await lc.statusUrl();
+    expect((await fetch(`${status}/healthz/ready`)).status).toBe(200);
+    const { stdout: listeners } = await runFile("curl", ["-s", "--unix-socket", socket, "http://admin/listeners?format=json"]);
+    const port = JSON.parse(listeners).listener_statuses[0].local_address.socket_address.port_value;
+    const held = fetch(`http://127.0.0.1:${port}/hold`).then((r) => r.status);
+    await app.until((a) => a.held === 1);
+    // Contour v1.33's preStop of the shutdown-manager container, flag for flag.
+    const shutdown = runFile(lastcall, [...prefix, "shutdown", "--admin-address", socket, "--check-interval", "50ms", "--ready-file", readyFile]);
+    let finished = false;
+    void shutdown.finally(() => (finished = true));
+    await new Promise((done) => setTimeout(done, 300));
+    expect(existsSync(readyFile)).toBe(false);
+    app.release();
+    expect(await held).toBe(200);
+    const events = (await shutdown).stdout.trim().split("\n").map((l) => JSON.parse(l));
+    expect(events.map((e) => e.event)).toContain("healthcheck_failed");
+    expect(events.filter((e) => e.event === "open_count").at(-1)).toMatchObject({ what: "inflight_requests", count: 0 });
+    expect(existsSync(readyFile)).toBe(true);
+    lc.signal("SIGTERM");
+    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero" });
+  });
+});
