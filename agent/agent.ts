@@ -10,9 +10,8 @@ import { delay, EventQueue } from "./async.ts";
 import { RestartBudget, restartDelay } from "./backoff.ts";
 import { prepareBootstrap } from "./bootstrap-file.ts";
 import { InflightTracker } from "./drain/in-flight.ts";
-import type { ModeContext } from "./drain/modes/context.ts";
-import { DrainEnded, drainListeners, type DrainPlan, stopEnvoys, waitDrained } from "./drain/shutdown.ts";
-import { activeRequests, parseStatsJson } from "./envoy/stats.ts";
+import { Drainer } from "./drain/drainer.ts";
+import { stopEnvoys } from "./drain/shutdown.ts";
 import { bindFailure, describeExit, type EnvoyExit } from "./envoy/process.ts";
 import { Envoys, type LiveEnvoy } from "./envoys.ts";
 import { EXIT, StartError } from "./errors.ts";
@@ -74,8 +73,6 @@ export class Agent {
   readonly #reportToken = createReportToken();
   /** Envoys being stopped on purpose: their exit is no crash. */
   readonly #retiring = new Set<string>();
-  /** Reporters of Envoys drained before a cold reload stops them. */
-  readonly #coldDraining = new Set<string>();
   readonly #stopNow = new AbortController();
   readonly #closing = new AbortController();
   #taskAbort = new AbortController();
@@ -88,7 +85,7 @@ export class Agent {
   #unwatch?: () => void;
   #terminateSources: string[] = [];
   #terminating = false;
-  #drainPlan?: DrainPlan;
+  #drainer!: Drainer;
   #restartAttempt = 0;
   #failure?: string;
 
@@ -99,7 +96,7 @@ export class Agent {
     this.#tracker = new InflightTracker({ heartbeatMs: options.heartbeatMs });
     this.#desk = new ReportDesk(this.#tracker, {
       heartbeatMs: options.heartbeatMs,
-      draining: (instance) => this.#drainPlan !== undefined || this.#coldDraining.has(instance),
+      draining: (instance) => this.#drainer?.isDraining(instance) ?? false,
     });
     this.#budget = new RestartBudget(options.restartBudget);
     this.#app = new AppWatch({ port: options.appPort }, log);
@@ -160,7 +157,7 @@ export class Agent {
             break;
           case "drain":
             // Steps 1–5 without the stop: the wait is logged (`drain_wait_done`), Envoy runs on.
-            if (!this.#drainPlan && !this.#terminating) void this.#waitDrained(this.#startDrain("POST /drain"));
+            if (!this.#drainer.plan && !this.#terminating) void this.#drainer.waitDrained(this.#drainer.start("POST /drain"));
             break;
           case "terminate":
             this.#terminating = true;
@@ -203,6 +200,22 @@ export class Agent {
     this.#runDir = o.runDir ?? await mkdtemp(join(tmpdir(), "lastcall-"));
     this.#envoys = new Envoys(o, this.#envoyBinary, this.#runDir);
     if (o.filter) this.#filterWasm = await filterWasmPath(o.filterWasm, this.#runDir);
+    this.#drainer = new Drainer({
+      options: o,
+      log: this.#log,
+      envoys: this.#envoys,
+      tracker: this.#tracker,
+      desk: this.#desk,
+      app: this.#app,
+      filtered: this.#filterWasm !== undefined,
+      retiring: this.#retiring,
+      stopNow: this.#stopNow.signal,
+      closing: this.#closing.signal,
+      onStart: (plan) => {
+        this.#state.drainStartedAt = plan.startedAt;
+        this.#state.phase = "draining";
+      },
+    });
     const metrics = createMetrics({
       state: () => this.#state,
       inflight: () => this.#tracker.inflight(this.#envoys.reporters()),
@@ -269,7 +282,7 @@ export class Agent {
     this.#syncState();
     if (this.#envoys.newest() === live && this.#state.phase === "starting") this.#state.phase = "running";
     // An Envoy that starts during a drain (a crash restart after POST /drain) is drained too.
-    if (this.#drainPlan) this.#drainListenersOf(live);
+    if (this.#drainer.plan) this.#drainer.drainListenersOf(live);
   }
 
   #syncState(): void {
@@ -343,7 +356,7 @@ export class Agent {
 
   async #reload(reason: string, signal: AbortSignal): Promise<void> {
     const newest = this.#envoys.newest();
-    if (!newest || this.#drainPlan) {
+    if (!newest || this.#drainer.plan) {
       this.#log("reload_skipped", { reason, why: newest ? "draining" : "Envoy not running" });
       return;
     }
@@ -364,7 +377,7 @@ export class Agent {
         runDir: this.#runDir, name: "validate", epoch: 0, instance: "validate", statusPort: this.#server!.port,
         filterWasm: this.#filterWasm, reportToken: this.#reportToken, signal,
       });
-      await this.#drainBeforeColdReload(signal);
+      await this.#drainer.drainBeforeColdReload(signal);
       const old = this.#envoys.all();
       for (const l of old) this.#retiring.add(l.info.instance);
       await stopEnvoys(old.map((l) => ({ process: l.process, admin: l.adminHandedOver ? undefined : l.admin })), this.#log, 3000);
@@ -381,197 +394,29 @@ export class Agent {
     }
   }
 
-  /** A cold reload leaves a gap: drain the old Envoy first, for at most `--drain-time`. */
-  async #drainBeforeColdReload(signal: AbortSignal): Promise<void> {
-    const old = this.#envoys.all();
-    const reporters = old.flatMap((l) => l.reporters);
-    for (const id of reporters) this.#coldDraining.add(id);
-    this.#desk.drainStarted();
-    const startedAt = Date.now();
-    const plan: DrainPlan = {
-      mode: this.#filterWasm && reporters.length > 0 ? "inflight" : "requests",
-      scope: this.#options.drainScope,
-      failHealthcheck: false,
-      drainDelayMs: 0,
-      minDrainMs: 0,
-      startedAt,
-      deadline: startedAt + this.#options.drainTimeMs,
-    };
-    const ended = new AbortController();
-    const timer = setTimeout(() => ended.abort(new DrainEnded("deadline")), this.#options.drainTimeMs);
-    signal.addEventListener("abort", () => ended.abort(signal.reason), { once: true });
-    try {
-      for (const l of old) if (l.admin && !l.adminHandedOver) void drainListeners(plan, l.admin, this.#log, ended.signal);
-      const reason = await waitDrained(plan, { ...this.#modeContext(() => reporters), measure: (s) => this.#measure(s) }, ended.signal);
-      this.#log("reload_drained", { reason, ms: Date.now() - startedAt });
-    } finally {
-      clearTimeout(timer);
-    }
-    signal.throwIfAborted();
-  }
-
-  // ---- drain and terminate -----------------------------------------------------------------
-
-  #modeContext(instances = () => this.#envoys.reporters()): ModeContext {
-    const o = this.#options;
-    const bootstraps = this.#envoys.all().map((l) => l.bootstrap);
-    const statsCounted = [...new Set(bootstraps.flatMap((b) => b.unseenListeners))];
-    const prefixes = new Set(bootstraps.flatMap((b) => b.inboundStatPrefixes));
-    return {
-      admin: () => {
-        const serving = this.#envoys.serving();
-        return serving && !serving.adminHandedOver ? serving.admin : undefined;
-      },
-      tracker: this.#tracker,
-      instances,
-      // Listeners lastcall cannot see, or no known prefix: count every connection manager.
-      statPrefixes: o.drainScope === "all" || statsCounted.length > 0 || prefixes.size === 0 ? undefined : prefixes,
-      statsCounted,
-      log: this.#log,
-      terminationDrainMs: o.terminationDrainMs,
-      heartbeatMs: o.heartbeatMs,
-    };
-  }
-
-  /** Step 1 (readiness fails) at once, steps 2–4 on every Envoy that can be asked; idempotent. */
-  #startDrain(source: string): DrainPlan {
-    if (this.#drainPlan) return this.#drainPlan;
-    const o = this.#options;
-    const startedAt = Date.now();
-    this.#state.drainStartedAt = startedAt; // step 1: /healthz/ready answers 503 from now on
-    this.#state.phase = "draining";
-    const plan: DrainPlan = {
-      mode: o.drainMode,
-      scope: o.drainScope,
-      failHealthcheck: o.failHealthcheck,
-      drainDelayMs: o.drainDelayMs,
-      minDrainMs: o.minDrainMs,
-      startedAt,
-      deadline: startedAt + o.graceMs - o.stopMarginMs,
-    };
-    this.#drainPlan = plan;
-    this.#desk.drainStarted();
-    const context = this.#modeContext();
-    this.#log("drain_start", {
-      source,
-      mode: plan.mode,
-      scope: plan.scope,
-      deadline_ms: plan.deadline - startedAt,
-      min_drain_ms: plan.minDrainMs,
-      ...(context.statsCounted.length ? { counted_by_stats: context.statsCounted } : {}),
-    });
-    for (const live of this.#envoys.all()) this.#drainListenersOf(live);
-    return plan;
-  }
-
-  /** Asks one Envoy to drain its listeners (retried in the background until it answers). */
-  #drainListenersOf(live: LiveEnvoy): void {
-    const plan = this.#drainPlan;
-    if (!plan || !live.ready || live.listenersDraining) return;
-    if (!live.admin || live.adminHandedOver) {
-      this.#log("listeners_not_drained", { epoch: live.info.epoch, pid: live.info.pid, why: "its admin went to a hot-restart child" });
-      return;
-    }
-    live.listenersDraining = true;
-    const gone = new AbortController();
-    live.process.exited.then(() => gone.abort());
-    void drainListeners(plan, live.admin, this.#log, AbortSignal.any([gone.signal, this.#closing.signal]));
-  }
+  // ---- terminate ---------------------------------------------------------------------------
 
   async #terminate(source: string): Promise<number> {
     this.#log("terminate", { source });
-    const plan = this.#startDrain(source);
+    const plan = this.#drainer.start(source);
     // Pre-empt a reload or a crash restart in progress: it gives up at once.
     this.#taskAbort.abort(new Error("terminating"));
     await this.#tasks;
     const hadEnvoy = this.#envoys.all().some((l) => l.process.running);
-    await this.#stopUnready();
-    if (!this.#envoys.all().some((l) => l.process.running)) {
-      this.#state.phase = "stopped";
-      const reason = hadEnvoy ? "envoy_not_ready" : "envoy_not_running";
-      this.#log("terminated", { mode: this.#options.drainMode, reason, drain_ms: Date.now() - plan.startedAt, inflight_at_stop: 0 });
-      this.#state.termination = { mode: this.#options.drainMode, reason, drainMs: Date.now() - plan.startedAt, inflightAtStop: 0 };
-      return EXIT.ok;
+    await this.#drainer.stopUnready();
+    this.#syncState();
+    let reason = hadEnvoy ? "envoy_not_ready" : "envoy_not_running";
+    let inflightAtStop = 0;
+    if (this.#envoys.all().some((l) => l.process.running)) {
+      reason = await this.#drainer.waitDrained(plan);
+      this.#state.phase = "stopping";
+      ({ inflightAtStop } = await this.#drainer.stop(plan));
     }
-    const reason = await this.#waitDrained(plan);
-    this.#state.phase = "stopping";
-    // Everything from here fits in what is left of the grace period (less a little for exiting).
-    const graceEnd = plan.startedAt + this.#options.graceMs - 300;
-    const measureMs = Math.floor(Math.max(50, Math.min(500, (graceEnd - Date.now()) / 4)));
-    const inflightAtStop = await this.#measure(AbortSignal.timeout(measureMs))
-      .catch(() => undefined) ?? this.#tracker.inflight(this.#envoys.reporters());
-    const stopBudget = Math.max(200, graceEnd - Date.now());
-    const targets = this.#envoys.all().filter((l) => l.process.running);
-    for (const l of targets) this.#retiring.add(l.info.instance);
-    await stopEnvoys(targets.map((l) => ({ process: l.process, admin: l.adminHandedOver ? undefined : l.admin })), this.#log, stopBudget);
     const summary = { mode: this.#options.drainMode, reason, drainMs: Date.now() - plan.startedAt, inflightAtStop };
     this.#state.termination = summary;
     this.#state.phase = "stopped";
     this.#log("terminated", { mode: summary.mode, reason, drain_ms: summary.drainMs, inflight_at_stop: inflightAtStop });
     return EXIT.ok;
-  }
-
-  /**
-   * A terminate while no Envoy serves yet (the first one still INITIALIZING, a crash restart
-   * starting) stops them at once: they have taken no traffic. A hot-restart child that is not
-   * ready is left alone until its parent is drained: stopping it makes the parent exit too
-   * (Envoy's hot-restart shutdown), cutting what the parent still serves.
-   */
-  async #stopUnready(): Promise<void> {
-    const all = this.#envoys.all().filter((l) => l.process.running);
-    await Promise.all(all.filter((l) => !l.ready && l.admin).map(async (l) => {
-      if ((await l.admin!.readiness(250)).live) l.ready = true; // it became ready just now
-    }));
-    for (const l of all) if (l.ready) this.#drainListenersOf(l);
-    const unready = all.filter((l) => !l.ready);
-    if (unready.length === 0) return;
-    if (all.some((l) => l.ready)) {
-      this.#log("unready_epoch_kept", { epochs: unready.map((l) => l.info.epoch), why: "stopping it would stop the serving parent; it stops after the drain" });
-      return;
-    }
-    this.#log("stopping_unready", { epochs: unready.map((l) => l.info.epoch), pids: unready.map((l) => l.info.pid) });
-    for (const l of unready) this.#retiring.add(l.info.instance);
-    await stopEnvoys(unready.map((l) => ({ process: l.process })), this.#log, 1000);
-    this.#syncState();
-  }
-
-  /** Step 5 within the deadline; `stopped_now` on a second SIGINT, `envoy_exited` if all are gone. */
-  async #waitDrained(plan: DrainPlan): Promise<string> {
-    const ended = new AbortController();
-    const end = (reason: DrainEnded["reason"]) => () => ended.abort(new DrainEnded(reason));
-    const timer = setTimeout(end("deadline"), Math.max(0, plan.deadline - Date.now()));
-    this.#stopNow.signal.addEventListener("abort", end("stopped_now"), { once: true });
-    if (this.#stopNow.signal.aborted) end("stopped_now")();
-    const running = this.#envoys.all().filter((l) => l.process.running);
-    Promise.all(running.map((l) => l.process.exited)).then(end("envoy_exited"));
-    try {
-      const waitForApp = (s: AbortSignal) => this.#app.waitGone(s);
-      return await waitDrained(plan, { ...this.#modeContext(), measure: (s) => this.#measure(s), waitForApp }, ended.signal);
-    } finally {
-      clearTimeout(timer);
-    }
-  }
-
-  /**
-   * Requests in flight now, from Envoy itself: the filter's gauge (an upper bound of its exact
-   * counter) plus, for listeners the filter is not in, `downstream_rq_active`. With a hot restart
-   * in progress (a child's stats import its parent's) the filters' latest reports are used.
-   */
-  async #measure(signal: AbortSignal): Promise<number | undefined> {
-    const all = this.#envoys.all().filter((l) => l.process.running);
-    if (all.length === 0) return 0;
-    const only = all.length === 1 ? all[0] : undefined;
-    if (!only?.admin || only.adminHandedOver) {
-      const ids = this.#envoys.reporters();
-      return ids.length > 0 && ids.every((id) => this.#tracker.view(id)) ? this.#tracker.inflight(ids) : undefined;
-    }
-    const context = this.#modeContext();
-    const stats = parseStatsJson(await only.admin.stats("^wasmcustom\\.lastcall_inflight$|downstream_rq_active$", signal));
-    if (!this.#filterWasm || only.reporters.length === 0) return activeRequests(stats, context.statPrefixes);
-    const gauge = stats.find((s) => s.name === "wasmcustom.lastcall_inflight")?.value ?? 0;
-    if (context.statsCounted.length === 0) return gauge;
-    const filtered = new Set(only.bootstrap.inboundStatPrefixes);
-    return gauge + activeRequests(stats) - activeRequests(stats, filtered);
   }
 
   // ---- status ------------------------------------------------------------------------------
