@@ -6,7 +6,7 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { delay, EventQueue } from "./async.ts";
+import { delay, EventQueue, unlessAborted } from "./async.ts";
 import { RestartBudget, restartDelay } from "./backoff.ts";
 import { prepareBootstrap } from "./bootstrap-file.ts";
 import { InflightTracker } from "./drain/in-flight.ts";
@@ -21,11 +21,12 @@ import { watchHealth } from "./health.ts";
 import type { EventLog } from "./log.ts";
 import type { RunOptions } from "./options.ts";
 import { ReportDesk } from "./reports.ts";
-import { createStatusApp, type ReadinessAnswer } from "./server/app.ts";
+import { createStatusApp } from "./server/app.ts";
 import { listen, type StatusServer } from "./server/listen.ts";
 import { createReportToken } from "./server/report-token.ts";
 import { createMetrics } from "./server/metrics.ts";
 import { type AgentState, initialState } from "./state.ts";
+import { readiness, readyNow, reportsAccepted, snapshot, type StatusView } from "./status.ts";
 import { watchFiles } from "./watch.ts";
 
 export { EXIT, StartError };
@@ -38,16 +39,6 @@ type AgentEvent =
   | { type: "terminate"; source: string }
   | { type: "done"; code: number }
   | { type: "fatal"; error: unknown };
-
-/** Rejects with the signal's reason when it aborts before `promise` settles. */
-function unlessAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
-  return new Promise((resolve, reject) => {
-    if (signal.aborted) return reject(signal.reason);
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener("abort", onAbort, { once: true });
-    promise.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
-  });
-}
 
 /**
  * Supervises Envoy for its whole life.
@@ -219,11 +210,11 @@ export class Agent {
     const metrics = createMetrics({
       state: () => this.#state,
       inflight: () => this.#tracker.inflight(this.#envoys.reporters()),
-      ready: () => this.#servingReady() !== undefined,
-      reports: () => ({ accepted: this.#reportsAccepted(), stale: this.#tracker.staleReports }),
+      ready: () => readyNow(this.#statusView()),
+      reports: () => ({ accepted: reportsAccepted(this.#statusView()), stale: this.#tracker.staleReports }),
     });
     const app = createStatusApp({
-      readiness: () => this.#readiness(),
+      readiness: () => readiness(this.#statusView()),
       state: () => this.snapshot(),
       metrics: () => metrics.metrics(),
       reportToken: this.#reportToken,
@@ -239,12 +230,6 @@ export class Agent {
     if (o.watch.length > 0) {
       this.#unwatch = await watchFiles(o.watch, (paths) => this.reload(`changed: ${paths.join(", ")}`));
     }
-  }
-
-  #reportsAccepted(): number {
-    let total = 0;
-    for (const id of this.#envoys.reporters()) total += this.#tracker.view(id)?.reports ?? 0;
-    return total;
   }
 
   /** Starts Envoy: epoch 0 of a new generation, or (hot) the next epoch of the current one. */
@@ -421,35 +406,13 @@ export class Agent {
 
   // ---- status ------------------------------------------------------------------------------
 
-  /** The Envoy that serves, when it is ready and answering and no drain began. */
-  #servingReady(): LiveEnvoy | undefined {
-    if (this.#state.drainStartedAt !== undefined) return undefined;
-    const serving = this.#envoys.serving();
-    return serving && !serving.hung ? serving : undefined;
-  }
-
-  async #readiness(): Promise<ReadinessAnswer> {
-    if (this.#state.drainStartedAt !== undefined) return { ready: false, reason: "draining" };
-    const serving = this.#envoys.serving();
-    if (serving?.hung) return { ready: false, reason: `Envoy epoch ${serving.info.epoch} (pid ${serving.info.pid}) is not answering its admin` };
-    if (serving) return { ready: true, reason: "LIVE" };
-    const newest = this.#envoys.newest();
-    if (!newest) {
-      return { ready: false, reason: this.#state.lastExitReason ? `Envoy restarting: ${this.#state.lastExitReason}` : "Envoy not started" };
-    }
-    if (!newest.admin) return { ready: false, reason: `Envoy epoch ${newest.info.epoch} starting: admin address not yet known` };
-    const readiness = await newest.admin.readiness(1000);
-    return { ready: false, reason: readiness.reason ?? readiness.state };
+  #statusView(): StatusView {
+    return { state: this.#state, envoys: this.#envoys, tracker: this.#tracker, filtered: this.#filterWasm !== undefined };
   }
 
   /** A copy of the state with the in-flight view, for `/v1/state`. */
   snapshot(): AgentState & { inflight: number; filter: string } {
-    const reporters = this.#envoys.serving()?.reporters ?? this.#envoys.newest()?.reporters ?? [];
-    return {
-      ...structuredClone(this.#state),
-      inflight: this.#tracker.inflight(this.#envoys.reporters()),
-      filter: !this.#filterWasm ? "disabled" : reporters.length === 0 ? "not inserted" : this.#tracker.status(reporters[0]),
-    };
+    return snapshot(this.#statusView());
   }
 
   async #close(): Promise<void> {

@@ -62,3 +62,13 @@ export class EventQueue<T> {
     return this.#items.shift() as T;
   }
 }
+
+/** Rejects with the signal's reason when it aborts before `promise` settles. */
+export function unlessAborted<T>(promise: Promise<T>, signal: AbortSignal): Promise<T> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason);
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+    promise.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+  });
+}

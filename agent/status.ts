@@ -1,0 +1,67 @@
+// What the status server says of the agent: readiness, `/v1/state`, and the counts behind
+// `/metrics`, computed from the agent's state and its live Envoys at the moment of asking.
+import type { InflightTracker } from "./drain/in-flight.ts";
+import type { Envoys, LiveEnvoy } from "./envoys.ts";
+import type { ReadinessAnswer } from "./server/app.ts";
+import type { AgentState } from "./state.ts";
+
+/** What the answers are made from. */
+export interface StatusView {
+  state: AgentState;
+  envoys: Envoys;
+  tracker: InflightTracker;
+  /** Whether the filter is in Envoy. */
+  filtered: boolean;
+}
+
+/** The Envoy that serves, when it is ready and answering and no drain began. */
+function servingReady(v: StatusView): LiveEnvoy | undefined {
+  if (v.state.drainStartedAt !== undefined) return undefined;
+  const serving = v.envoys.serving();
+  return serving && !serving.hung ? serving : undefined;
+}
+
+/** Readiness as `/healthz/ready` would answer it, without asking Envoy (for `lastcall_ready`). */
+export function readyNow(v: StatusView): boolean {
+  return servingReady(v) !== undefined;
+}
+
+/**
+ * `/healthz/ready`: ready while the Envoy that serves (a hot-restart parent until its child is
+ * LIVE) answers and no drain began. Envoy is asked only to say why a starting one is not ready.
+ *
+ * @example
+ * ```ts
+ * const { ready, reason } = await readiness(view);
+ * ```
+ */
+export async function readiness(v: StatusView): Promise<ReadinessAnswer> {
+  if (v.state.drainStartedAt !== undefined) return { ready: false, reason: "draining" };
+  const serving = v.envoys.serving();
+  if (serving?.hung) return { ready: false, reason: `Envoy epoch ${serving.info.epoch} (pid ${serving.info.pid}) is not answering its admin` };
+  if (serving) return { ready: true, reason: "LIVE" };
+  const newest = v.envoys.newest();
+  if (!newest) {
+    return { ready: false, reason: v.state.lastExitReason ? `Envoy restarting: ${v.state.lastExitReason}` : "Envoy not started" };
+  }
+  if (!newest.admin) return { ready: false, reason: `Envoy epoch ${newest.info.epoch} starting: admin address not yet known` };
+  const answer = await newest.admin.readiness(1000);
+  return { ready: false, reason: answer.reason ?? answer.state };
+}
+
+/** A copy of the state with the in-flight view, for `/v1/state`. */
+export function snapshot(v: StatusView): AgentState & { inflight: number; filter: string } {
+  const reporters = v.envoys.serving()?.reporters ?? v.envoys.newest()?.reporters ?? [];
+  return {
+    ...structuredClone(v.state),
+    inflight: v.tracker.inflight(v.envoys.reporters()),
+    filter: !v.filtered ? "disabled" : reporters.length === 0 ? "not inserted" : v.tracker.status(reporters[0]),
+  };
+}
+
+/** Filter reports accepted from the live Envoys. */
+export function reportsAccepted(v: StatusView): number {
+  let total = 0;
+  for (const id of v.envoys.reporters()) total += v.tracker.view(id)?.reports ?? 0;
+  return total;
+}
