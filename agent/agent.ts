@@ -78,6 +78,7 @@ export class Agent {
   #terminating = false;
   #drainer!: Drainer;
   #restartAttempt = 0;
+  #reportsRefused = 0;
   #failure?: string;
 
   constructor(options: RunOptions, log: EventLog, envoyBinary: string) {
@@ -211,7 +212,12 @@ export class Agent {
       state: () => this.#state,
       inflight: () => this.#tracker.inflight(this.#envoys.reporters()),
       ready: () => readyNow(this.#statusView()),
-      reports: () => ({ accepted: reportsAccepted(this.#statusView()), stale: this.#tracker.staleReports }),
+      reports: () => ({
+        accepted: reportsAccepted(this.#statusView()),
+        stale: this.#tracker.staleReports,
+        unknown: this.#tracker.unknownReports,
+        refused: this.#reportsRefused,
+      }),
     });
     const app = createStatusApp({
       readiness: () => readiness(this.#statusView()),
@@ -219,6 +225,7 @@ export class Agent {
       metrics: () => metrics.metrics(),
       reportToken: this.#reportToken,
       report: (report) => this.#desk.answer(report),
+      reportRefused: () => this.#reportsRefused++,
       app: (report) => this.#app.report(report),
       quit: () => this.terminate("POST /quitquitquit"),
       drain: () => this.drain(),

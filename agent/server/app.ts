@@ -50,6 +50,8 @@ export interface StatusControls {
    * characters; see `createReportToken`). Never put in a response, a log line or a metric.
    */
   reportToken: string;
+  /** A report was refused (no or wrong token): counted, as a sign of a neighbour on the port. */
+  reportRefused?(): void;
   /** `POST /v1/app` (loopback only): `lastcall exec` says the app runs, or has exited. */
   app?(report: AppReport): void;
   /** Takes a filter report; answers whether the agent is draining and which probe is answered. */
@@ -86,7 +88,7 @@ export function createStatusApp(controls: StatusControls): Hono {
   app.post(
     "/v1/inflight",
     // The token first: a stranger's body is not even read.
-    requireReportToken(controls.reportToken),
+    requireReportToken(controls.reportToken, () => controls.reportRefused?.()),
     bodyLimit({ maxSize: REPORT_MAX_BYTES, onError: (c) => c.json({ error: `report body larger than ${REPORT_MAX_BYTES} bytes` }, 413) }),
     async function inflight(c) {
       let report: InflightReport;

@@ -11,7 +11,7 @@ export interface MetricsSource {
   inflight(): number;
   /** Readiness as `/healthz/ready` would answer, without calling Envoy. */
   ready(): boolean;
-  reports(): { accepted: number; stale: number };
+  reports(): { accepted: number; stale: number; unknown: number; refused: number };
 }
 
 /**
@@ -41,6 +41,8 @@ export function createMetrics(source: MetricsSource): Registry {
   gauge("lastcall_inflight_requests", "Requests in flight in Envoy, as the filter last reported", (g) => g.set(source.inflight()));
   gauge("lastcall_filter_reports_total", "Filter reports accepted", (g) => g.set(source.reports().accepted));
   gauge("lastcall_filter_stale_reports_total", "Filter reports ignored as older than one already seen", (g) => g.set(source.reports().stale));
+  gauge("lastcall_filter_unknown_reports_total", "Reports naming no live Envoy of this agent (answered, nothing kept)", (g) => g.set(source.reports().unknown));
+  gauge("lastcall_filter_refused_reports_total", "Reports refused for a missing or wrong token", (g) => g.set(source.reports().refused));
   gauge("lastcall_drain_seconds", "Duration of the last drain, from signal to Envoy stop", (g) => {
     const t = source.state().termination;
     if (t) g.set(t.drainMs / 1000);

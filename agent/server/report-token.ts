@@ -45,6 +45,7 @@ export function reportTokenMatches(given: string | undefined, expected: Uint8Arr
  * carries `token` in {@linkcode REPORT_TOKEN_HEADER}. The token is never echoed.
  *
  * @param token The agent's secret
+ * @param onRefused Called for each refused report (counted in `/metrics`)
  * @returns The middleware
  * @throws {RangeError} when the token is shorter than {@linkcode MIN_REPORT_TOKEN_LENGTH}
  * (naming its length, never the token)
@@ -53,7 +54,7 @@ export function reportTokenMatches(given: string | undefined, expected: Uint8Arr
  * app.post("/v1/inflight", requireReportToken(createReportToken()), handler);
  * ```
  */
-export function requireReportToken(token: string): MiddlewareHandler {
+export function requireReportToken(token: string, onRefused: () => void = () => {}): MiddlewareHandler {
   // Also guards JavaScript callers that pass none: a missing token must not open the route.
   const length = typeof token === "string" ? token.length : 0;
   if (length < MIN_REPORT_TOKEN_LENGTH) {
@@ -61,7 +62,10 @@ export function requireReportToken(token: string): MiddlewareHandler {
   }
   const expected = new TextEncoder().encode(token);
   return async function requireReportToken(c, next) {
-    if (!reportTokenMatches(c.req.header(REPORT_TOKEN_HEADER), expected)) return c.json({ error: "report token missing or wrong" }, 403);
+    if (!reportTokenMatches(c.req.header(REPORT_TOKEN_HEADER), expected)) {
+      onRefused();
+      return c.json({ error: "report token missing or wrong" }, 403);
+    }
     await next();
   };
 }

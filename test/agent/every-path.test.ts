@@ -245,6 +245,7 @@ describe("a hostile neighbour on the status port", () => {
     expect(names(lc)).not.toContain("drain_wait_done");
     expect((await agentState(status)).inflight).toBe(1);
     expect(await metric(status, "lastcall_filter_stale_reports_total")).toBe(0); // real reports still count
+    expect(await metric(status, "lastcall_filter_refused_reports_total")).toBe(1); // and the forgery is counted
     app.release();
     expect(await held).toEqual({ status: 200, reset: false });
     expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
