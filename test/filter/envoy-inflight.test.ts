@@ -41,7 +41,10 @@ describe.each([2, 4])("with --concurrency %i", (concurrency) => {
     sink.token = token; // a report without it is answered 401 and counted failed
     const envoy = await startEnvoy(httpBootstrap({
       upstreamPort: app.port, agentPort: sink.port,
-      configuration: { heartbeat_ms: HEARTBEAT_MS, instance: `c${concurrency}`, exclude_paths: ["/healthz"], token },
+      // A 10 s report timeout: the sink answers at once, so a call that fails is the filter's
+      // fault, not a machine too busy to answer within the default 1 s (seen once in 30 runs
+      // while a build ran beside the suite: 24 heartbeats timed out).
+      configuration: { heartbeat_ms: HEARTBEAT_MS, push_timeout_ms: 10_000, instance: `c${concurrency}`, exclude_paths: ["/healthz"], token },
     }), { concurrency });
     const port = envoy.port("ingress");
     const vms = concurrency + 1;
