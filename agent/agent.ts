@@ -205,6 +205,7 @@ export class Agent {
       inflight: () => this.#tracker.inflight(this.#envoys.reporters()),
       ready: () => this.#servingReady() !== undefined,
       reports: () => ({ accepted: this.#reportsAccepted(), stale: this.#tracker.staleReports }),
+      xds: () => this.#envoys.xdsStats.snapshot(),
     });
     const app = createStatusApp({
       readiness: () => this.#readiness(),
@@ -238,6 +239,7 @@ export class Agent {
       filterWasm: this.#filterWasm,
       reportToken: this.#reportToken,
       signal,
+      xds: { log: this.#log, onReporter: (id) => this.#tracker.expect(id) },
     });
     if (configChanged) this.#budget.refill();
     for (const id of live.reporters) this.#tracker.expect(id);
@@ -254,6 +256,7 @@ export class Agent {
       filter_tcp: this.#filterWasm ? b.tcpListeners : [],
       inbound: b.inboundListeners,
       ...(b.unseenListeners.length ? { counted_by_stats: b.unseenListeners } : {}),
+      ...(b.xds?.relayed.length ? { xds: b.xds.relayed } : {}),
     });
     live.whenReady.then((ok) => ok && this.#onReady(live));
     return live;
@@ -607,6 +610,7 @@ export class Agent {
     this.#unwatch?.();
     const remaining = this.#envoys?.all().filter((l) => l.process.running) ?? [];
     await Promise.all(remaining.map((l) => l.process.stop(2000)));
+    await this.#envoys?.close();
     await this.#server?.close();
     if (this.#ownRunDir && this.#runDir) await rm(this.#runDir, { recursive: true, force: true }).catch(() => {});
   }
