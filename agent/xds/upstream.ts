@@ -4,6 +4,7 @@
 // certificates are used on the next reconnect.
 import { X509Certificate } from "node:crypto";
 import { readFile } from "node:fs/promises";
+import { isIP } from "node:net";
 import * as grpc from "@grpc/grpc-js";
 import YAML from "yaml";
 import type { XdsUpstream } from "./redirect.ts";
@@ -150,5 +151,26 @@ export async function upstreamChannel(upstream: XdsUpstream): Promise<UpstreamCh
     // No trusted_ca: Envoy does not verify the control plane's certificate; neither does lastcall.
     ...(m.ca ? {} : { rejectUnauthorized: false }),
   });
-  return { target, credentials, options };
+  return { target, credentials: withoutIpServername(credentials), options };
+}
+
+interface SecureConnector {
+  connectionOptions?: { servername?: string };
+}
+
+/**
+ * grpc-js sends the target host as TLS server name even when it is an IP address, which RFC 6066
+ * forbids: Node warns, Deno refuses to connect. Envoy sends no SNI unless `sni` is set; so here.
+ * (grpc-js 1.14: the connector keeps its `tls.connect` options in `connectionOptions`.)
+ */
+function withoutIpServername(credentials: grpc.ChannelCredentials): grpc.ChannelCredentials {
+  const c = credentials as unknown as { _createSecureConnector(...args: unknown[]): SecureConnector };
+  const create = c._createSecureConnector.bind(c);
+  c._createSecureConnector = (...args: unknown[]) => {
+    const connector = create(...args);
+    const name = connector.connectionOptions?.servername;
+    if (name !== undefined && isIP(name) !== 0) delete connector.connectionOptions!.servername;
+    return connector;
+  };
+  return credentials;
 }

@@ -18,13 +18,13 @@ export type XdsVariant = "sotw" | "delta";
 export type XdsService = "ads" | "lds";
 
 /** A route configuration answering from cluster `app`, tagging responses with `x-version`. */
-export function route(name: string, version: string, cluster = "app"): Record<string, unknown> {
+export function route(name: string, version: string, headers: Record<string, string> = {}): Record<string, unknown> {
   return {
     name,
     virtual_hosts: [{
       name: "app", domains: ["*"],
-      routes: [{ match: { prefix: "/" }, route: { cluster, timeout: "0s" } }],
-      response_headers_to_add: [{ header: { key: "x-version", value: version } }],
+      routes: [{ match: { prefix: "/" }, route: { cluster: "app", timeout: "0s" } }],
+      response_headers_to_add: Object.entries({ "x-version": version, ...headers }).map(([key, value]) => ({ header: { key, value } })),
     }],
   };
 }
