@@ -2,6 +2,7 @@
 // (go-control-plane), inserting the filter into every listener: requests through an LDS
 // listener are counted exactly, and a drain ends on the filter's confirmed zero.
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { wasmFilter } from "../../agent/envoy/bootstrap.ts";
 import { waitFor } from "../support/envoy.ts";
 import { freePort, startLastcall, stopAllLastcalls } from "../support/lastcall.ts";
 import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
@@ -39,7 +40,8 @@ describe.each<[XdsService, XdsVariant]>([["ads", "sotw"], ["ads", "delta"], ["ld
     expect(filters.map((f) => f.name)).toEqual(["lastcall_inflight", "envoy.filters.http.router"]);
     const plugin = JSON.parse(filters[0].typed_config.config.configuration.value);
     expect(plugin.instance).toMatch(/^\d+-1-0$/);
-    expect(filters[0].typed_config.config.failure_policy).toBe("FAIL_OPEN");
+    // Exactly the filter a static listener gets: Envoy decoded lastcall's protobuf to the same JSON.
+    expect(filters[0]).toEqual(wasmFilter({ wasmPath: filters[0].typed_config.config.vm_config.code.local.filename, pluginConfig: plugin }));
     // The unknown fields the control plane put in the listener, chain, filter and HCM reached Envoy.
     expect(await envoyStat(admin, "server.dynamic_unknown_fields")).toBeGreaterThanOrEqual(4);
 
