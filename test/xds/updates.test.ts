@@ -19,11 +19,11 @@ afterEach(async () => {
   await stopAllXdsServers();
 });
 
-async function started(variant: XdsVariant): Promise<{ cp: XdsServer; lc: TestLastcall; port: number }> {
+async function started(variant: XdsVariant, args: string[] = []): Promise<{ cp: XdsServer; lc: TestLastcall; port: number }> {
   const cp = await startXdsServer();
   const port = await freePort();
   await cp.push(basicSnapshot({ version: "1", listenerPort: port, appPort: app.port, service: "ads", variant }));
-  const lc = startLastcall(xdsBootstrap({ xdsPort: cp.port, service: "ads", variant }), { args: ["--min-drain", "0s"] });
+  const lc = startLastcall(xdsBootstrap({ xdsPort: cp.port, service: "ads", variant }), { args: ["--min-drain", "0s", ...args] });
   await lc.event("ready");
   await waitFor(async () => ((await get(port, "/")).status === 200 ? true : undefined), { what: "the LDS listener to serve" });
   return { cp, lc, port };
@@ -113,4 +113,22 @@ describe.each<XdsVariant>(["sotw", "delta"])("ADS (%s)", (variant) => {
     // The good listener still serves, with the filter.
     expect((await get(port, "/")).status).toBe(200);
   });
+});
+
+it("gives a hot-restart child its own proxy: its listeners report under its own instance", async () => {
+  const { lc, port } = await started("delta", ["--drain-time", "1s", "--parent-shutdown", "2s"]);
+  const parentInstance = JSON.parse((await dumpedHttpFilters(lc.adminUrl(), "ingress"))[0][0].typed_config.config.configuration.value).instance;
+  expect(parentInstance).toMatch(/-1-0$/);
+  lc.signal("SIGHUP");
+  await lc.event("ready", (e) => e.epoch === 1);
+  const [filters] = await dumpedHttpFilters(lc.adminUrl(), "ingress");
+  expect(JSON.parse(filters[0].typed_config.config.configuration.value).instance).toBe(parentInstance.replace(/-0$/, "-1"));
+  await lc.event("epoch_exit", (e) => e.epoch === 0);
+  const held = get(port, "/hold");
+  await app.until((a) => a.held === 1);
+  lc.signal("SIGTERM");
+  await lc.event("drain_start");
+  app.release();
+  expect((await held).status).toBe(200);
+  expect((await lc.event("terminated")).reason).toBe("inflight_zero");
 });
