@@ -1,6 +1,6 @@
 // lastcall reaches a control plane that requires mTLS with the certificates the bootstrap names
 // for the xDS cluster: files named in the UpstreamTlsContext, or SDS files as Contour's
-// bootstrap has them. Under Node and under Deno (grpc-js on both).
+// bootstrap has them. Under Node, in the single executable and under Deno (grpc-js in each).
 import { mkdtempSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -72,7 +72,12 @@ function sdsTls(): Record<string, unknown> {
   };
 }
 
-describe.each<[XdsVariant, string, Runtime]>([["sotw", "certificate files", "bundle"], ["delta", "SDS files (Contour)", "bundle"], ["delta", "SDS files (Contour)", "deno"]])(
+describe.each<[XdsVariant, string, Runtime]>([
+  ["sotw", "certificate files", "bundle"],
+  ["sotw", "certificate files", "binary"],
+  ["delta", "SDS files (Contour)", "bundle"],
+  ["delta", "SDS files (Contour)", "deno"],
+])(
   "ADS (%s) over mTLS with %s under %s",
   (variant, _how, runtime) => {
     it("relays the control plane's listeners with the filter", async () => {

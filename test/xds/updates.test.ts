@@ -1,8 +1,11 @@
 // What a control plane does over time reaches Envoy through lastcall as it would without it:
 // listener updates (the filter stays in place, no request fails), a control-plane restart
 // (the stream resumes), a bad resource (Envoy's NACK reaches the control plane unchanged).
+import { copyFileSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { waitFor } from "../support/envoy.ts";
+import { FILTER_WASM, waitFor } from "../support/envoy.ts";
 import { freePort, startLastcall, stopAllLastcalls, type TestLastcall } from "../support/lastcall.ts";
 import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
 import { buildXdsServer, startXdsServer, stopAllXdsServers, type XdsServer } from "../support/xds-server/index.ts";
@@ -131,4 +134,24 @@ it("gives a hot-restart child its own proxy: its listeners report under its own 
   app.release();
   expect((await held).status).toBe(200);
   expect((await lc.event("terminated")).reason).toBe("inflight_zero");
+});
+
+it("blames lastcall for a NACK its own change caused, and passes it on unchanged", async () => {
+  const cp = await startXdsServer();
+  const port = await freePort();
+  // No listener at first; the filter module then disappears, so Envoy cannot load the filter
+  // lastcall inserts into the listener that comes next.
+  await cp.push({ version: "1", clusters: [appCluster(app.port)] });
+  const wasm = join(mkdtempSync(join(tmpdir(), "lastcall-wasm-")), "filter.wasm");
+  copyFileSync(FILTER_WASM, wasm);
+  const lc = startLastcall(xdsBootstrap({ xdsPort: cp.port, service: "ads", variant: "sotw" }), { args: ["--filter-wasm", wasm] });
+  await lc.event("ready");
+  rmSync(wasm);
+  await cp.push(basicSnapshot({ version: "2", listenerPort: port, appPort: app.port, service: "ads", variant: "sotw" }));
+  const nack = await lc.event("xds_nack");
+  expect(nack.cause).toBe("lastcall");
+  const seen = await waitFor(async () => (await cp.requests()).find((r) => r.error), { what: "the NACK at the control plane" });
+  expect(seen.error).toBe(nack.message);
+  const metrics = await fetch(`${await lc.statusUrl()}/metrics`).then((r) => r.text());
+  expect(metrics).toMatch(/lastcall_xds_nacks_total\{cause="lastcall"\} [1-9]/);
 });
