@@ -155,3 +155,17 @@ it("blames lastcall for a NACK its own change caused, and passes it on unchanged
   const metrics = await fetch(`${await lc.statusUrl()}/metrics`).then((r) => r.text());
   expect(metrics).toMatch(/lastcall_xds_nacks_total\{cause="lastcall"\} [1-9]/);
 });
+
+it("with the control plane unreachable at start, Envoy's stream fails and retries until it comes up", async () => {
+  const xdsPort = await freePort();
+  const port = await freePort();
+  const lc = startLastcall(xdsBootstrap({ xdsPort, service: "ads", variant: "sotw" }), { args: ["--min-drain", "0s"] });
+  const ended = await lc.event("xds_upstream_ended");
+  expect(ended.code).toBe("UNAVAILABLE");
+  // Nothing is invented meanwhile: no listener reaches Envoy.
+  expect(lc.events.some((e) => e.event === "xds_listeners")).toBe(false);
+  const cp = await startXdsServer({ port: xdsPort });
+  await cp.push(basicSnapshot({ version: "1", listenerPort: port, appPort: app.port, service: "ads", variant: "sotw" }));
+  await lc.event("xds_listeners", undefined, 40_000);
+  await waitFor(async () => ((await get(port, "/").catch(() => undefined))?.status === 200 ? true : undefined), { what: "the listener to serve", timeoutMs: 20_000 });
+});
