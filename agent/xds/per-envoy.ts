@@ -1,9 +1,9 @@
 // What envoys.ts needs to give one Envoy process its own xDS proxy: where it serves, and the
 // proxy started with a reporter callback.
 import { randomBytes } from "node:crypto";
-import { mkdtemp } from "node:fs/promises";
+import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 import type { EventLog } from "../log.ts";
 import { startXdsProxy, type XdsProxy } from "./proxy.ts";
 import type { XdsPlan, XdsRedirectOptions } from "./redirect.ts";
@@ -33,8 +33,8 @@ export async function xdsRedirectFor(runDir: string, name: string): Promise<XdsR
  * Starts the proxy of one Envoy process; each filter variant it inserts adds that process's
  * reporter id to `reporters` (once) and tells the agent.
  */
-export function startProxyFor(plan: XdsPlan, stats: XdsStats, hooks: XdsHooks, ids: { http: string; tcp: string }, reporters: string[]): Promise<XdsProxy> {
-  return startXdsProxy({
+export async function startProxyFor(plan: XdsPlan, stats: XdsStats, hooks: XdsHooks, ids: { http: string; tcp: string }, reporters: string[]): Promise<XdsProxy> {
+  const proxy = await startXdsProxy({
     plan,
     stats,
     log: hooks.log,
@@ -45,4 +45,11 @@ export function startProxyFor(plan: XdsPlan, stats: XdsStats, hooks: XdsHooks, i
       hooks.onReporter(id);
     },
   });
+  const ownFolder = dirname(plan.socketPath).startsWith(join(tmpdir(), "lastcall-xds-")) ? dirname(plan.socketPath) : undefined;
+  return {
+    async close() {
+      await proxy.close();
+      if (ownFolder) await rm(ownFolder, { recursive: true, force: true });
+    },
+  };
 }

@@ -2,6 +2,10 @@
 // says; sources it cannot relay stay as they are and are counted by Envoy's stats.
 import { describe, expect, it } from "vitest";
 import { deriveBootstrap } from "../../agent/envoy/bootstrap.ts";
+import { rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname } from "node:path";
+import { xdsRedirectFor } from "../../agent/xds/per-envoy.ts";
 import { XDS_CLUSTER, XDS_TOKEN_HEADER } from "../../agent/xds/redirect.ts";
 import { xdsBootstrap } from "./resources.ts";
 
@@ -81,5 +85,17 @@ describe("deriveBootstrap with an xDS proxy", () => {
     expect((b.config as Json).dynamic_resources.ads_config.grpc_services[0]).toEqual({
       timeout: "5s", envoy_grpc: { cluster_name: XDS_CLUSTER }, initial_metadata: [{ key: XDS_TOKEN_HEADER, value: "secret" }],
     });
+  });
+});
+
+describe("xdsRedirectFor", () => {
+  it("puts the socket in the run folder, or in a private temp folder when that path is too long for a socket", async () => {
+    const short = await xdsRedirectFor("/run/lc", "envoy-g1-epoch0");
+    expect(short).toMatchObject({ socketPath: "/run/lc/envoy-g1-epoch0.xds.sock", fileBase: "/run/lc/envoy-g1-epoch0-lds" });
+    expect(short.token).toMatch(/^[0-9a-f]{32}$/);
+    const long = await xdsRedirectFor(`/run/${"x".repeat(120)}`, "envoy-g1-epoch0");
+    expect(long.socketPath.startsWith(tmpdir())).toBe(true);
+    expect(long.socketPath.length).toBeLessThanOrEqual(100);
+    rmSync(dirname(long.socketPath), { recursive: true });
   });
 });
