@@ -32,7 +32,8 @@ describe.each<[XdsService, XdsVariant]>([["ads", "sotw"], ["ads", "delta"], ["ld
     const listed = await lc.event("xds_listeners");
     expect(listed.filtered).toEqual(["ingress"]);
 
-    const ok = await get(listenerPort, "/delay?ms=1");
+    // LIVE comes as the listener is handed to the workers: the first connection may be a moment later.
+    const ok = await waitFor(async () => (await get(listenerPort, "/delay?ms=1").catch(() => undefined)), { what: "the LDS listener to answer" });
     expect(ok.status).toBe(200);
     expect(ok.headers["x-version"]).toBe("1");
     const admin = lc.adminUrl();
