@@ -56,7 +56,8 @@ it("rewrites listeners from an LDS file, follows its changes, and drains to the 
   expect(start.xds).toEqual([`LDS file ${lds}`]);
   expect(start.counted_by_stats).toBeUndefined();
   await lc.event("ready");
-  expect((await get(ports.edge, "/")).headers["x-version"]).toBe("1");
+  const first = await waitFor(async () => (await get(ports.edge, "/").catch(() => undefined)), { what: "the file's listener to answer" });
+  expect(first.headers["x-version"]).toBe("1");
   const admin = lc.adminUrl();
   expect((await dumpedHttpFilters(admin, "edge"))[0][0].name).toBe("lastcall_inflight");
   // Outbound listeners are counted too (the drain waits for the app's calls out).
