@@ -218,6 +218,7 @@ export class Agent {
         unknown: this.#tracker.unknownReports,
         refused: this.#reportsRefused,
       }),
+      xds: () => this.#envoys.xdsStats.snapshot(),
     });
     const app = createStatusApp({
       readiness: () => readiness(this.#statusView()),
@@ -247,6 +248,7 @@ export class Agent {
       filterWasm: this.#filterWasm,
       reportToken: this.#reportToken,
       signal,
+      xds: { log: this.#log, onReporter: (id) => this.#tracker.expect(id) },
     });
     if (configChanged) this.#budget.refill();
     for (const id of live.reporters) this.#tracker.expect(id);
@@ -264,6 +266,7 @@ export class Agent {
       ...(this.#filterWasm && b.outboundListeners.length ? { filter_outbound: b.outboundListeners } : {}),
       inbound: b.inboundListeners,
       ...(b.unseenListeners.length ? { counted_by_stats: b.unseenListeners } : {}),
+      ...(b.xds?.relayed.length ? { xds: b.xds.relayed } : {}),
     });
     live.whenReady.then((ok) => ok && this.#onReady(live));
     return live;
@@ -428,6 +431,7 @@ export class Agent {
     this.#unwatch?.();
     const remaining = this.#envoys?.all().filter((l) => l.process.running) ?? [];
     await Promise.all(remaining.map((l) => l.process.stop(2000)));
+    await this.#envoys?.close();
     await this.#server?.close();
     if (this.#ownRunDir && this.#runDir) await rm(this.#runDir, { recursive: true, force: true }).catch(() => {});
   }

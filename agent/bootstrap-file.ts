@@ -7,6 +7,7 @@ import { StartError } from "./errors.ts";
 import { AGENT_CLUSTER, type Bootstrap, deriveBootstrap } from "./envoy/bootstrap.ts";
 import { validateConfig } from "./envoy/validate.ts";
 import type { RunOptions } from "./options.ts";
+import type { XdsRedirectOptions } from "./xds/redirect.ts";
 import { reportTimeoutMs } from "./reports.ts";
 
 /** What one bootstrap is for. */
@@ -24,6 +25,8 @@ export interface BootstrapRequest {
   /** Secret the filter sends with its reports. */
   reportToken: string;
   signal?: AbortSignal;
+  /** Where this Envoy's xDS proxy serves (agent/xds/), to redirect LDS there. */
+  xds?: XdsRedirectOptions;
 }
 
 /** A written and validated bootstrap. */
@@ -70,6 +73,7 @@ export async function prepareBootstrap(envoyBinary: string, o: RunOptions, reque
           },
         }
         : undefined,
+      xds: request.xds,
     });
   } catch (error) {
     throw new StartError(`Cannot use Envoy config ${o.config}: ${(error as Error).message}`);

@@ -12,6 +12,9 @@ import { type EnvoyProcess, spawnEnvoy } from "./envoy/process.ts";
 import type { RunOptions } from "./options.ts";
 import { ownPid } from "./runtime/process.ts";
 import type { EpochInfo } from "./state.ts";
+import { startProxyFor, type XdsHooks, xdsRedirectFor } from "./xds/per-envoy.ts";
+import type { XdsProxy } from "./xds/proxy.ts";
+import { XdsStats } from "./xds/stats.ts";
 
 /** One live Envoy process. */
 export interface LiveEnvoy {
@@ -36,6 +39,8 @@ export interface LiveEnvoy {
   listenersDraining: boolean;
   /** Ids its filters report under. */
   reporters: string[];
+  /** Its xDS proxy (agent/xds/), when its listeners come from LDS. */
+  xds?: XdsProxy;
 }
 
 /** Where one generation (a cold start and its hot restarts) keeps its files. */
@@ -53,6 +58,8 @@ export interface StartRequest {
   filterWasm?: string;
   reportToken: string;
   signal: AbortSignal;
+  /** Give LDS listeners the filter through an xDS proxy per Envoy (agent/xds/). */
+  xds?: XdsHooks;
 }
 
 /**
@@ -71,6 +78,8 @@ export class Envoys {
   readonly #live = new Map<string, LiveEnvoy>();
   #generation: Generation = { number: 0, baseIdPath: "" };
   #configText = "";
+  /** Counters of every Envoy's xDS proxy, for `/metrics`. */
+  readonly xdsStats = new XdsStats();
 
   constructor(options: RunOptions, binary: string, runDir: string) {
     this.#options = options;
@@ -106,7 +115,13 @@ export class Envoys {
   remove(instance: string): LiveEnvoy | undefined {
     const live = this.#live.get(instance);
     this.#live.delete(instance);
+    void live?.xds?.close();
     return live;
+  }
+
+  /** Stops what serves the Envoys besides their processes (the xDS proxies). */
+  async close(): Promise<void> {
+    await Promise.all(this.all().map((l) => l.xds?.close()));
   }
 
   /**
@@ -121,9 +136,12 @@ export class Envoys {
       : { number: this.#generation.number + 1, baseIdPath: join(this.#runDir, `base-id-g${this.#generation.number + 1}`) };
     const epoch = parent ? parent.info.epoch + 1 : 0;
     const instance = `${ownPid()}-${generation.number}-${epoch}`;
+    const name = `envoy-g${generation.number}-epoch${epoch}`;
+    const xdsRedirect = request.filterWasm && request.xds ? await xdsRedirectFor(this.#runDir, name) : undefined;
     const prepared = await prepareBootstrap(this.#binary, o, {
       runDir: this.#runDir,
-      name: `envoy-g${generation.number}-epoch${epoch}`,
+      name,
+      xds: xdsRedirect,
       epoch,
       instance,
       statusPort: request.statusPort,
@@ -139,6 +157,16 @@ export class Envoys {
     this.#configText = prepared.text;
     this.#generation = generation;
     const adminAddressPath = join(this.#runDir, `admin-g${generation.number}-epoch${epoch}`);
+    const b = prepared.bootstrap;
+    const filtered = request.filterWasm !== undefined;
+    const reporters = [
+      ...(filtered && b.filteredListeners.length + b.outboundListeners.length > 0 ? [instance] : []),
+      ...(filtered && b.tcpListeners.length > 0 ? [`${instance}${TCP_INSTANCE_SUFFIX}`] : []),
+    ];
+    // The xDS proxy serves before Envoy starts; LDS listeners that get the filter add reporters.
+    const xds = b.xds && request.xds
+      ? await startProxyFor(b.xds, this.xdsStats, request.xds, { http: instance, tcp: `${instance}${TCP_INSTANCE_SUFFIX}` }, reporters)
+      : undefined;
     const process = await spawnEnvoy(this.#binary, envoyArgs({
       configPath: prepared.path,
       concurrency: o.concurrency,
@@ -150,10 +178,11 @@ export class Envoys {
       drainTimeMs: o.drainTimeMs,
       parentShutdownMs: o.parentShutdownMs,
       extraArgs: o.envoyArgs,
-    }));
+    })).catch(async (error) => {
+      await xds?.close();
+      throw error;
+    });
     if (parent) parent.adminHandedOver = true;
-    const b = prepared.bootstrap;
-    const filtered = request.filterWasm !== undefined;
     const live: LiveEnvoy = {
       info: { epoch, pid: process.pid, instance, generation: generation.number },
       process,
@@ -164,10 +193,8 @@ export class Envoys {
       adminHandedOver: false,
       hung: false,
       listenersDraining: false,
-      reporters: [
-        ...(filtered && b.filteredListeners.length + b.outboundListeners.length > 0 ? [instance] : []),
-        ...(filtered && b.tcpListeners.length > 0 ? [`${instance}${TCP_INSTANCE_SUFFIX}`] : []),
-      ],
+      reporters,
+      xds,
     };
     this.#live.set(instance, live);
     live.whenReady = this.#awaitReady(live, adminAddressPath);

@@ -1,5 +1,6 @@
 // The user's Envoy config in, the effective bootstrap out: admin on loopback, a cluster to the
 // agent, and the in-flight filter first in each inbound HTTP connection manager. Pure: no I/O.
+import { redirectXds, type XdsPlan, type XdsRedirectOptions } from "../xds/redirect.ts";
 
 /** The agent cluster's name, also the filter's `agent_cluster`. */
 export const AGENT_CLUSTER = "lastcall_agent";
@@ -29,6 +30,8 @@ export interface BootstrapOptions {
     /** Plugin configuration (see docs/filter-protocol.md). */
     pluginConfig: Record<string, unknown>;
   };
+  /** xDS proxy of this Envoy (agent/xds/): LDS is redirected there, when there is a filter. */
+  xds?: XdsRedirectOptions;
 }
 
 /** The effective bootstrap and what lastcall learned from it. */
@@ -50,6 +53,8 @@ export interface Bootstrap {
    * drain then counts every connection manager's `downstream_rq_active`, not a prefix set.
    */
   unseenListeners: string[];
+  /** What lastcall's xDS proxy relays for this Envoy (agent/xds/), when LDS is redirected. */
+  xds?: XdsPlan;
 }
 
 type Json = Record<string, unknown>;
@@ -76,7 +81,7 @@ function isTcpProxy(filter: Json): boolean {
  * The filter as an HTTP filter, or (`tcp`) as a network filter counting connections. The TCP
  * variant has its own VM id, hence its own shared-data counter, and reports as `<instance>/tcp`.
  */
-function wasmFilter(filter: NonNullable<BootstrapOptions["filter"]>, tcp = false): Json {
+export function wasmFilter(filter: NonNullable<BootstrapOptions["filter"]>, tcp = false): Json {
   const pluginConfig = tcp
     ? { ...filter.pluginConfig, instance: `${String(filter.pluginConfig.instance ?? "")}${TCP_INSTANCE_SUFFIX}` }
     : filter.pluginConfig;
@@ -191,8 +196,12 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
     }
     if (filtered) (isInbound ? filteredListeners : outboundListeners).push(String(listener.name ?? "(unnamed)"));
   }
+  // xDS hook (agent/xds/redirect.ts): LDS goes through lastcall, which inserts the filter.
+  const xds = options.filter && options.xds
+    ? redirectXds(config, options.xds, { http: wasmFilter(options.filter), tcp: wasmFilter(options.filter, true) })
+    : undefined;
   const dynamic = isObject(config.dynamic_resources) ? config.dynamic_resources : {};
-  const unseenListeners = dynamic.lds_config !== undefined ? ["LDS (dynamic_resources.lds_config)"] : [];
+  const unseenListeners = xds ? xds.unseen : dynamic.lds_config !== undefined ? ["LDS (dynamic_resources.lds_config)"] : [];
   return {
     config,
     unseenListeners,
@@ -201,5 +210,6 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
     filteredListeners,
     outboundListeners,
     tcpListeners: [...tcpListeners],
+    ...(xds ? { xds } : {}),
   };
 }

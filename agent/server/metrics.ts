@@ -1,6 +1,7 @@
 // Prometheus exposition through prom-client: values are read from the agent's state at scrape.
 import { Gauge, Registry } from "prom-client";
 import type { AgentState, Phase } from "../state.ts";
+import type { XdsStatsSnapshot } from "../xds/stats.ts";
 
 const PHASES: Phase[] = ["starting", "running", "restarting", "draining", "stopping", "stopped"];
 
@@ -12,6 +13,8 @@ export interface MetricsSource {
   /** Readiness as `/healthz/ready` would answer, without calling Envoy. */
   ready(): boolean;
   reports(): { accepted: number; stale: number; unknown: number; refused: number };
+  /** Counters of the xDS proxies (agent/xds/). */
+  xds?(): XdsStatsSnapshot;
 }
 
 /**
@@ -55,5 +58,23 @@ export function createMetrics(source: MetricsSource): Registry {
     const t = source.state().termination;
     if (t) g.set({ reason: t.reason, mode: t.mode }, 1);
   }, ["reason", "mode"]);
+  if (source.xds) addXdsMetrics(gauge, source.xds);
   return registry;
+}
+
+type GaugeMaker = (name: string, help: string, collect: (g: Gauge) => void, labelNames?: string[]) => Gauge;
+
+function addXdsMetrics(gauge: GaugeMaker, xds: () => XdsStatsSnapshot): void {
+  gauge("lastcall_xds_streams", "xDS streams Envoy has open to lastcall's proxy", (g) => g.set(xds().streamsActive));
+  gauge("lastcall_xds_streams_total", "xDS streams Envoy opened to lastcall's proxy", (g) => g.set(xds().streamsTotal));
+  gauge("lastcall_xds_responses_total", "xDS responses relayed to Envoy, by resource type", (g) => {
+    for (const [type, n] of Object.entries(xds().responses)) g.set({ type }, n);
+  }, ["type"]);
+  gauge("lastcall_xds_listeners_rewritten_total", "Listeners from LDS (gRPC or file) that got the filter", (g) => g.set(xds().listenersRewritten));
+  gauge("lastcall_xds_nacks_total", "NACKs from Envoy; cause lastcall when the rejected change was lastcall's", (g) => {
+    const n = xds().nacks;
+    g.set({ cause: "lastcall" }, n.lastcall);
+    g.set({ cause: "control_plane" }, n.control_plane);
+  }, ["cause"]);
+  gauge("lastcall_xds_upstream_errors_total", "Relayed xDS streams the control plane ended with an error or never took", (g) => g.set(xds().upstreamErrors));
 }

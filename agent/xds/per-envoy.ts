@@ -1,0 +1,55 @@
+// What envoys.ts needs to give one Envoy process its own xDS proxy: where it serves, and the
+// proxy started with a reporter callback.
+import { randomBytes } from "node:crypto";
+import { mkdtemp, rm } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import type { EventLog } from "../log.ts";
+import { startXdsProxy, type XdsProxy } from "./proxy.ts";
+import type { XdsPlan, XdsRedirectOptions } from "./redirect.ts";
+import type { XdsStats } from "./stats.ts";
+
+/** A Unix socket path must fit in `sockaddr_un` (108 bytes with the final NUL). */
+const MAX_SOCKET_PATH = 100;
+
+/** What the agent gives Envoys for its xDS proxies. */
+export interface XdsHooks {
+  log: EventLog;
+  /** A filter variant was inserted into a listener of this Envoy: its reports are now expected. */
+  onReporter(id: string): void;
+}
+
+/**
+ * Where the proxy of the Envoy process `name` serves: a socket and files in the run folder
+ * (or, when that path is too long for a socket, a private folder in the system's temp folder).
+ */
+export async function xdsRedirectFor(runDir: string, name: string): Promise<XdsRedirectOptions> {
+  let socketPath = join(runDir, `${name}.xds.sock`);
+  if (socketPath.length > MAX_SOCKET_PATH) socketPath = join(await mkdtemp(join(tmpdir(), "lastcall-xds-")), "xds.sock");
+  return { socketPath, token: randomBytes(16).toString("hex"), fileBase: join(runDir, `${name}-lds`) };
+}
+
+/**
+ * Starts the proxy of one Envoy process; each filter variant it inserts adds that process's
+ * reporter id to `reporters` (once) and tells the agent.
+ */
+export async function startProxyFor(plan: XdsPlan, stats: XdsStats, hooks: XdsHooks, ids: { http: string; tcp: string }, reporters: string[]): Promise<XdsProxy> {
+  const proxy = await startXdsProxy({
+    plan,
+    stats,
+    log: hooks.log,
+    onFilter(variant) {
+      const id = ids[variant];
+      if (reporters.includes(id)) return;
+      reporters.push(id);
+      hooks.onReporter(id);
+    },
+  });
+  const ownFolder = dirname(plan.socketPath).startsWith(join(tmpdir(), "lastcall-xds-")) ? dirname(plan.socketPath) : undefined;
+  return {
+    async close() {
+      await proxy.close();
+      if (ownFolder) await rm(ownFolder, { recursive: true, force: true });
+    },
+  };
+}
