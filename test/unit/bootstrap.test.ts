@@ -41,6 +41,12 @@ describe("deriveBootstrap", () => {
     expect(config.admin).toEqual({ address: { socket_address: { address: "127.0.0.1", port_value: 15000 } } });
   });
 
+  it("keeps an admin on a Unix socket (Contour's bootstraps), and puts one there with adminSocket", () => {
+    const admin = { address: { pipe: { path: "/admin/admin.sock" } } };
+    expect(deriveBootstrap({ admin }, options).config.admin).toEqual(admin);
+    expect(deriveBootstrap({}, { ...options, adminSocket: "/run/admin.sock" }).config.admin).toEqual({ address: { pipe: { path: "/run/admin.sock" } } });
+  });
+
   it("keeps a loopback admin on the admin port", () => {
     const admin = { address: { socket_address: { address: "127.0.0.1", port_value: 15000 } }, access_log: [] };
     expect(deriveBootstrap({ admin }, options).config.admin).toEqual(admin);
@@ -49,7 +55,7 @@ describe("deriveBootstrap", () => {
   it.each([
     [{ address: { socket_address: { address: "0.0.0.0", port_value: 15000 } } }, "Envoy config admin address must be loopback, not 0.0.0.0"],
     [{ address: { socket_address: { address: "127.0.0.1", port_value: 9901 } } }, "Envoy config admin port 9901 differs from --admin-port 15000"],
-    [{ address: { pipe: { path: "/tmp/admin" } } }, "Envoy config admin has no socket_address: lastcall needs admin on 127.0.0.1"],
+    [{ address: { envoy_internal_address: { server_listener_name: "admin" } } }, "Envoy config admin has neither socket_address nor pipe: lastcall needs admin on 127.0.0.1 or a Unix socket"],
   ])("refuses admin %j", (admin, message) => {
     expect(() => deriveBootstrap({ admin }, options)).toThrow(new BootstrapError(message));
   });
