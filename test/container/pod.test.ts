@@ -175,8 +175,9 @@ if (skipReason) {
         grace_ms: GRACE_S * 1000,
         min_drain_ms: MIN_DRAIN_MS,
         events: [
-          { at_ms: 0, who: "podman", what: `pod stop -t ${GRACE_S}: SIGTERM to app and sidecar` },
-          ...events.filter((e) => Date.parse(e.ts) >= stopAt).map((e) => ({ at_ms: rel(Date.parse(e.ts)), who: "lastcall", what: e.event })),
+          { at_ms: 0, who: "podman", what: `podman pod stop -t ${GRACE_S}` },
+          ...events.filter((e) => Date.parse(e.ts) >= stopAt)
+            .map((e) => ({ at_ms: rel(Date.parse(e.ts)), who: "lastcall", what: e.event === "terminate" ? "terminate (SIGTERM)" : e.event })),
           ...responses.map((e) => ({ at_ms: rel(e.t), who: "client", what: `response ${e.status} after ${e.ms} ms` })),
           { at_ms: rel(app.finishedAt), who: "app", what: `container exit ${app.exitCode}` },
           { at_ms: rel(sidecar.finishedAt), who: "sidecar", what: `container exit ${sidecar.exitCode}` },
