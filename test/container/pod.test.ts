@@ -42,30 +42,32 @@ function startClient(netns: string, config: object): { events: ClientEvent[]; ne
     { stdio: ["ignore", "pipe", "pipe"] });
   const events: ClientEvent[] = [];
   let stderr = "";
+  let closed = false;
+  const checks = new Set<() => void>();
+  const changed = () => checks.forEach((check) => check());
   child.stderr?.on("data", (chunk) => (stderr += chunk));
-  const waiters: Array<() => void> = [];
   createInterface({ input: child.stdout! }).on("line", (line) => {
     events.push(JSON.parse(line));
-    waiters.splice(0).forEach((wake) => wake());
+    changed();
   });
-  const exited = new Promise<void>((done) => child.once("close", () => done()));
+  child.once("close", () => {
+    closed = true;
+    changed();
+  });
   const next = (event: string, timeoutMs: number) => new Promise<ClientEvent>((done, fail) => {
-    const timer = setTimeout(() => fail(new Error(`pod client: no ${event} within ${timeoutMs} ms; stderr: ${stderr}`)), timeoutMs);
+    const finish = (settle: () => void) => {
+      clearTimeout(timer);
+      checks.delete(check);
+      settle();
+    };
     const check = () => {
       const found = events.find((e) => e.event === event);
-      if (found) {
-        clearTimeout(timer);
-        return done(found);
-      }
-      waiters.push(check);
+      if (found) finish(() => done(found));
+      else if (closed) finish(() => fail(new Error(`pod client exited before ${event}: ${stderr || JSON.stringify(events)}`)));
     };
+    const timer = setTimeout(() => finish(() => fail(new Error(`pod client: no ${event} within ${timeoutMs} ms; stderr: ${stderr}`))), timeoutMs);
+    checks.add(check);
     check();
-    void exited.then(() => setTimeout(() => {
-      if (!events.some((e) => e.event === event)) {
-        clearTimeout(timer);
-        fail(new Error(`pod client exited before ${event}: ${stderr || JSON.stringify(events)}`));
-      }
-    }, 0));
   });
   return { events, next, child };
 }
@@ -76,6 +78,7 @@ if (skipReason) {
   describe("lastcall's image in a pod (podman)", () => {
     let images: Awaited<ReturnType<typeof buildImages>>;
     let netns: string;
+    let running: ReturnType<typeof startClient> | undefined;
 
     beforeAll(async () => {
       // Cached images: seconds. A cold build (Debian rootfs, stand-ins, the Dockerfile): minutes.
@@ -91,7 +94,10 @@ if (skipReason) {
       netns = await podNetworkNamespace(POD);
     }, 20 * 60_000);
 
-    afterAll(() => removePod(POD), 120_000);
+    afterAll(async () => {
+      running?.child.kill();
+      await removePod(POD);
+    }, 120_000);
 
     it("ships the demo app byte for byte in the example manifest", () => {
       const manifest = readFileSync(join(root, "examples/k8s/pod-demo.yaml"), "utf8");
@@ -120,6 +126,7 @@ if (skipReason) {
       const client = startClient(netns, {
         listener: "http://127.0.0.1:10000", status: "http://127.0.0.1:15020", longMs: LONG_MS, shortCount: 3, timeoutMs: 60_000,
       });
+      running = client;
       await client.next("inflight", 60_000);
 
       const stopAt = Date.now();

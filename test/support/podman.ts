@@ -3,13 +3,14 @@
 // only interface is their own loopback, and the tests reach it by entering the namespace.
 import { accessSync, constants } from "node:fs";
 import { delimiter, join } from "node:path";
-import { INSTALL_COMMAND, missingTools, podman } from "../../build/image.mjs";
+import { INSTALL_COMMAND, missingTools, podman as runPodman } from "../../build/image.mjs";
 
-export { podman };
+/** Runs podman with the project's settings; resolves with its standard output. */
+export const podman: (args: string[]) => Promise<string> = runPodman;
 
 /** What the container tests need and this machine lacks, and the command that installs it. */
 export function containerToolsMissing(): { missing: string[]; install: string } | undefined {
-  const missing = missingTools();
+  const missing: string[] = missingTools();
   const nsenter = [...(process.env.PATH ?? "").split(delimiter), "/usr/bin"].some((dir) => {
     try {
       accessSync(join(dir, "nsenter"), constants.X_OK);
