@@ -64,14 +64,13 @@ export function missingTools() {
 }
 
 /** Runs a command; resolves with its output, rejects with it (and the command) on failure. */
-function run(command, args, { env, input } = {}) {
+function run(command, args, { env } = {}) {
   return new Promise((done, fail) => {
-    const child = spawn(command, args, { cwd: root, env: env ?? process.env, stdio: [input ? "pipe" : "ignore", "pipe", "pipe"] });
+    const child = spawn(command, args, { cwd: root, env: env ?? process.env, stdio: ["ignore", "pipe", "pipe"] });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (chunk) => (stdout += chunk));
     child.stderr.on("data", (chunk) => (stderr += chunk));
-    if (input) child.stdin.end(input);
     child.once("error", (error) => fail(new Error(`Cannot run ${command}: ${error.message}`)));
     child.once("close", (code) => {
       if (code === 0) return done(stdout);
@@ -82,12 +81,12 @@ function run(command, args, { env, input } = {}) {
 }
 
 /** Runs podman with the project's settings; resolves with its standard output. */
-export function podman(args, options = {}) {
+export function podman(args) {
   const setup = podmanSetup();
-  return run("podman", [...setup.args, ...args], { ...options, env: setup.env });
+  return run("podman", [...setup.args, ...args], { env: setup.env });
 }
 
-async function imageExists(tag) {
+function imageExists(tag) {
   const setup = podmanSetup();
   return spawnSync("podman", [...setup.args, "image", "exists", tag], { env: setup.env }).status === 0;
 }
@@ -113,17 +112,18 @@ function fileHash(path) {
   });
 }
 
-/** Hashes every file of a folder (names, modes, contents, link targets) for a cache key. */
-async function treeHash(dir, include = () => true) {
+/** Hashes the files of a folder that `filter` keeps (names, modes, contents, link targets). */
+async function treeHash(dir, filter) {
   const hash = createHash("sha256");
   const walk = async (folder) => {
     for (const name of readdirSync(folder).sort()) {
       const path = join(folder, name);
       const rel = relative(dir, path);
-      if (!include(rel)) continue;
       const stat = lstatSync(path);
       if (stat.isDirectory()) {
-        await walk(path);
+        if (filter.enter(rel)) await walk(path);
+      } else if (!filter.include(rel)) {
+        continue;
       } else if (stat.isSymbolicLink()) {
         hash.update(`${rel}\0link\0${readlinkSync(path)}\0`);
       } else if (stat.isFile()) {
@@ -136,36 +136,38 @@ async function treeHash(dir, include = () => true) {
 }
 
 /**
- * What `.dockerignore` leaves in the build context, for the cache key. Its patterns are top-level
- * names, `*` and `!name` exceptions (the last pattern that matches decides, as in Docker).
+ * What `.dockerignore` leaves in the build context, for the cache key: `include(path)` for a
+ * file, `enter(path)` for a folder that holds included files. Its patterns are `*` (every
+ * top-level entry), plain paths (an entry and everything under it), and `!path` exceptions;
+ * the last pattern that matches decides, as in Docker.
  */
 function contextFilter() {
   const patterns = readFileSync(join(root, ".dockerignore"), "utf8").split("\n").map((l) => l.trim())
-    .filter((l) => l && !l.startsWith("#")).map((l) => l.replace(/^(!?)\//, "$1"));
-  const matches = (pattern, name) => pattern === "*" || (pattern.startsWith("*") ? name.endsWith(pattern.slice(1)) : name === pattern);
-  return (rel) => {
-    const top = rel.split("/")[0];
+    .filter((l) => l && !l.startsWith("#")).map((l) => l.replace(/^(!?)\//, "$1").replace(/\/$/, ""));
+  const matches = (pattern, rel) => pattern === "*" || rel === pattern || rel.startsWith(`${pattern}/`);
+  const include = (rel) => {
     let included = true;
     for (const pattern of patterns) {
       if (pattern.startsWith("!")) {
-        if (matches(pattern.slice(1), top)) included = true;
-      } else if (matches(pattern, top)) {
+        if (matches(pattern.slice(1), rel)) included = true;
+      } else if (matches(pattern, rel)) {
         included = false;
       }
     }
     return included;
   };
+  const enter = (rel) => include(rel) || patterns.some((p) => p.startsWith(`!${rel}/`));
+  return { include, enter };
 }
 
-/** Prepares a build context folder: the given files copied in, and a Containerfile. */
+/** Prepares a build context folder: files copied in (target path → source path), a Containerfile. */
 function context(name, files, containerfile) {
   const dir = join(work, name);
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
   for (const [target, source] of Object.entries(files)) {
     mkdirSync(dirname(join(dir, target)), { recursive: true });
-    if (typeof source === "string") cpSync(source, join(dir, target), { recursive: true, dereference: false });
-    else writeFileSync(join(dir, target), source.text, { mode: source.mode ?? 0o644 });
+    cpSync(source, join(dir, target), { recursive: true });
   }
   writeFileSync(join(dir, "Containerfile"), containerfile);
   return dir;
@@ -176,7 +178,7 @@ const DEBIAN = { suite: "bookworm", variant: "minbase", recipe: 1 };
 async function debianImage(log) {
   const key = sha256(JSON.stringify(DEBIAN)).slice(0, 12);
   const tag = `${BASE}/debian:${DEBIAN.suite}-${key}`;
-  if (await imageExists(tag)) return tag;
+  if (imageExists(tag)) return tag;
   log(`debian ${DEBIAN.suite} (${DEBIAN.variant}) with mmdebstrap`);
   mkdirSync(work, { recursive: true });
   const tar = join(work, `debian-${key}.tar`);
@@ -205,7 +207,7 @@ async function nodeImage(debian, log) {
   const containerfile = `FROM ${debian}\nCOPY rootfs/ /\nCMD ["node"]\n`;
   const key = sha256(debian, await fileHash(process.execPath), npmVersion, containerfile).slice(0, 12);
   const tag = `${BASE}/node:${process.versions.node}-${key}`;
-  if (await imageExists(tag)) return tag;
+  if (imageExists(tag)) return tag;
   log(`node ${process.versions.node} with npm ${npmVersion}`);
   const dir = context("node", {
     "rootfs/usr/local/bin/node": process.execPath,
@@ -234,7 +236,7 @@ async function envoyImage(debian, log) {
   ].join("\n");
   const key = sha256(debian, await fileHash(envoy), containerfile).slice(0, 12);
   const tag = `${BASE}/envoy:${version}-${key}`;
-  if (await imageExists(tag)) return tag;
+  if (imageExists(tag)) return tag;
   log(`envoy ${version} from ${envoy}`);
   const dir = context("envoy", { envoy }, containerfile);
   await podman(["build", "--quiet", "--layers=false", "--pull=never", "--network", "none", "-t", tag, dir]);
@@ -290,7 +292,7 @@ export async function buildImages({ log = () => {} } = {}) {
   const key = sha256(dockerfile, node, envoy, await treeHash(root, contextFilter())).slice(0, 12);
   const tag = `${IMAGE}:build-${key}`;
   const versionTag = `${IMAGE}:${pkg.version}`;
-  if (!(await imageExists(tag))) {
+  if (!imageExists(tag)) {
     note(`${versionTag} from the Dockerfile`);
     // Host network for the build stage's `npm ci` only; the final stage runs nothing.
     await podman([
