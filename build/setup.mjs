@@ -25,10 +25,10 @@ function installed() {
 
 /** Installs, fetches and builds; returns the Envoy binary path. */
 export async function setup() {
-  // Not `npm ci`: the `deno` package lists optional binaries for other platforms that the
-  // registry mirror here does not serve, so no lock file can name them and `npm ci` refuses it.
-  // `npm install` with the committed lock and exact versions installs the same tree.
-  if (!installed()) run("npm", ["install", "--no-audit", "--no-fund", "--loglevel=error"], "npm install");
+  // `npm ci`: exactly the committed lock, or a clear failure when package.json and the lock
+  // disagree. Deno, whose lock entries could not be complete here, is installed apart, on
+  // demand (build/deno.mjs).
+  if (!installed()) run("npm", ["ci", "--no-audit", "--no-fund", "--loglevel=error"], "npm ci");
   const { resolveEnvoy, envoyVersion } = await import("./envoy.mjs");
   let envoy;
   try {

@@ -3,6 +3,7 @@
 import { execFile } from "node:child_process";
 import { promisify } from "node:util";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { resolveDeno } from "../../build/deno.mjs";
 import { waitFor } from "../support/envoy.ts";
 import { inboundConfig, isAlive, lastcallCommand, type Runtime, startLastcall, stopAllLastcalls } from "../support/lastcall.ts";
 import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
@@ -14,6 +15,8 @@ afterAll(() => app.close());
 afterEach(stopAllLastcalls);
 
 describe.each<Runtime>(["bundle", "binary", "deno"])("lastcall (%s)", (runtime) => {
+  // The pinned Deno is installed on first use (build/deno.mjs), outside the test's own timeout.
+  beforeAll(() => void (runtime === "deno" && resolveDeno()), 180_000);
   it("runs Envoy with the filter, waits for ready, serves, and stops Envoy on SIGTERM", async () => {
     const lc = startLastcall(inboundConfig({ upstreamPort: app.port }), { runtime, args: ["--min-drain", "0s"] });
     const start = await lc.event("start");

@@ -6,6 +6,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createServer } from "node:net";
 import { createInterface } from "node:readline";
+import { resolveDeno } from "../../build/deno.mjs";
 import { localCluster } from "./envoy.ts";
 
 const root = resolve(import.meta.dirname, "../..");
@@ -21,7 +22,7 @@ export function lastcallCommand(runtime: Runtime = "bundle"): string[] {
     case "binary":
       return [join(root, "dist/lastcall")];
     case "deno":
-      return [join(root, "node_modules/.bin/deno"), "run", "--allow-all", "--quiet", join(root, "agent/main.ts")];
+      return [resolveDeno(), "run", "--allow-all", "--quiet", join(root, "agent/main.ts")];
   }
 }
 

@@ -1,0 +1,2 @@
+export const DENO_PACKAGE: string;
+export function resolveDeno(): string;
