@@ -83,3 +83,9 @@ export function executable(pid: number): string {
 export function commandLine(pid: number): string[] {
   return (read(`/proc/${pid}/cmdline`) ?? "").split("\0").filter(Boolean);
 }
+
+/** CPU time of one thread in seconds, from /proc/<pid>/task/<tid>/schedstat (nanosecond resolution). */
+export function threadCpuSeconds(pid: number, tid = pid): number {
+  const text = read(`/proc/${pid}/task/${tid}/schedstat`);
+  return text ? Number(text.split(" ")[0]) / 1e9 : Number.NaN;
+}
