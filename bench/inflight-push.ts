@@ -8,19 +8,15 @@
 //     reports, the filter's own `lastcall_reports_sent`, and Envoy's calls to the agent cluster.
 // Results go to bench/results/inflight-push.json.
 //
-// Run: npx vitest bench --run bench/inflight-push.bench.ts (or `npm run bench`)
+// Run: npm run bench -- --only inflight-push
 import { execFileSync } from "node:child_process";
-import { mkdirSync, writeFileSync } from "node:fs";
 import { Agent as HttpAgent, request } from "node:http";
-import { resolve } from "node:path";
-import { fileURLToPath } from "node:url";
-import { bench, describe } from "vitest";
 import { waitFor } from "../test/support/envoy.ts";
 import { inboundConfig, type LastcallEvent, startLastcall, type TestLastcall } from "../test/support/lastcall.ts";
 import { startUpstreamApp, type UpstreamApp } from "../test/support/upstream-app.ts";
+import { QUICK, progress, writeResult } from "./lib/context.ts";
 
-const root = fileURLToPath(new URL("..", import.meta.url));
-const TRIALS = 20;
+const TRIALS = QUICK ? 2 : 10;
 const HELD_PER_TRIAL = 3;
 const STEADY_REQUESTS = 5000;
 const CONCURRENCY = 2;
@@ -150,7 +146,6 @@ await app.close();
 const envoyBin = process.env.ENVOY_BIN ?? "envoy";
 const results = {
   what: "Real Envoy under lastcall: push delay while draining, and report calls per request in steady state",
-  date: new Date().toISOString(),
   environment: {
     envoy: /\/(\d+\.\d+\.\d+)\//.exec(execFileSync(envoyBin, ["--version"], { encoding: "utf8" }))?.[1] ?? "unknown",
     node: process.version,
@@ -169,16 +164,6 @@ const results = {
   },
   steady_state: steady,
 };
-mkdirSync(resolve(root, "bench/results"), { recursive: true });
-writeFileSync(resolve(root, "bench/results/inflight-push.json"), `${JSON.stringify(results, null, 2)}\n`);
-
-describe("inflight push (real Envoy)", () => {
-  // The numbers are measured above, once; this entry only shows them in vitest's table.
-  const [confirmed, bare] = results.push_delay.settings;
-  bench(
-    `push delay median ${confirmed!.median_ms} ms, max ${confirmed!.max_ms} ms (zero-confirm 50ms); ` +
-      `median ${bare!.median_ms} ms, max ${bare!.max_ms} ms (0ms); ${steady.calls_per_request} calls/request`,
-    () => {},
-    { time: 1, iterations: 1 },
-  );
-});
+writeResult("inflight-push", results);
+const [confirmed, bare] = results.push_delay.settings;
+progress("inflight-push", `push delay median ${confirmed!.median_ms} ms (zero-confirm 50ms), ${bare!.median_ms} ms (0ms); ${steady.calls_per_request} report calls per request`);
