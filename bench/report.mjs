@@ -365,13 +365,17 @@ if (footprint) {
 if (push) {
   line(`## The push itself (\`inflight-push.json\`)${quickNote(push)}`);
   line();
-  line("lastcall with a real Envoy (`--concurrency 2`, heartbeat 1 s): three requests held across SIGTERM and");
-  line("released together; delay from the client reading the last byte to lastcall's `drain_wait_done`");
-  line(`(reason \`inflight_zero\`), ${push.push_delay.trials_per_setting} trials per setting, interleaved:`);
+  line("lastcall with a real Envoy (`--concurrency 2`, heartbeat 1 s, `--min-drain 0s`): three requests held");
+  line("across SIGTERM and released together; from the client reading the last byte of the last response to");
+  line(`lastcall's decision (\`drain_wait_done\`, the pushed zero confirmed by a probe), to its \`envoy_quit_requested\``);
+  line(`(after the final read of Envoy's count) and to Envoy's process gone. ${push.push_delay.trials} trials:`);
   line();
-  line("| `--zero-confirm` | median | min | max |");
+  line("| step | median | min | max |");
   line("|---|---|---|---|");
-  for (const s of push.push_delay.settings) line(`| ${s.zero_confirm_ms} ms${s.zero_confirm_ms === 50 ? " (default)" : ""} | ${s.median_ms} ms | ${s.min_ms} ms | ${s.max_ms} ms |`);
+  const d = push.push_delay;
+  for (const [label, s] of [["decision (push + probe)", d.decided_ms], ["quit requested (+ final count read)", d.quit_requested_ms], ["Envoy gone (+ Envoy's clean exit)", d.gone_ms]]) {
+    if (s) line(`| ${label} | ${s.median} ms | ${s.min} ms | ${s.max} ms |`);
+  }
   line();
   const st = push.steady_state;
   line(`Steady state: ${fmt(st.requests)} sequential requests on one keep-alive connection made ${st.report_calls.envoy_agent_cluster_rq} report calls`);
