@@ -2,11 +2,10 @@
 // the page cache first (as a container starting from its image: otherwise a freshly built binary
 // is wholly cached and the kernel's fault-around maps far more of it), then:
 //  - start-up peak: VmHWM 3 s after Envoy is ready;
-//  - steady: VmRSS (anonymous + file-backed) after 5 s idle;
-//  - under 1,000 requests per second through Envoy for 5 s: RSS after, and the agent's CPU.
+//  - steady: VmRSS (anonymous + file-backed) after 4 s idle;
+//  - under 1,000 requests per second through Envoy for 4 s: RSS after, and the agent's CPU.
 // Contenders: dist/lastcall (single executable), the same agent under Deno (its TypeScript
-// sources), the bundle under plain node; Istio's pkg/envoy agent and Contour's shutdown-manager
-// for reference. Runs alternate; Envoy's own RSS with and without the filter is in filter-load.json.
+// sources); Istio's pkg/envoy agent and Contour's shutdown-manager for reference. Runs alternate; Envoy's own RSS with and without the filter is in filter-load.json.
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, realpathSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -20,8 +19,8 @@ import { children, cpuSeconds, executable, memory } from "./lib/proc.ts";
 import { round, summarize } from "./lib/stats.ts";
 
 const ROUNDS = QUICK ? 1 : 3;
-const IDLE_MS = QUICK ? 3000 : 5000;
-const LOAD_S = QUICK ? 3 : 5;
+const IDLE_MS = QUICK ? 3000 : 4000;
+const LOAD_S = QUICK ? 3 : 4;
 const DENO = join(ROOT, "node_modules/deno/deno");
 const MIB = 2 ** 20;
 
@@ -52,7 +51,6 @@ function lastcallSubject(id: string, label: string, command: string[], binary: s
 const SUBJECTS: Subject[] = [
   lastcallSubject("lastcall", "lastcall (dist/lastcall, single executable)", [join(ROOT, "dist/lastcall")], join(ROOT, "dist/lastcall")),
   lastcallSubject("lastcall-deno", "lastcall under Deno (agent/main.ts)", [DENO, "run", "--allow-all", "--quiet", join(ROOT, "agent/main.ts")], DENO),
-  lastcallSubject("lastcall-node", "lastcall bundle under node (dist/lastcall.mjs)", [process.execPath, join(ROOT, "dist/lastcall.mjs")], process.execPath),
   {
     id: "istio", label: "Istio pkg/envoy agent (bench/anchors/istio-agent)", binary: join(ANCHORS, "istio-agent"),
     async start() {

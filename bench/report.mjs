@@ -244,7 +244,7 @@ if (filterLoad) {
   line();
   line("The same bootstrap, one listener answering 200 itself (a direct response: no upstream adds noise), with");
   line("no wasm filter (`none`), a no-op module with the filter's exports (`noop`: Envoy's wasm plumbing alone,");
-  line("`bench/noop/index.ts`), the filter as it was before its cost cut (`before`) and the filter now");
+  line("`bench/noop/index.ts`), the filter as it was before its cost cut (`before`, saturated loads only) and the filter now");
   line(`(\`lastcall\`, heartbeats to a report sink). Saturated: \`wrk -t1 -c16\` (HTTP/1.1), \`h2load -c4 -m16\` (HTTP/2); fixed`);
   line(`rate: \`h2load --rps\`, ${fmt(filterLoad.fixed_rate_rps)} requests per second. ${filterLoad.seconds_per_run} s per run, ${filterLoad.rounds} rounds, variants alternating;`);
   line("ratios and added latency are paired within a round. The load generator shares the 2 CPUs with Envoy.");
@@ -281,6 +281,13 @@ if (filterLoad) {
   goals.push(["filter: lastcall's logic ≤ 3 % rps over the no-op module (saturated)", logic.every((x) => x.r >= 0.97), logic.map((x) => `${x.c.load} c${x.c.concurrency} ×${fmt(x.r, 3)}`).join(", ")]);
   const whole = sat.filter((c) => c.concurrency === 2).map((c) => ({ c, r: of(c, "lastcall")?.rps_ratio_to_none.median }));
   goals.push(["filter: whole filter ≥ 0.90 of no filter, saturated, `--concurrency 2`", whole.every((x) => x.r >= 0.9), whole.map((x) => `${x.c.load} ×${fmt(x.r, 3)}`).join(", ")]);
+  // Envoy's CPU per request is less sensitive than rps to other work on the shared CPUs: the ratio
+  // of CPU per request is what rps would be if Envoy alone were CPU-bound.
+  const cpu = sat.map((c) => ({ c, logic: of(c, "noop").cpu_us_per_request.median / of(c, "lastcall").cpu_us_per_request.median, whole: of(c, "none").cpu_us_per_request.median / of(c, "lastcall").cpu_us_per_request.median }));
+  line("Envoy CPU per request, saturated (less sensitive than rps to other work on the shared CPUs): lastcall ÷ no-op and");
+  line("lastcall ÷ none, as rps ratios would be if Envoy alone were CPU-bound:");
+  line(cpu.map((x) => `${x.c.load} c${x.c.concurrency}: ×${fmt(x.logic, 3)} of no-op, ×${fmt(x.whole, 3)} of none`).join("; ") + ".");
+  line();
   const fixed = filterLoad.cells.filter((c) => c.mode === "fixed").map((c) => ({ c, v: of(c, "lastcall") }));
   goals.push(["filter: at a fixed rate equal throughput (≥ 0.99) and ≤ 50 µs added p50", fixed.every((x) => x.v.rps_ratio_to_none.median >= 0.99 && x.v.added_p50_us.median <= 50),
     fixed.map((x) => `${x.c.load} c${x.c.concurrency} ×${fmt(x.v.rps_ratio_to_none.median, 3)} +${fmt(x.v.added_p50_us.median)} µs`).join(", ")]);
@@ -322,9 +329,9 @@ if (footprint) {
   line();
   line("Each agent is started with its binary's pages dropped from the page cache (as a container starting from");
   line("its image; a freshly built, wholly cached binary gets far more of it mapped by the kernel's fault-around).");
-  line("Peak: VmHWM 3 s after Envoy is ready. Steady: VmRSS after 5 s idle, split into anonymous memory (heaps,");
+  line("Peak: VmHWM 3 s after Envoy is ready. Steady: VmRSS after 4 s idle, split into anonymous memory (heaps,");
   line("stacks) and file-backed pages (the executable's own code and data). Under load: 1,000 requests per second");
-  line(`through Envoy for 5 s. ${footprint.rounds} runs each, alternating. MiB.`);
+  line(`through Envoy for 4 s. ${footprint.rounds} runs each, alternating. MiB.`);
   line();
   line("| agent | start-up peak | steady RSS | anon | file | RSS at 1k rps | agent CPU at 1k rps |");
   line("|---|---|---|---|---|---|---|");

@@ -13,8 +13,8 @@ const ROUNDS = QUICK ? 1 : 5;
 // LASTCALL_BENCH_CONTENDERS=id,id runs a subset (while working on the harness).
 const PICKED = process.env.LASTCALL_BENCH_CONTENDERS?.split(",");
 const ACTIVE = CONTENDERS.map((_, i) => i).filter((i) => !PICKED || PICKED.includes(CONTENDERS[i]!.id));
-const PARITY: Parity = { graceMs: 12_000, lagMs: 2000, concurrency: 2 };
-const WARM_UP_MS = 1500;
+const PARITY: Parity = { graceMs: 10_000, lagMs: 2000, concurrency: 2 };
+const WARM_UP_MS = 1000;
 const STREAM_CHUNKS = 30; // 3 s of chunks, started 0.5 s before the signal
 const WORKLOADS = [
   { id: "busy", idle: 0, what: "mixed keep-alive HTTP/1.1 (10 ms–3 s), HTTP/2, a streaming response, a WebSocket, late arrivals" },
