@@ -6,7 +6,7 @@
 // @ts-ignore: decorator
 @global
 /** The `abort` named by the build; never reached. */
-export function abort_proc_exit(message: string | null, fileName: string | null, line: u32, column: u32): void {
+function abort_proc_exit(message: string | null, fileName: string | null, line: u32, column: u32): void {
   unreachable();
 }
 
@@ -22,18 +22,5 @@ export function proxy_on_vm_start(rootId: u32, vmConfigSize: u32): u32 { return 
 export function proxy_on_configure(rootId: u32, size: u32): u32 { return 1; }
 export function proxy_on_tick(rootId: u32): void {}
 export function proxy_on_http_call_response(rootId: u32, token: u32, headers: u32, bodySize: u32, trailers: u32): void {}
-export function proxy_on_queue_ready(rootId: u32, token: u32): void {}
 export function proxy_on_request_headers(id: u32, headers: u32, endOfStream: u32): u32 { return 0; }
-export function proxy_on_request_body(id: u32, size: u32, endOfStream: u32): u32 { return 0; }
-export function proxy_on_request_trailers(id: u32, trailers: u32): u32 { return 0; }
-export function proxy_on_response_headers(id: u32, headers: u32, endOfStream: u32): u32 { return 0; }
-export function proxy_on_response_body(id: u32, size: u32, endOfStream: u32): u32 { return 0; }
-export function proxy_on_response_trailers(id: u32, trailers: u32): u32 { return 0; }
-export function proxy_on_new_connection(id: u32): u32 { return 0; }
-export function proxy_on_downstream_data(id: u32, size: u32, endOfStream: u32): u32 { return 0; }
-export function proxy_on_upstream_data(id: u32, size: u32, endOfStream: u32): u32 { return 0; }
-export function proxy_on_downstream_connection_close(id: u32, peer: u32): void {}
-export function proxy_on_upstream_connection_close(id: u32, peer: u32): void {}
-export function proxy_on_log(id: u32): void {}
-export function proxy_on_done(id: u32): u32 { return 1; }
 export function proxy_on_delete(id: u32): void {}
