@@ -76,6 +76,13 @@ function hostCalls(wasm: Uint8Array | undefined): Record<string, number> {
   return counts;
 }
 
+// The callbacks Envoy runs for a GET whose response has a body; it enters the VM only for those the module exports.
+const PER_REQUEST_CALLBACKS = ["proxy_on_context_create", "proxy_on_request_headers", "proxy_on_response_headers", "proxy_on_response_body", "proxy_on_log", "proxy_on_done", "proxy_on_delete"];
+function vmEntries(wasm: Uint8Array | undefined): number {
+  const exported = new Set(WebAssembly.Module.exports(new WebAssembly.Module(wasm ?? readFileSync(join(ROOT, "dist/filter.wasm")))).map((e) => e.name));
+  return PER_REQUEST_CALLBACKS.filter((name) => exported.has(name)).length;
+}
+
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 
 const cells = LIVE.map((live) => {
@@ -93,5 +100,6 @@ writeResult("filter-cost", {
   requests_per_round: REQUESTS_PER_ROUND,
   modules: MODULES.map((m) => m.id),
   host_calls_per_request: Object.fromEntries(MODULES.filter((m) => m.id !== "sdk_stock").map((m) => [m.id, hostCalls(m.wasm)])),
+  vm_entries_per_request: Object.fromEntries(MODULES.map((m) => [m.id, vmEntries(m.wasm)])),
   cells,
 });
