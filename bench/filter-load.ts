@@ -15,7 +15,8 @@ import { cpuSeconds, memory } from "./lib/proc.ts";
 import { round, summarize } from "./lib/stats.ts";
 
 const ROUNDS = QUICK ? 1 : 5;
-const SECONDS = QUICK ? 1 : 1.5;
+const SECONDS = QUICK ? 1 : 2; // saturated runs (wrk takes whole seconds)
+const FIXED_SECONDS = 1; // 4,000 samples per run at the fixed rate
 const FIXED_CLIENTS = 8;
 const FIXED_RPS_PER_CLIENT = 500; // 4,000 requests per second in all
 const CONCURRENCY = [1, 2];
@@ -33,8 +34,8 @@ interface Load { id: string; protocol: "http1" | "http2"; mode: "saturated" | "f
 const LOADS: Load[] = [
   { id: "http1-saturated", protocol: "http1", mode: "saturated", what: "wrk -t1 -c16", run: (url) => wrk(url, { connections: 16, seconds: SECONDS }) },
   { id: "http2-saturated", protocol: "http2", mode: "saturated", what: "h2load -t1 -c4 -m16", run: (url) => h2load(url, { clients: 4, streams: 16, seconds: SECONDS }) },
-  { id: "http1-fixed", protocol: "http1", mode: "fixed", what: `h2load --h1 -c${FIXED_CLIENTS} --rps ${FIXED_RPS_PER_CLIENT}`, run: (url) => h2load(url, { clients: FIXED_CLIENTS, seconds: SECONDS, h1: true, rpsPerClient: FIXED_RPS_PER_CLIENT }) },
-  { id: "http2-fixed", protocol: "http2", mode: "fixed", what: `h2load -c${FIXED_CLIENTS} --rps ${FIXED_RPS_PER_CLIENT}`, run: (url) => h2load(url, { clients: FIXED_CLIENTS, seconds: SECONDS, rpsPerClient: FIXED_RPS_PER_CLIENT }) },
+  { id: "http1-fixed", protocol: "http1", mode: "fixed", what: `h2load --h1 -c${FIXED_CLIENTS} --rps ${FIXED_RPS_PER_CLIENT}`, run: (url) => h2load(url, { clients: FIXED_CLIENTS, seconds: FIXED_SECONDS, h1: true, rpsPerClient: FIXED_RPS_PER_CLIENT }) },
+  { id: "http2-fixed", protocol: "http2", mode: "fixed", what: `h2load -c${FIXED_CLIENTS} --rps ${FIXED_RPS_PER_CLIENT}`, run: (url) => h2load(url, { clients: FIXED_CLIENTS, seconds: FIXED_SECONDS, rpsPerClient: FIXED_RPS_PER_CLIENT }) },
 ];
 
 interface Sample extends LoadResult { round: number; cpu_us_per_request: number }
@@ -95,7 +96,7 @@ try {
   writeResult("filter-load", {
     what: "Envoy 200 direct responses through no wasm filter, a no-op module, the lastcall filter before and after the cost cut",
     rounds: ROUNDS,
-    seconds_per_run: SECONDS,
+    seconds_per_run: { saturated: SECONDS, fixed: FIXED_SECONDS },
     fixed_rate_rps: FIXED_CLIENTS * FIXED_RPS_PER_CLIENT,
     variants: VARIANTS.map(({ id, label }) => ({ id, label })),
     envoy_rss_mib: Object.fromEntries(Object.keys(idleRss).map((key) => [key, { idle: round(idleRss[key]! / 2 ** 20, 1), after_load: round(loadedRss[key]! / 2 ** 20, 1) }])),
