@@ -416,6 +416,15 @@ line("| goal | met | measured |");
 line("|---|---|---|");
 for (const [goal, met, measured] of goals) line(`| ${goal} | ${met ? "yes" : "**no**"} | ${measured} |`);
 line();
+const tailGoal = goals.find(([goal]) => goal.startsWith("termination: tail median"));
+if (tailGoal && !tailGoal[1] && push?.push_delay?.quit_requested_ms) {
+  const d = push.push_delay;
+  line(`The tail is three steps (\`inflight-push.json\`, medians): lastcall's decision after the last response (push, then a`);
+  line(`probe to confirm it) ${d.decided_ms.median} ms; its final read of Envoy's count before the stop, ${d.quit_requested_ms.median - d.decided_ms.median} ms more; Envoy's clean`);
+  line(`exit after \`/quitquitquit\`, ${d.gone_ms.median - d.quit_requested_ms.median} ms more. Istio SIGKILLs Envoy; Contour's Envoy gets SIGTERM (immediate exit). The final read grows with`);
+  line("Envoy's stats (section 2: it is one filtered `/stats` call).");
+  line();
+}
 line("## Where lastcall is not ahead");
 line();
 if (notAhead.length === 0) line("Nowhere in this run.");
