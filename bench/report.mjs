@@ -186,7 +186,10 @@ if (termination) {
   }
   goals.push(["termination: never slower (signal → gone) than the fastest incumbent on any workload", slower.length === 0, slower.length ? slower.join("; ") : "faster on every workload"]);
   const left = termination.lastcall_run_dirs_left ?? [];
-  goals.push(["termination: no `/tmp/lastcall-*` folder left after a clean exit", left.length === 0, left.length ? `${left.length} left: ${left.slice(0, 2).join(", ")}` : `checked after each of ${termination.runs.filter((r) => r.contender.startsWith("lastcall")).length} lastcall runs`]);
+  const lastcallRuns = termination.runs.filter((r) => r.contender.startsWith("lastcall")).length;
+  goals.push(["termination: no `/tmp/lastcall-*` folder left after a clean exit", left.length === 0 && (termination.lastcall_clean_exits ?? lastcallRuns) > 0,
+    left.length ? `${left.length} left: ${left.slice(0, 2).join(", ")}` : `none left after ${termination.lastcall_clean_exits ?? lastcallRuns} clean exits (code 0) of ${lastcallRuns} lastcall runs`]);
+  if (termination.errors?.length) line(`**${termination.errors.length} run(s) could not be measured** (a contender did not start); their errors are in the JSON.\n`);
   for (const { w, c } of inflight) {
     for (const other of w.contenders.filter((x) => !x.id.startsWith("lastcall"))) {
       if (other.failed_total <= c.failed_total && other.total_ms.median < c.total_ms.median) {

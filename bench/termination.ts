@@ -34,6 +34,7 @@ interface Run {
   last_good_ms: number;
   killed_at_grace: boolean;
   leftover_run_dir?: string;
+  agent_exit?: string;
   failures: string[];
 }
 
@@ -80,7 +81,9 @@ async function oneRun(contenderIndex: number, workload: (typeof WORKLOADS)[numbe
       total_ms: round2(gone - signalAt),
       last_good_ms: round2(outcome.lastGoodAt - signalAt),
       killed_at_grace: killed,
-      leftover_run_dir: running.leftover?.(),
+      // Checked only after a clean exit (code 0): a killed agent cannot clean up.
+      leftover_run_dir: running.agentExit?.() === "code 0" ? running.leftover?.() : undefined,
+      agent_exit: running.agentExit?.(),
       failures: clients.failures,
     };
   } finally {
@@ -95,13 +98,22 @@ function round2(value: number): number {
 
 const app = await startUpstreamApp();
 const runs: Run[] = [];
+const errors: { workload: string; contender: string; round: number; error: string }[] = [];
 const began = performance.now();
 for (const workload of WORKLOADS) {
   for (let r = 0; r < ROUNDS; r++) {
     // Contenders alternate within a round; the order rotates from round to round.
     for (let k = 0; k < ACTIVE.length; k++) {
       const index = ACTIVE[(k + r) % ACTIVE.length]!;
-      const run = await oneRun(index, workload, r, app.port);
+      let run: Run;
+      try {
+        run = await oneRun(index, workload, r, app.port);
+      } catch (error) {
+        // One broken run (a contender that did not start) is recorded and the rest goes on.
+        errors.push({ workload: workload.id, contender: CONTENDERS[index]!.id, round: r, error: String(error).slice(0, 2000) });
+        progress("termination", `${workload.id} round ${r + 1}/${ROUNDS} ${CONTENDERS[index]!.id}: ERROR ${String(error).split("\n")[0]}`);
+        continue;
+      }
       runs.push(run);
       progress("termination", `${workload.id} round ${r + 1}/${ROUNDS} ${run.contender}: failed ${run.failed}, tail ${run.tail_ms} ms, total ${run.total_ms} ms${run.killed_at_grace ? " (killed at grace)" : ""}${run.leftover_run_dir ? ` LEFTOVER ${run.leftover_run_dir}` : ""}`);
       if (run.failed > 0) progress("termination", `  ${run.failures.slice(0, 3).join("; ")}`);
@@ -135,6 +147,8 @@ writeResult("termination", {
   rounds: ROUNDS,
   seconds: round2((performance.now() - began) / 1000),
   lastcall_run_dirs_left: runs.filter((run) => run.leftover_run_dir).map((run) => run.leftover_run_dir),
+  lastcall_clean_exits: runs.filter((run) => run.contender.startsWith("lastcall") && run.agent_exit === "code 0").length,
+  errors,
   summary,
   runs,
 });

@@ -34,6 +34,8 @@ export interface Running {
   exited: Promise<unknown>;
   /** Only for lastcall: whether its run folder still exists (checked after the exit). */
   leftover?: () => string | undefined;
+  /** The agent's exit status once `exited` settled ("code 0", "signal SIGKILL"). */
+  agentExit?: () => string | undefined;
   /** Last output, for error messages. */
   output(): string;
 }
@@ -83,9 +85,12 @@ function lastcall(mode: "inflight" | "requests"): Contender {
       const exited = withCleanup(child, dir);
       const died = child.exited.then(() => { throw new Error(`lastcall exited early:\n${child.output().slice(-3000)}`); });
       died.catch(() => {});
-      const { pid, admin } = await Promise.race([until(() => ready, "lastcall's ready event"), died]);
-      const port = await listenerPort({ url: admin });
+      const { pid, admin, port } = await Promise.race([until(() => ready, "lastcall's ready event"), died])
+        .then(async (r) => ({ ...r, port: await listenerPort({ url: r.admin }) }))
+        .catch((error: unknown) => { child.kill("SIGKILL"); throw error; });
       const runDir = dirname(commandLine(pid)[commandLine(pid).indexOf("-c") + 1] ?? "");
+      let exitText: string | undefined;
+      void child.exited.then((exit) => { exitText = exit.signal ? `signal ${exit.signal}` : `code ${exit.code}`; });
       return {
         envoyPid: pid,
         port,
@@ -96,6 +101,7 @@ function lastcall(mode: "inflight" | "requests"): Contender {
         },
         exited,
         leftover: () => (runDir.startsWith(tmpdir()) && existsSync(runDir) ? runDir : undefined),
+        agentExit: () => exitText,
         output: child.output,
       };
     },
@@ -118,9 +124,18 @@ function istio(exitOnZero: boolean): Contender {
       const died = child.exited.then(() => { throw new Error(`istio-agent exited early:\n${child.output().slice(-3000)}`); });
       died.catch(() => {});
       const admin = { url: `http://127.0.0.1:${adminPort}` };
-      await Promise.race([untilReady(admin, "Istio's Envoy"), died]);
-      const pid = await until(() => envoyChild(child.pid), "Istio's Envoy process");
-      const port = await listenerPort(admin);
+      let pid = 0;
+      let port = 0;
+      try {
+        await Promise.race([untilReady(admin, "Istio's Envoy"), died]);
+        pid = await until(() => envoyChild(child.pid), "Istio's Envoy process");
+        port = await listenerPort(admin);
+      } catch (error) {
+        child.kill("SIGKILL");
+        const orphan = envoyChild(child.pid);
+        if (orphan) process.kill(orphan, "SIGKILL");
+        throw error;
+      }
       return {
         envoyPid: pid,
         port,
@@ -161,9 +176,16 @@ function contour(checkIntervalS: number): Contender {
       const died = Promise.race([envoy.exited, manager.exited]).then(() => { throw new Error(`Contour's pair exited early:\n${envoy.output().slice(-2000)}${manager.output().slice(-2000)}`); });
       died.catch(() => {});
       const admin = { socketPath: socket };
-      await Promise.race([untilReady(admin, "Contour's Envoy"), died]);
-      await Promise.race([until(async () => ((await get(`http://127.0.0.1:${servePort}/healthz`)).status === 200 ? true : undefined), "shutdown-manager /healthz"), died]);
-      const port = await listenerPort(admin);
+      let port = 0;
+      try {
+        await Promise.race([untilReady(admin, "Contour's Envoy"), died]);
+        await Promise.race([until(async () => ((await get(`http://127.0.0.1:${servePort}/healthz`)).status === 200 ? true : undefined), "shutdown-manager /healthz"), died]);
+        port = await listenerPort(admin);
+      } catch (error) {
+        envoy.kill("SIGKILL");
+        manager.kill("SIGKILL");
+        throw error;
+      }
       let hook: Child | undefined;
       const all = [envoy, manager];
       return {
