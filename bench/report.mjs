@@ -22,6 +22,7 @@ const push = read("inflight-push");
 const fmt = (value, digits = 0) => (value === null || value === undefined || Number.isNaN(value) ? "–" : Number(value).toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits }));
 const ms = (value) => (value >= 10_000 ? `${fmt(value / 1000, 1)} s` : `${fmt(value, value < 100 ? 1 : 0)} ms`);
 const spread = (s, f = (v) => fmt(v)) => (s.n > 1 ? `${f(s.median)} (${f(s.min)}–${f(s.max)})` : f(s.median));
+const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
 const escape = (text) => String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 
 // ---------- SVG: horizontal bars with min–max whiskers ----------
@@ -134,7 +135,7 @@ if (termination) {
   line("client workload, each contender in turn told to stop the way Kubernetes does it: SIGTERM to the agent");
   line("(lastcall, Istio); for Contour both preStop hooks at once (`contour envoy shutdown` and Envoy's");
   line("`GET :8090/shutdown`), then SIGTERM to each container whose hook returned. Everything is SIGKILLed at");
-  line(`the pod's grace period, ${termination.parity.grace_ms / 1000} s. ${termination.rounds} rounds per contender and workload.`);
+  line(`the pod's grace period, ${termination.parity.grace_ms / 1000} s. ${plural(termination.rounds, "round")} per contender and workload.`);
   line();
   line("The workload: 6 HTTP/1.1 keep-alive clients looping requests of 10 ms–3 s, 2 keep-alive clients looping");
   line("3 s requests, one HTTP/2 connection with 4 concurrent streams of the same mix, a streaming response (3 s");
@@ -219,7 +220,7 @@ if (polling) {
     line(`| ${fmt(row.clusters)} | ${row.label} | ${ms(row.idle.ms.median)} | ${fmt(row.idle.cpu_ms.median, 1)} ms | ${ms(row.load.ms.median)} (${ms(row.load.ms.max)}) | ${row.poll_period_s ? `${row.poll_period_s} s` : "at the stop"} | ${perSecond} |`);
   }
   line();
-  line("Queries: Istio `" + escape(polling.cells.find((c) => c.query === "istio")?.path ?? "") + "`; Contour `" + (polling.cells.find((c) => c.query === "contour")?.path ?? "") + "`;");
+  line("Queries: Istio `" + (polling.cells.find((c) => c.query === "istio")?.path ?? "") + "`; Contour `" + (polling.cells.find((c) => c.query === "contour")?.path ?? "") + "`;");
   line("lastcall `requests` `" + (polling.cells.find((c) => c.query === "lastcall-requests")?.path ?? "") + "`; lastcall `inflight` polls nothing (the filter");
   line("pushes) and reads the filter's gauge once right before the stop: `" + (polling.cells.find((c) => c.query === "lastcall-inflight")?.path ?? "") + "`.");
   line();
@@ -252,7 +253,7 @@ if (filterLoad) {
   line("`bench/noop/index.ts`), the filter as it was before its cost cut (`before`: commit a94ad5d, built by the");
   line("harness; saturated loads only) and the filter now");
   line(`(\`lastcall\`, heartbeats to a report sink). Saturated: \`wrk -t1 -c16\` (HTTP/1.1), \`h2load -c4 -m16\` (HTTP/2); fixed`);
-  line(`rate: \`h2load --rps\`, ${fmt(filterLoad.fixed_rate_rps)} requests per second. ${filterLoad.seconds_per_run.saturated ?? filterLoad.seconds_per_run} s per saturated run, ${filterLoad.seconds_per_run.fixed ?? filterLoad.seconds_per_run} s at the fixed rate, ${filterLoad.rounds} rounds, variants alternating;`);
+  line(`rate: \`h2load --rps\`, ${fmt(filterLoad.fixed_rate_rps)} requests per second. ${filterLoad.seconds_per_run.saturated ?? filterLoad.seconds_per_run} s per saturated run, ${filterLoad.seconds_per_run.fixed ?? filterLoad.seconds_per_run} s at the fixed rate, ${plural(filterLoad.rounds, "round")}, variants alternating;`);
   line("ratios and added latency are paired within a round. The load generator shares the 2 CPUs with Envoy.");
   line();
   line("| load | Envoy | variant | rps | ×none | ×noop | p50 | +p50 | +p99 | Envoy CPU per request |");
@@ -353,7 +354,7 @@ if (footprint) {
   line("its image; a freshly built, wholly cached binary gets far more of it mapped by the kernel's fault-around).");
   line("Peak: VmHWM 3 s after Envoy is ready. Steady: VmRSS after 4 s idle, split into anonymous memory (heaps,");
   line("stacks) and file-backed pages (the executable's own code and data). Under load: 1,000 requests per second");
-  line(`through Envoy for 4 s. ${footprint.rounds} runs each, alternating. MiB.`);
+  line(`through Envoy for 4 s. ${plural(footprint.rounds, "run")} each, alternating. MiB.`);
   line();
   line("| agent | start-up peak | steady RSS | anon | file | RSS at 1k rps | agent CPU at 1k rps |");
   line("|---|---|---|---|---|---|---|");
@@ -397,7 +398,7 @@ if (push) {
   line("lastcall with a real Envoy (`--concurrency 2`, heartbeat 1 s, `--min-drain 0s`): three requests held");
   line("across SIGTERM and released together; from the client reading the last byte of the last response to");
   line(`lastcall's decision (\`drain_wait_done\`, the pushed zero confirmed by a probe), to its \`envoy_quit_requested\``);
-  line(`(after the final read of Envoy's count) and to Envoy's process gone. ${push.push_delay.trials} trials:`);
+  line(`(after the final read of Envoy's count) and to Envoy's process gone. ${plural(push.push_delay.trials, "trial")}:`);
   line();
   line("| step | median | min | max |");
   line("|---|---|---|---|");
