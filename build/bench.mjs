@@ -1,40 +1,127 @@
 #!/usr/bin/env node
-// `npm run bench`: set up a fresh clone, then run every benchmark under bench/ with vitest, one
-// file at a time (they measure time on a shared CPU). Each benchmark writes its numbers to
-// bench/results/*.json. Quiet on success (one closing line per results file); vitest's whole
-// output on failure.
+// `npm run bench [-- --quick] [-- --only name,name]`: everything the benchmarks need, then each
+// benchmark in turn (they measure time on a shared CPU, so never two at once), then
+// docs/benchmarks.md and its charts regenerated from bench/results/*.json.
+//  1. set-up as `npm test` does (npm packages, Envoy, filter and agent builds);
+//  2. load generators: wrk and h2load (Debian's wrk, nghttp2-client), installed with apt-get
+//     when missing and running as root, else a clear message;
+//  3. the incumbents' real code, built with Go into .cache/anchors/ (pinned versions, Go's caches
+//     kept there too): Contour v1.33.8's cmd/contour and bench/anchors/istio-agent;
+//  4. dist/bench/: the no-op wasm module, the filter as it was before the cost cut, and the
+//     benchmark scripts bundled with esbuild;
+//  5. bench scripts, one process each; 6. bench/report.mjs.
+// --quick: one round and short loads, to prove the harness (numbers not for publishing).
 import { spawnSync } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { setup } from "./setup.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const { envoy } = await setup();
-const result = spawnSync(process.execPath, [
-  join(root, "node_modules/vitest/vitest.mjs"), "bench", "--run", "--no-file-parallelism", ...process.argv.slice(2),
-], { cwd: root, encoding: "utf8", env: { ...process.env, ENVOY_BIN: envoy } });
+const quick = process.argv.includes("--quick");
+const onlyArg = process.argv.find((a) => a.startsWith("--only="))?.slice("--only=".length)
+  ?? (process.argv.includes("--only") ? process.argv[process.argv.indexOf("--only") + 1] : undefined);
+const SCRIPTS = ["termination", "polling", "filter-load", "footprint", "filter-cost", "inflight-push"];
+const only = onlyArg ? onlyArg.split(",") : SCRIPTS;
+const began = Date.now();
 
-if (result.status !== 0) {
-  process.stderr.write(`${result.stdout ?? ""}${result.stderr ?? ""}`);
-  console.error(`bench: failed (vitest exit ${result.status ?? result.signal})`);
-  process.exit(result.status ?? 1);
-}
-
-const read = (name) => {
-  try {
-    return JSON.parse(readFileSync(join(root, "bench/results", name), "utf8"));
-  } catch {
-    return undefined;
-  }
+/** Pinned versions of the incumbents' code. */
+const CONTOUR_VERSION = "v1.33.8";
+const anchors = join(root, ".cache/anchors");
+const goEnv = {
+  ...process.env,
+  GOPATH: join(anchors, "gopath"), GOMODCACHE: join(anchors, "gomod"), GOCACHE: join(anchors, "gocache"),
+  GOBIN: join(anchors, "bin"), GOFLAGS: "-modcacherw", GOTOOLCHAIN: "local",
 };
-const cost = read("filter-cost.json");
-if (cost) {
-  const cells = cost.cells.map((c) => `${c.live} live ${c.lastcall_us_per_request} µs (SDK ${c.sdk_stock_us_per_request})`);
-  console.log(`bench: filter cost per request: ${cells.join(", ")} -> bench/results/filter-cost.json`);
+
+function fail(message) {
+  console.error(`bench: ${message}`);
+  process.exit(1);
 }
-const push = read("inflight-push.json");
-if (push) {
-  const delays = push.push_delay.settings.map((s) => `median ${s.median_ms} ms, max ${s.max_ms} ms (zero-confirm ${s.zero_confirm_ms} ms)`);
-  console.log(`bench: push delay ${delays.join("; ")}; ${push.steady_state.calls_per_request} report calls per request -> bench/results/inflight-push.json`);
+
+function run(command, args, what, options = {}) {
+  const result = spawnSync(command, args, { cwd: root, encoding: "utf8", maxBuffer: 64 << 20, ...options });
+  if (result.status !== 0) fail(`${what} failed (${command} ${args.join(" ")}):\n${result.stdout ?? ""}${result.stderr ?? result.error ?? ""}`);
+  return result.stdout;
 }
+
+function has(command) {
+  return spawnSync("sh", ["-c", `command -v ${command}`], { encoding: "utf8" }).status === 0;
+}
+
+function loadGenerators() {
+  const missing = [["wrk", "wrk"], ["h2load", "nghttp2-client"]].filter(([command]) => !has(command));
+  if (missing.length === 0) return;
+  const packages = missing.map(([, pkg]) => pkg);
+  if (process.getuid?.() !== 0 || !has("apt-get")) {
+    fail(`missing load generators: ${missing.map(([c]) => c).join(", ")}; install Debian's ${packages.join(" ")} (apt-get install -y ${packages.join(" ")})`);
+  }
+  console.error(`bench: installing ${packages.join(", ")} with apt-get`);
+  const install = () => spawnSync("apt-get", ["install", "-y", "--no-install-recommends", ...packages], { encoding: "utf8" });
+  let result = install();
+  if (result.status !== 0) {
+    spawnSync("apt-get", ["update"], { encoding: "utf8" });
+    result = install();
+  }
+  if (result.status !== 0) fail(`apt-get install ${packages.join(" ")} failed:\n${result.stdout}${result.stderr}`);
+}
+
+function buildAnchors() {
+  if (!has("go")) fail("Go is needed to build the incumbents' code (Contour, Istio's pkg/envoy): install Go ≥ 1.26");
+  const stamp = join(anchors, "bin/versions.json");
+  const istioMod = readFileSync(join(root, "bench/anchors/istio-agent/go.mod"), "utf8");
+  const want = JSON.stringify({ contour: CONTOUR_VERSION, istio: /istio\.io\/istio (\S+)/.exec(istioMod)?.[1], main: readFileSync(join(root, "bench/anchors/istio-agent/main.go"), "utf8").length });
+  if (existsSync(stamp) && readFileSync(stamp, "utf8") === want && existsSync(join(anchors, "bin/contour")) && existsSync(join(anchors, "bin/istio-agent"))) return;
+  mkdirSync(join(anchors, "bin"), { recursive: true });
+  console.error("bench: building the incumbents' code with Go into .cache/anchors/ (a few minutes the first time)");
+  run("go", ["install", "-trimpath", `github.com/projectcontour/contour/cmd/contour@${CONTOUR_VERSION}`], "building Contour", { env: goEnv });
+  run("go", ["build", "-trimpath", "-o", join(anchors, "bin/istio-agent"), "."], "building Istio's agent",
+    { env: goEnv, cwd: join(root, "bench/anchors/istio-agent") });
+  writeFileSync(stamp, want);
+}
+
+/** The filter as it was before the cost cut, built from git, for the before/after comparison. */
+const FILTER_BEFORE_COMMIT = "a94ad5d";
+
+async function buildBenchAssets() {
+  const out = join(root, "dist/bench");
+  mkdirSync(out, { recursive: true });
+  const asc = join(root, "node_modules/.bin/asc");
+  const ascFlags = ["--use", "abort=abort_proc_exit", "-O3", "--noAssert", "--runtime", "half"];
+  run(asc, ["bench/noop/index.ts", "-b", join(out, "noop.wasm"), ...ascFlags], "building the no-op module");
+  const before = join(out, "filter-before");
+  rmSync(before, { recursive: true, force: true });
+  mkdirSync(before, { recursive: true });
+  const archive = spawnSync("git", ["archive", FILTER_BEFORE_COMMIT, "filter/assembly"], { cwd: root, maxBuffer: 64 << 20 });
+  if (archive.status === 0) {
+    spawnSync("tar", ["-x", "-C", before], { input: archive.stdout });
+    run(asc, [join(before, "filter/assembly/index.ts"), "-b", join(out, "filter-before.wasm"), ...ascFlags], "building the filter before the cost cut");
+  } else {
+    console.error(`bench: commit ${FILTER_BEFORE_COMMIT} not in this clone: the filter-before comparison is skipped`);
+    rmSync(join(out, "filter-before.wasm"), { force: true });
+  }
+  const { build } = await import("esbuild");
+  await build({
+    entryPoints: SCRIPTS.map((name) => join(root, `bench/${name}.ts`)).filter(existsSync),
+    outdir: out, bundle: true, platform: "node", format: "esm", target: "node20", packages: "external",
+    outExtension: { ".js": ".mjs" }, logLevel: "warning",
+  });
+}
+
+const { envoy } = await setup();
+loadGenerators();
+buildAnchors();
+await buildBenchAssets();
+console.error(`bench: built in ${Math.round((Date.now() - began) / 1000)} s; running ${only.join(", ")}${quick ? " (--quick: numbers not for publishing)" : ""}`);
+
+for (const name of SCRIPTS.filter((s) => only.includes(s))) {
+  const started = Date.now();
+  const result = spawnSync(process.execPath, [join(root, `dist/bench/${name}.mjs`), ...(quick ? ["--quick"] : [])], {
+    cwd: root, stdio: ["ignore", "inherit", "inherit"], env: { ...process.env, ENVOY_BIN: envoy },
+  });
+  if (result.status !== 0) fail(`${name} failed (exit ${result.status ?? result.signal})`);
+  console.error(`bench: ${name} done in ${Math.round((Date.now() - started) / 1000)} s`);
+}
+
+run(process.execPath, [join(root, "bench/report.mjs")], "writing docs/benchmarks.md");
+console.log(`bench: done in ${Math.round((Date.now() - began) / 1000)} s -> bench/results/*.json, docs/benchmarks.md`);

@@ -17,7 +17,11 @@ if (!existsSync(wasm)) {
   process.exit(1);
 }
 
-const common = { entryPoints: [join(root, "agent/main.ts")], bundle: true, platform: "node", target: "node20", logLevel: "warning", legalComments: "none" };
+// `fetch` is the loopback one of build/loopback-fetch.mjs in the Node builds (not undici's: see there).
+const common = {
+  entryPoints: [join(root, "agent/main.ts")], bundle: true, platform: "node", target: "node20", logLevel: "warning", legalComments: "none",
+  inject: [join(root, "build/loopback-fetch.mjs")],
+};
 // The ESM bundle runs with `node dist/lastcall.mjs`; createRequire lets bundled CommonJS
 // dependencies require Node built-ins.
 await build({

@@ -1,5 +1,10 @@
 // The module's proxy-wasm ABI exports: a flat context map and one-line dispatch, nothing per
 // stream but a map entry (the SDK's stock exports build strings of every live id per stream).
+// Only the callbacks the filter acts on are exported: Envoy (proxy-wasm-cpp-host) does not enter
+// the VM for a callback the module does not export and goes on as if it answered Continue (or,
+// for `proxy_on_done`, "done"). So a request costs three calls into the VM (context create,
+// request headers, delete) instead of seven or more for pass-through hooks (response headers and
+// body, log, done; request body and trailers; the network filter's data and close events).
 import "./abort";
 import { Root } from "./root";
 import { Stream } from "./request";
@@ -38,50 +43,11 @@ export function proxy_on_http_call_response(rootId: u32, token: u32, headers: u3
   if (roots.has(rootId)) roots.get(rootId).onHttpCallResponse();
 }
 
-/** Shared queues are not used. */
-export function proxy_on_queue_ready(rootId: u32, token: u32): void {}
-
 /** Request headers: the only hook that can uncount a stream early (excluded paths). */
 export function proxy_on_request_headers(id: u32, headers: u32, endOfStream: u32): u32 {
   if (streams.has(id)) streams.get(id).onRequestHeaders();
   return 0;
 }
-
-/** Request body: passed through. */
-export function proxy_on_request_body(id: u32, size: u32, endOfStream: u32): u32 { return 0; }
-
-/** Request trailers: passed through. */
-export function proxy_on_request_trailers(id: u32, trailers: u32): u32 { return 0; }
-
-/** Response headers: passed through. */
-export function proxy_on_response_headers(id: u32, headers: u32, endOfStream: u32): u32 { return 0; }
-
-/** Response body: passed through. */
-export function proxy_on_response_body(id: u32, size: u32, endOfStream: u32): u32 { return 0; }
-
-/** Response trailers: passed through. */
-export function proxy_on_response_trailers(id: u32, trailers: u32): u32 { return 0; }
-
-/** New TCP connection (network filter): already counted at context creation. */
-export function proxy_on_new_connection(id: u32): u32 { return 0; }
-
-/** Downstream bytes (network filter): passed through. */
-export function proxy_on_downstream_data(id: u32, size: u32, endOfStream: u32): u32 { return 0; }
-
-/** Upstream bytes (network filter): passed through. */
-export function proxy_on_upstream_data(id: u32, size: u32, endOfStream: u32): u32 { return 0; }
-
-/** Downstream close (network filter): the count drops at deletion. */
-export function proxy_on_downstream_connection_close(id: u32, peer: u32): void {}
-
-/** Upstream close (network filter): the count drops at deletion. */
-export function proxy_on_upstream_connection_close(id: u32, peer: u32): void {}
-
-/** Access-log time: Envoy calls it before done; nothing to do. */
-export function proxy_on_log(id: u32): void {}
-
-/** Done: this context has nothing pending. */
-export function proxy_on_done(id: u32): u32 { return 1; }
 
 /** Deletion: a stream leaves the count exactly once; a root is forgotten. */
 export function proxy_on_delete(id: u32): void {

@@ -7,7 +7,7 @@ import {
 import { Config, configErrorLine, parseConfig } from "./config";
 import { Bytes, OUT_PTR, OUT_SIZE, OUT_U32, freeHostBlock, takeHostBytes, utf8 } from "./memory";
 import {
-  addInflight, inflightCount, inflightVersion, initShared, readDraining, readInflight, setDraining,
+  addInflight, inflightCount, inflightDraining, inflightVersion, initShared, readDraining, readInflight, setDraining,
 } from "./shared";
 
 /** The `root_id` the Envoy plugin configuration must use. */
@@ -156,7 +156,8 @@ export class Root {
    * Applies ±1 to the counter and the gauge; true if the counter changed. The gauge is an upper
    * bound of the counter at every instant: +1 raises the gauge before the CAS (and lowers it again
    * if the CAS fails), −1 lowers it after the CAS. While draining, a move to or from zero is
-   * reported at once by the worker whose CAS made it (the flag is read after that CAS).
+   * reported at once by the worker whose CAS made it: the flag is the copy in the record that CAS
+   * replaced (see shared.ts), so outside a drain this costs no host call at all.
    */
   changeInflight(delta: i64): bool {
     if (delta > 0) {
@@ -170,9 +171,8 @@ export class Root {
       proxy_increment_metric(inflightGauge, -1);
     }
     const count = inflightCount;
-    const version = inflightVersion;
     const transition = delta > 0 ? count == 1 : count == 0;
-    if (transition && readDraining()) this.report(delta > 0 ? "busy" : "zero", count, version, true, 0);
+    if (transition && inflightDraining) this.report(delta > 0 ? "busy" : "zero", count, inflightVersion, true, 0);
     return true;
   }
 
@@ -217,8 +217,9 @@ export class Root {
     }
     const draining = answerSaysDraining();
     const probe = answerProbe();
-    // The counter is read after the flag is set: a transition either saw the flag or is in the ack.
-    if (draining && setDraining()) this.reportCount("drain_ack", true, 0);
+    // The ack's count is the counter's record in which the flag's copy was set: a transition
+    // either saw that copy or is part of that count.
+    if (draining && setDraining()) this.report("drain_ack", inflightCount, inflightVersion, true, 0);
     if (probe != 0) this.reportNow("probe", probe);
   }
 

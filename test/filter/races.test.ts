@@ -75,6 +75,67 @@ describe("two VMs learn of the drain at once", () => {
       expect(newest).toMatchObject({ seq: 2, inflight: 0, draining: true });
     }
   });
+
+  // The hot path reads no flag: a +1/−1 takes the copy of the flag in the counter's record (byte
+  // 16), which the acking VM sets with a CAS after the flag. Another worker's 1 → 0 at every host
+  // call of that sequence: before the copy it is in the ack's count, after it it is reported.
+  test.each([
+    ["before the flag's CAS", "proxy_get_shared_data", DRAINING, 0],
+    ["between the flag and its copy", "proxy_get_shared_data", INFLIGHT, 0],
+    ["between the copy's get and set (the copy's CAS retries)", "proxy_set_shared_data", INFLIGHT, 1],
+  ] as const)("a 1 → 0 %s is in the ack's count, not reported by itself", (_, at, key, mismatches) => {
+    const host = new ProxyWasmHost();
+    const [a, b] = [host.createVm(), host.createVm()];
+    const stream = b.createStream();
+    a.tick();
+    let raced = false;
+    host.beforeHostCall = ({ vm, call, key: k, callback }) => {
+      if (raced || vm !== a || callback !== "proxy_on_http_call_response" || call !== at || k !== key) return;
+      raced = true;
+      b.endStream(stream); // not draining yet as b's CAS sees it: no zero report
+    };
+    answerDraining(host.calls[0]!);
+    expect(raced).toBe(true);
+    expect(host.casMismatches).toBe(mismatches);
+    expect(host.calls.slice(1).map(body)).toEqual([
+      { instance: "", epoch: 0, seq: 2, inflight: 0, draining: true, reason: "drain_ack" },
+    ]);
+    expect(host.sharedData(INFLIGHT)!.value[16]).toBe(1);
+  });
+
+  test("a 1 → 0 right after the copy is reported by its own worker", () => {
+    const host = new ProxyWasmHost();
+    const [a, b] = [host.createVm(), host.createVm()];
+    const stream = b.createStream();
+    a.tick();
+    let raced = false;
+    host.afterHostCall = ({ vm, call, key }, result) => {
+      if (raced || vm !== a || call !== "proxy_set_shared_data" || key !== INFLIGHT || result !== WasmResult.Ok) return;
+      raced = true;
+      b.endStream(stream); // runs before a's ack is sent: sees the copy, reports its zero
+    };
+    answerDraining(host.calls[0]!);
+    expect(raced).toBe(true);
+    expect(host.calls.slice(1).map(body)).toEqual([
+      { instance: "", epoch: 0, seq: 2, inflight: 0, draining: true, reason: "zero" },
+      { instance: "", epoch: 0, seq: 1, inflight: 1, draining: true, reason: "drain_ack" },
+    ]);
+  });
+
+  test("outside a drain a request costs one CAS per +1 and per −1 and the metric updates: no flag read", () => {
+    const host = new ProxyWasmHost();
+    const vm = host.createVm({ configuration: '{"heartbeat_ms":0}' });
+    const calls: string[] = [];
+    host.afterHostCall = ({ call, key }) => { calls.push(`${call} ${key}`); };
+    const id = vm.createStream();
+    vm.requestHeaders(id, { ":path": "/api" });
+    vm.endStream(id);
+    expect(calls).toEqual([
+      `proxy_increment_metric ${GAUGE}`, `proxy_get_shared_data ${INFLIGHT}`, `proxy_set_shared_data ${INFLIGHT}`,
+      `proxy_get_shared_data ${INFLIGHT}`, `proxy_set_shared_data ${INFLIGHT}`, `proxy_increment_metric ${GAUGE}`,
+      "proxy_increment_metric wasmcustom.lastcall_streams_total",
+    ]);
+  });
 });
 
 // ---- property: random interleavings of VMs' streams, reports and the agent's answers ----
@@ -117,7 +178,7 @@ function checkEqual<T>(actual: T, expected: T, message: () => string): void {
 }
 
 interface Stream { vm: FilterVm; id: number; counted: boolean; headers: boolean }
-interface Read { call: HostCallPoint["call"]; key: string; result: number; count?: number; version?: number; flag?: boolean }
+interface Read { call: HostCallPoint["call"]; key: string; result: number; count?: number; version?: number; flag?: boolean; copy?: boolean }
 
 function scenario(vmCount: number, actions: Action[], nestings: number[]): void {
   const host = new ProxyWasmHost();
@@ -220,13 +281,15 @@ function scenario(vmCount: number, actions: Action[], nestings: number[]): void 
     const trace = traces.get(vm)!;
     if (call === "proxy_get_shared_data" || call === "proxy_set_shared_data") {
       const read: Read = { call, key, result };
-      if (key === INFLIGHT) Object.assign(read, state);
+      if (key === INFLIGHT) Object.assign(read, state, { copy: host.sharedData(INFLIGHT)?.value[16] === 1 });
       if (key === DRAINING) read.flag = host.sharedData(DRAINING)?.value[0] === 1;
       trace.push(read);
       if (call === "proxy_set_shared_data" && key === DRAINING && result === WasmResult.Ok) {
         checkEqual(flagSetAtVersion, undefined, () => "the draining flag was set twice");
         flagSetAtVersion = state.version;
       }
+      // The copy of the flag in the counter's record is set only after the flag itself.
+      if (read.copy) check(flagSetAtVersion !== undefined, () => "the counter's record says draining before the flag was set");
       return;
     }
     if (call !== "proxy_http_call" || result !== WasmResult.Ok) return;
@@ -243,15 +306,18 @@ function scenario(vmCount: number, actions: Action[], nestings: number[]): void 
     checkEqual("probe" in report, report.reason === "probe", what);
     let counter: number; // index in `since` of the counter state the report describes
     if (report.reason === "busy" || report.reason === "zero") {
+      // A transition takes the flag from the record its own CAS wrote (the copy), no other read.
       counter = last((r) => r.call === "proxy_set_shared_data" && r.key === INFLIGHT && r.result === WasmResult.Ok);
-      const flag = last((r) => r.call === "proxy_get_shared_data" && r.key === DRAINING);
-      check(counter >= 0 && flag > counter && since[flag]!.flag === true, () => `a transition reads the flag after its CAS: ${what()}`);
+      check(counter >= 0 && since[counter]!.copy === true, () => `a transition reports only from a record that says draining: ${what()}`);
       check(report.draining && report.inflight === (report.reason === "busy" ? 1 : 0), what);
     } else {
       counter = last((r) => r.call === "proxy_get_shared_data" && r.key === INFLIGHT && r.result === WasmResult.Ok);
       if (report.reason === "drain_ack") {
+        // The ack's count is the record in which this VM set the copy, after setting the flag.
         const set = last((r) => r.call === "proxy_set_shared_data" && r.key === DRAINING && r.result === WasmResult.Ok);
-        check(set >= 0 && counter > set && report.draining, () => `the ack reads the count after setting the flag: ${what()}`);
+        const copy = last((r) => r.call === "proxy_set_shared_data" && r.key === INFLIGHT && r.result === WasmResult.Ok);
+        check(set >= 0 && counter > set && copy > counter && since[copy]!.copy === true && report.draining,
+          () => `the ack reports the record of its copy, set after the flag: ${what()}`);
       } else {
         const flag = last((r) => r.call === "proxy_get_shared_data" && r.key === DRAINING);
         check(flag >= 0 && counter > flag, () => `flag, THEN counter: ${what()}`);
@@ -269,6 +335,7 @@ function scenario(vmCount: number, actions: Action[], nestings: number[]): void 
     checkEqual(host.metric(GAUGE), state.count, () => "the gauge equals the counter when quiescent");
     checkEqual(acks, drainAnswered ? 1 : 0, () => "drain_ack reports");
     checkEqual(host.sharedData(DRAINING)?.value[0] ?? 0, drainAnswered ? 1 : 0, () => "the draining flag");
+    checkEqual(host.sharedData(INFLIGHT)?.value[16] ?? 0, drainAnswered ? 1 : 0, () => "the flag's copy in the counter's record");
     // The newest report composed while draining says zero only if nothing is in flight.
     if (newestDraining?.inflight === 0) checkEqual(state.count, 0, () => `a false zero: ${JSON.stringify(newestDraining)}`);
   };

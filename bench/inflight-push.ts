@@ -1,43 +1,39 @@
-// What the filter's push costs and buys, measured on a real Envoy (--concurrency 2) under lastcall:
-//  1. while draining, the delay from the last response completing (client clock) to the agent
-//     deciding the drain is over (`drain_wait_done`), one fresh lastcall per trial since a drain
-//     happens once per run; with the default --zero-confirm 50ms (what users get) and with 0 (the
-//     push alone), trials interleaved;
+// What the filter's push buys and costs, measured on a real Envoy (--concurrency 2) under lastcall:
+//  1. while draining, from the last response completing (client clock) to the agent deciding the
+//     drain is over (`drain_wait_done`: the pushed zero, confirmed by a probe) and to Envoy gone
+//     (its process exited: lastcall's final count read, `/quitquitquit`, Envoy's own shutdown),
+//     one fresh lastcall per trial since a drain happens once per run;
 //  2. in steady state, the filter's report calls per request over sequential requests on one
 //     keep-alive connection (heartbeats only, so ≈ 0), counted three ways: lastcall's accepted
 //     reports, the filter's own `lastcall_reports_sent`, and Envoy's calls to the agent cluster.
 // Results go to bench/results/inflight-push.json.
 //
-// Run: npx vitest bench --run bench/inflight-push.bench.ts (or `npm run bench`)
+// Run: npm run bench -- --only inflight-push
 import { execFileSync } from "node:child_process";
-import { mkdirSync, writeFileSync } from "node:fs";
 import { Agent as HttpAgent, request } from "node:http";
-import { resolve } from "node:path";
-import { fileURLToPath } from "node:url";
-import { bench, describe } from "vitest";
 import { waitFor } from "../test/support/envoy.ts";
 import { inboundConfig, type LastcallEvent, startLastcall, type TestLastcall } from "../test/support/lastcall.ts";
 import { startUpstreamApp, type UpstreamApp } from "../test/support/upstream-app.ts";
+import { QUICK, progress, sleep, writeResult } from "./lib/context.ts";
+import { summarize } from "./lib/stats.ts";
+import { isGone } from "./lib/proc.ts";
 
-const root = fileURLToPath(new URL("..", import.meta.url));
-const TRIALS = 20;
+const TRIALS = QUICK ? 2 : 10;
 const HELD_PER_TRIAL = 3;
 const STEADY_REQUESTS = 5000;
 const CONCURRENCY = 2;
 const HEARTBEAT_MS = 1000;
-const ZERO_CONFIRM_MS = [50, 0];
 
-const args = (zeroConfirmMs: number) => [
-  "--concurrency", String(CONCURRENCY), "--heartbeat", `${HEARTBEAT_MS}ms`, "--zero-confirm", `${zeroConfirmMs}ms`,
-  "--min-drain", "0s", "--grace", "30s", "--no-hot-restart",
+const ARGS = [
+  "--concurrency", String(CONCURRENCY), "--heartbeat", `${HEARTBEAT_MS}ms`, "--min-drain", "0s", "--grace", "30s", "--no-hot-restart",
 ];
 
 async function state(lc: TestLastcall): Promise<{ inflight: number; filter: string }> {
   return await (await fetch(`${await lc.statusUrl()}/v1/state`)).json() as { inflight: number; filter: string };
 }
 
-async function reporting(app: UpstreamApp, zeroConfirmMs = ZERO_CONFIRM_MS[0]!): Promise<{ lc: TestLastcall; port: number }> {
-  const lc = startLastcall(inboundConfig({ upstreamPort: app.port }), { args: args(zeroConfirmMs) });
+async function reporting(app: UpstreamApp): Promise<{ lc: TestLastcall; port: number }> {
+  const lc = startLastcall(inboundConfig({ upstreamPort: app.port }), { args: ARGS });
   await lc.event("ready");
   await waitFor(async () => ((await state(lc)).filter === "reporting" ? true : undefined), { what: "the filter's first report" });
   return { lc, port: await lc.listenerPort("ingress") };
@@ -55,10 +51,11 @@ function completedAt(port: number, path: string): Promise<number> {
   });
 }
 
-/** One drain: requests held across SIGTERM, released at once; returns ms from last response to drain_wait_done. */
-async function pushDelayTrial(app: UpstreamApp, zeroConfirmMs: number): Promise<number> {
-  const { lc, port } = await reporting(app, zeroConfirmMs);
+/** One drain: requests held across SIGTERM, released at once; ms from the last response to the decision and to Envoy gone. */
+async function pushDelayTrial(app: UpstreamApp): Promise<{ decided_ms: number; quit_ms: number; gone_ms: number }> {
+  const { lc, port } = await reporting(app);
   try {
+    const envoyPid = Number((await lc.event("ready")).pid);
     const responses = Array.from({ length: HELD_PER_TRIAL }, () => completedAt(port, "/hold"));
     await app.until((a) => a.held === HELD_PER_TRIAL);
     await waitFor(async () => ((await state(lc)).inflight === HELD_PER_TRIAL ? true : undefined), { what: "the agent to see the held requests" });
@@ -66,10 +63,13 @@ async function pushDelayTrial(app: UpstreamApp, zeroConfirmMs: number): Promise<
     await lc.event("listeners_draining");
     app.release();
     const lastResponse = Math.max(...await Promise.all(responses));
+    while (!isGone(envoyPid)) await sleep(2);
+    const gone = Date.now();
     const done: LastcallEvent = await lc.event("drain_wait_done");
     if (done.reason !== "inflight_zero") throw new Error(`Drain ended with ${String(done.reason)}, not inflight_zero`);
+    const quit: LastcallEvent = await lc.event("envoy_quit_requested");
     await lc.exited;
-    return Date.parse(done.ts) - lastResponse;
+    return { decided_ms: Date.parse(done.ts) - lastResponse, quit_ms: Date.parse(quit.ts) - lastResponse, gone_ms: gone - lastResponse };
   } finally {
     await lc.stop("SIGKILL");
   }
@@ -134,23 +134,16 @@ function round(value: number, digits = 1): number {
   return Math.round(value * f) / f;
 }
 
-function percentile(values: number[], p: number): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!;
-}
 
 const app = await startUpstreamApp();
-const delays = new Map<number, number[]>(ZERO_CONFIRM_MS.map((ms) => [ms, []]));
-for (let i = 0; i < TRIALS; i++) {
-  for (const ms of ZERO_CONFIRM_MS) delays.get(ms)!.push(await pushDelayTrial(app, ms));
-}
+const trials: { decided_ms: number; quit_ms: number; gone_ms: number }[] = [];
+for (let i = 0; i < TRIALS; i++) trials.push(await pushDelayTrial(app));
 const steady = await steadyState(app);
 await app.close();
 
 const envoyBin = process.env.ENVOY_BIN ?? "envoy";
 const results = {
   what: "Real Envoy under lastcall: push delay while draining, and report calls per request in steady state",
-  date: new Date().toISOString(),
   environment: {
     envoy: /\/(\d+\.\d+\.\d+)\//.exec(execFileSync(envoyBin, ["--version"], { encoding: "utf8" }))?.[1] ?? "unknown",
     node: process.version,
@@ -159,26 +152,15 @@ const results = {
     cpus: (await import("node:os")).cpus().length,
   },
   push_delay: {
-    what: "ms from the client receiving the last response's last byte to lastcall's drain_wait_done (inflight_zero), which includes the --zero-confirm window",
-    trials_per_setting: TRIALS,
+    what: "ms from the client receiving the last response's last byte to lastcall's drain_wait_done (inflight_zero: the pushed zero, confirmed by a probe), to its envoy_quit_requested (after the final count read) and to Envoy's process gone",
+    trials: TRIALS,
     held_requests_per_trial: HELD_PER_TRIAL,
-    settings: ZERO_CONFIRM_MS.map((ms) => {
-      const samples = delays.get(ms)!;
-      return { zero_confirm_ms: ms, median_ms: percentile(samples, 0.5), max_ms: Math.max(...samples), min_ms: Math.min(...samples), samples_ms: samples };
-    }),
+    decided_ms: summarize(trials.map((t) => t.decided_ms), 0),
+    quit_requested_ms: summarize(trials.map((t) => t.quit_ms), 0),
+    gone_ms: summarize(trials.map((t) => t.gone_ms), 0),
+    samples: trials,
   },
   steady_state: steady,
 };
-mkdirSync(resolve(root, "bench/results"), { recursive: true });
-writeFileSync(resolve(root, "bench/results/inflight-push.json"), `${JSON.stringify(results, null, 2)}\n`);
-
-describe("inflight push (real Envoy)", () => {
-  // The numbers are measured above, once; this entry only shows them in vitest's table.
-  const [confirmed, bare] = results.push_delay.settings;
-  bench(
-    `push delay median ${confirmed!.median_ms} ms, max ${confirmed!.max_ms} ms (zero-confirm 50ms); ` +
-      `median ${bare!.median_ms} ms, max ${bare!.max_ms} ms (0ms); ${steady.calls_per_request} calls/request`,
-    () => {},
-    { time: 1, iterations: 1 },
-  );
-});
+writeResult("inflight-push", results);
+progress("inflight-push", `last response → decision ${results.push_delay.decided_ms.median} ms, → quit requested ${results.push_delay.quit_requested_ms.median} ms, → Envoy gone ${results.push_delay.gone_ms.median} ms (medians); ${steady.calls_per_request} report calls per request`);

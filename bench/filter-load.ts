@@ -1,0 +1,113 @@
+// Item 3: the filter's cost inside the real Envoy. The same bootstrap (one listener answering 200
+// itself with a direct response, so no upstream adds noise) with no wasm filter, with a no-op
+// module that has the filter's exports (Envoy's wasm plumbing alone), with the filter as it was
+// before the cost cut, and with the filter now; --concurrency 1 and 2; HTTP/1.1 (wrk) and HTTP/2
+// (h2load), saturated and at a fixed rate (h2load --rps). Variants alternate within each round;
+// ratios are paired within a round. Also Envoy's CPU per request and RSS per variant.
+import { existsSync } from "node:fs";
+import { join } from "node:path";
+import { startReportSink } from "../test/filter/report-sink.ts";
+import { type FilterVariant, benchBootstrap, lastcallFilter } from "./lib/bootstrap.ts";
+import { QUICK, ROOT, progress, sleep, writeResult } from "./lib/context.ts";
+import { type BenchEnvoy, startBenchEnvoy } from "./lib/envoy.ts";
+import { type LoadResult, h2load, wrk } from "./lib/load.ts";
+import { cpuSeconds, memory } from "./lib/proc.ts";
+import { round, summarize } from "./lib/stats.ts";
+
+const ROUNDS = QUICK ? 1 : 5;
+const SECONDS = QUICK ? 1 : 2; // saturated runs (wrk takes whole seconds)
+const FIXED_SECONDS = 1; // 4,000 samples per run at the fixed rate
+const FIXED_CLIENTS = 8;
+const FIXED_RPS_PER_CLIENT = 500; // 4,000 requests per second in all
+const CONCURRENCY = [1, 2];
+
+interface Variant { id: string; label: string; filter: FilterVariant }
+const before = join(ROOT, "dist/bench/filter-before.wasm");
+const VARIANTS: Variant[] = [
+  { id: "none", label: "no wasm filter", filter: { kind: "none" } },
+  { id: "noop", label: "no-op module, same exports", filter: { kind: "wasm", wasm: join(ROOT, "dist/bench/noop.wasm"), vmId: "noop", rootId: "noop", configuration: "" } },
+  ...(existsSync(before) ? [{ id: "before", label: "lastcall filter before the cost cut", filter: lastcallFilter(before) }] : []),
+  { id: "lastcall", label: "lastcall filter", filter: lastcallFilter() },
+];
+
+interface Load { id: string; protocol: "http1" | "http2"; mode: "saturated" | "fixed"; what: string; run(url: string): LoadResult }
+const LOADS: Load[] = [
+  { id: "http1-saturated", protocol: "http1", mode: "saturated", what: "wrk -t1 -c16", run: (url) => wrk(url, { connections: 16, seconds: SECONDS }) },
+  { id: "http2-saturated", protocol: "http2", mode: "saturated", what: "h2load -t1 -c4 -m16", run: (url) => h2load(url, { clients: 4, streams: 16, seconds: SECONDS }) },
+  { id: "http1-fixed", protocol: "http1", mode: "fixed", what: `h2load --h1 -c${FIXED_CLIENTS} --rps ${FIXED_RPS_PER_CLIENT}`, run: (url) => h2load(url, { clients: FIXED_CLIENTS, seconds: FIXED_SECONDS, h1: true, rpsPerClient: FIXED_RPS_PER_CLIENT }) },
+  { id: "http2-fixed", protocol: "http2", mode: "fixed", what: `h2load -c${FIXED_CLIENTS} --rps ${FIXED_RPS_PER_CLIENT}`, run: (url) => h2load(url, { clients: FIXED_CLIENTS, seconds: FIXED_SECONDS, rpsPerClient: FIXED_RPS_PER_CLIENT }) },
+];
+
+interface Sample extends LoadResult { round: number; cpu_us_per_request: number }
+
+const sink = await startReportSink();
+const envoys = new Map<string, BenchEnvoy>();
+const began = performance.now();
+try {
+  for (const concurrency of CONCURRENCY) {
+    for (const variant of VARIANTS) {
+      envoys.set(`${variant.id}/${concurrency}`, await startBenchEnvoy(() => benchBootstrap({ admin: { port: 0 }, filter: variant.filter, agentPort: sink.port }), { concurrency }));
+    }
+  }
+  const idleRss = Object.fromEntries([...envoys].map(([key, envoy]) => [key, memory(envoy.child.pid).rss]));
+  const samples = new Map<string, Sample[]>();
+  for (let r = 0; r < ROUNDS; r++) {
+    for (const load of LOADS) {
+      for (const concurrency of CONCURRENCY) {
+        // The filter before its cut runs in the saturated loads only (the run stays under 20 minutes).
+        const variants = VARIANTS.filter((v) => v.id !== "before" || load.mode === "saturated");
+        for (let k = 0; k < variants.length; k++) {
+          const variant = variants[(k + r) % variants.length]!;
+          const envoy = envoys.get(`${variant.id}/${concurrency}`)!;
+          const cpuBefore = cpuSeconds(envoy.child.pid);
+          const result = load.run(`http://127.0.0.1:${envoy.port}/`);
+          const cpu = cpuSeconds(envoy.child.pid) - cpuBefore;
+          const key = `${load.id}/${concurrency}/${variant.id}`;
+          samples.set(key, [...samples.get(key) ?? [], { ...result, round: r, cpu_us_per_request: (cpu * 1e6) / Math.max(1, result.requests) }]);
+          await sleep(200);
+        }
+      }
+      progress("filter-load", `round ${r + 1}/${ROUNDS} ${load.id} done`);
+    }
+  }
+  const loadedRss = Object.fromEntries([...envoys].map(([key, envoy]) => [key, memory(envoy.child.pid).rss]));
+
+  const cells = LOADS.flatMap((load) => CONCURRENCY.map((concurrency) => {
+    const of = (id: string) => samples.get(`${load.id}/${concurrency}/${id}`) ?? [];
+    const none = of("none");
+    const paired = (id: string, f: (a: Sample, b: Sample) => number) => of(id).map((s, i) => (none[i] ? f(s, none[i]!) : Number.NaN));
+    const noop = of("noop");
+    return {
+      load: load.id, protocol: load.protocol, mode: load.mode, generator: load.what, concurrency,
+      variants: VARIANTS.filter((v) => of(v.id).length > 0).map((v) => ({
+        id: v.id,
+        rps: summarize(of(v.id).map((s) => s.rps), 0),
+        p50_us: summarize(of(v.id).map((s) => s.p50_us), 0),
+        p99_us: summarize(of(v.id).map((s) => s.p99_us), 0),
+        errors: of(v.id).reduce((a, s) => a + s.errors, 0),
+        cpu_us_per_request: summarize(of(v.id).map((s) => s.cpu_us_per_request), 2),
+        rps_ratio_to_none: summarize(paired(v.id, (a, b) => a.rps / b.rps), 3),
+        added_p50_us: summarize(paired(v.id, (a, b) => a.p50_us - b.p50_us), 0),
+        added_p99_us: summarize(paired(v.id, (a, b) => a.p99_us - b.p99_us), 0),
+        rps_ratio_to_noop: summarize(of(v.id).map((s, i) => (noop[i] ? s.rps / noop[i]!.rps : Number.NaN)), 3),
+      })),
+    };
+  }));
+  writeResult("filter-load", {
+    what: "Envoy 200 direct responses through no wasm filter, a no-op module, the lastcall filter before and after the cost cut",
+    rounds: ROUNDS,
+    seconds_per_run: { saturated: SECONDS, fixed: FIXED_SECONDS },
+    fixed_rate_rps: FIXED_CLIENTS * FIXED_RPS_PER_CLIENT,
+    variants: VARIANTS.map(({ id, label }) => ({ id, label })),
+    envoy_rss_mib: Object.fromEntries(Object.keys(idleRss).map((key) => [key, { idle: round(idleRss[key]! / 2 ** 20, 1), after_load: round(loadedRss[key]! / 2 ** 20, 1) }])),
+    cells,
+    samples: Object.fromEntries(samples),
+    seconds: round((performance.now() - began) / 1000, 1),
+  });
+  for (const cell of cells) {
+    progress("filter-load", `${cell.load} c${cell.concurrency}: ${cell.variants.map((v) => `${v.id} ${v.rps.median} rps (×${v.rps_ratio_to_none.median}, p50 +${v.added_p50_us.median} µs)`).join(", ")}`);
+  }
+} finally {
+  await Promise.all([...envoys.values()].map((envoy) => envoy.stop()));
+  await sink.close();
+}

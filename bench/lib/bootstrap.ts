@@ -1,0 +1,89 @@
+// The Envoy configurations the benchmarks run: one listener named `ingress` (INBOUND, codec AUTO,
+// WebSocket upgrades) in front of cluster `app` or a direct response, the same for every contender.
+import { FILTER_WASM, localCluster } from "../../test/support/envoy.ts";
+
+/** Where Envoy's admin listens. */
+export type AdminAddress = { port: number } | { pipe: string };
+
+/** What runs in the HTTP filter chain before the router. */
+export type FilterVariant =
+  | { kind: "none" }
+  | { kind: "wasm"; wasm: string; vmId: string; rootId: string; configuration: string };
+
+/** Options of {@linkcode benchBootstrap}. */
+export interface BenchBootstrapOptions {
+  /** Admin address; omitted: no admin (lastcall adds its own). */
+  admin?: AdminAddress;
+  /** Listener port. @default 0 */
+  listenerPort?: number;
+  /** Upstream app port (cluster `app`); omitted: the route answers 200 itself (direct_response). */
+  upstreamPort?: number;
+  /** Filter before the router. @default none */
+  filter?: FilterVariant;
+  /** Extra static clusters `c0…c<n-1>` to grow the stats (item 2). @default 0 */
+  extraClusters?: number;
+  /** Port of a report sink, as cluster `lastcall_agent`. */
+  agentPort?: number;
+}
+
+/** The lastcall filter as `lastcall run` would configure it, for Envoys run without the agent. */
+export function lastcallFilter(wasm = FILTER_WASM, configuration = '{"heartbeat_ms":1000}'): FilterVariant {
+  return { kind: "wasm", wasm, vmId: "lastcall_inflight", rootId: "lastcall_inflight", configuration };
+}
+
+/** A bootstrap with the `ingress` listener, as JSON-ready object. */
+export function benchBootstrap(options: BenchBootstrapOptions): Record<string, unknown> {
+  const filter = options.filter ?? { kind: "none" };
+  const httpFilters: unknown[] = [];
+  if (filter.kind === "wasm") {
+    httpFilters.push({
+      name: "envoy.filters.http.wasm",
+      typed_config: {
+        "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+        config: {
+          name: filter.vmId,
+          root_id: filter.rootId,
+          vm_config: { vm_id: filter.vmId, runtime: "envoy.wasm.runtime.v8", code: { local: { filename: filter.wasm } } },
+          configuration: { "@type": "type.googleapis.com/google.protobuf.StringValue", value: filter.configuration },
+        },
+      },
+    });
+  }
+  httpFilters.push({ name: "envoy.filters.http.router", typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router" } });
+  const route = options.upstreamPort === undefined
+    ? { match: { prefix: "/" }, direct_response: { status: 200, body: { inline_string: "ok" } } }
+    : { match: { prefix: "/" }, route: { cluster: "app", timeout: "0s" } };
+  const clusters: unknown[] = [];
+  if (options.upstreamPort !== undefined) clusters.push(localCluster("app", options.upstreamPort));
+  if (options.agentPort !== undefined) clusters.push(localCluster("lastcall_agent", options.agentPort));
+  for (let i = 0; i < (options.extraClusters ?? 0); i++) clusters.push(localCluster(`c${i}`, options.upstreamPort ?? 9));
+  const config: Record<string, unknown> = {
+    static_resources: {
+      listeners: [{
+        name: "ingress",
+        traffic_direction: "INBOUND",
+        address: { socket_address: { address: "127.0.0.1", port_value: options.listenerPort ?? 0 } },
+        filter_chains: [{
+          filters: [{
+            name: "envoy.filters.network.http_connection_manager",
+            typed_config: {
+              "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+              stat_prefix: "ingress",
+              codec_type: "AUTO",
+              upgrade_configs: [{ upgrade_type: "websocket" }],
+              route_config: { virtual_hosts: [{ name: "app", domains: ["*"], routes: [route] }] },
+              http_filters: httpFilters,
+            },
+          }],
+        }],
+      }],
+      clusters,
+    },
+  };
+  if (options.admin) {
+    config.admin = "port" in options.admin
+      ? { address: { socket_address: { address: "127.0.0.1", port_value: options.admin.port } } }
+      : { address: { pipe: { path: options.admin.pipe } } };
+  }
+  return config;
+}

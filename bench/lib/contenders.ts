@@ -1,0 +1,220 @@
+// The termination contenders: each starts its own way in front of the same Envoy configuration
+// and is told to stop the way Kubernetes tells it (SIGTERM, or preStop hooks then SIGTERM).
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { freePort } from "../../test/support/lastcall.ts";
+import { benchBootstrap } from "./bootstrap.ts";
+import { ANCHORS, type Child, ROOT, envoyBinary, get, start, until } from "./context.ts";
+import { adminCall, listenerPort, untilReady } from "./envoy.ts";
+import { children, commandLine, executable } from "./proc.ts";
+import { realpathSync } from "node:fs";
+
+/** Settings every contender gets (parity). */
+export interface Parity {
+  /** The pod's terminationGracePeriodSeconds: everything is SIGKILLed then. */
+  graceMs: number;
+  /** Endpoint-removal lag of the workload; the minimum drain of lastcall and Istio exit-on-zero. */
+  lagMs: number;
+  /** Envoy worker threads. */
+  concurrency: number;
+}
+
+/** A contender serving traffic, ready to be told to stop. */
+export interface Running {
+  /** Envoy's process id. */
+  envoyPid: number;
+  /** Port of `ingress`. */
+  port: number;
+  /** Kubernetes' part at the start of termination (SIGTERM, or preStop hooks then SIGTERM). */
+  terminate(): void;
+  /** The grace period is over: SIGKILL every process of the pod. */
+  kill(): void;
+  /** Settles when every process of the contender has exited. */
+  exited: Promise<unknown>;
+  /** Only for lastcall: whether its run folder still exists (checked after the exit). */
+  leftover?: () => string | undefined;
+  /** The agent's exit status once `exited` settled ("code 0", "signal SIGKILL"). */
+  agentExit?: () => string | undefined;
+  /** Last output, for error messages. */
+  output(): string;
+}
+
+/** One contender. */
+export interface Contender {
+  /** Short id used in the JSON. */
+  id: string;
+  /** What it is, for the report. */
+  label: string;
+  /** Settings that differ from the contender's defaults. */
+  settings: string;
+  start(upstreamPort: number, parity: Parity): Promise<Running>;
+}
+
+function tempConfig(config: unknown): { dir: string; path: string } {
+  const dir = mkdtempSync(join(tmpdir(), "lastcall-bench-"));
+  const path = join(dir, "envoy.json");
+  writeFileSync(path, JSON.stringify(config));
+  return { dir, path };
+}
+
+function envoyChild(pid: number): number | undefined {
+  const binary = realpathSync(envoyBinary());
+  return children(pid).find((child) => executable(child) === binary);
+}
+
+function withCleanup(child: Child, dir: string): Promise<unknown> {
+  return child.exited.then(() => rmSync(dir, { recursive: true, force: true }));
+}
+
+/** lastcall run, `inflight` (default) or `requests` mode. */
+function lastcall(mode: "inflight" | "requests"): Contender {
+  return {
+    id: `lastcall-${mode}`,
+    label: `lastcall --drain-mode ${mode}`,
+    settings: `--grace = pod grace, --min-drain = endpoint lag${mode === "requests" ? ", --drain-mode requests" : ""}`,
+    async start(upstreamPort, parity) {
+      const { dir, path } = tempConfig(benchBootstrap({ upstreamPort }));
+      let ready: { pid: number; admin: string } | undefined;
+      const child = start(join(ROOT, "dist/lastcall"), [
+        "run", "--config", path, "--admin-port", "0", "--status-port", "0", "--concurrency", String(parity.concurrency),
+        "--grace", `${parity.graceMs}ms`, "--min-drain", `${parity.lagMs}ms`, "--drain-mode", mode, "--", "-l", "warning",
+      ], { onLine: (line) => {
+        if (line.includes('"event":"ready"')) ready = JSON.parse(line) as { pid: number; admin: string };
+      } });
+      const exited = withCleanup(child, dir);
+      const died = child.exited.then(() => { throw new Error(`lastcall exited early:\n${child.output().slice(-3000)}`); });
+      died.catch(() => {});
+      const { pid, admin, port } = await Promise.race([until(() => ready, "lastcall's ready event"), died])
+        .then(async (r) => ({ ...r, port: await listenerPort({ url: r.admin }) }))
+        .catch((error: unknown) => { child.kill("SIGKILL"); throw error; });
+      const runDir = dirname(commandLine(pid)[commandLine(pid).indexOf("-c") + 1] ?? "");
+      let exitText: string | undefined;
+      void child.exited.then((exit) => { exitText = exit.signal ? `signal ${exit.signal}` : `code ${exit.code}`; });
+      return {
+        envoyPid: pid,
+        port,
+        terminate: () => child.kill("SIGTERM"),
+        kill: () => {
+          child.kill("SIGKILL");
+          try { process.kill(pid, "SIGKILL"); } catch { /* gone */ }
+        },
+        exited,
+        leftover: () => (runDir.startsWith(tmpdir()) && existsSync(runDir) ? runDir : undefined),
+        agentExit: () => exitText,
+        output: child.output,
+      };
+    },
+  };
+}
+
+/** Istio's pkg/envoy agent (bench/anchors/istio-agent), default sleep or exit-on-zero. */
+function istio(exitOnZero: boolean): Contender {
+  return {
+    id: exitOnZero ? "istio-exit-on-zero" : "istio-default",
+    label: exitOnZero ? "Istio pkg/envoy, EXIT_ON_ZERO_ACTIVE_CONNECTIONS" : "Istio pkg/envoy, default (sleep 5 s)",
+    settings: exitOnZero ? "MINIMUM_DRAIN_DURATION = endpoint lag" : "none",
+    async start(upstreamPort, parity) {
+      const adminPort = await freePort();
+      const { dir, path } = tempConfig(benchBootstrap({ upstreamPort, admin: { port: adminPort } }));
+      const args = ["--envoy", envoyBinary(), "--config", path, "--admin-port", String(adminPort), "--concurrency", String(parity.concurrency)];
+      if (exitOnZero) args.push("--exit-on-zero", "--min-drain", `${parity.lagMs}ms`);
+      const child = start(join(ANCHORS, "istio-agent"), args);
+      const exited = withCleanup(child, dir);
+      const died = child.exited.then(() => { throw new Error(`istio-agent exited early:\n${child.output().slice(-3000)}`); });
+      died.catch(() => {});
+      const admin = { url: `http://127.0.0.1:${adminPort}` };
+      let pid = 0;
+      let port = 0;
+      try {
+        await Promise.race([untilReady(admin, "Istio's Envoy"), died]);
+        pid = await until(() => envoyChild(child.pid), "Istio's Envoy process");
+        port = await listenerPort(admin);
+      } catch (error) {
+        child.kill("SIGKILL");
+        const orphan = envoyChild(child.pid);
+        if (orphan) process.kill(orphan, "SIGKILL");
+        throw error;
+      }
+      return {
+        envoyPid: pid,
+        port,
+        terminate: () => child.kill("SIGTERM"),
+        kill: () => {
+          child.kill("SIGKILL");
+          try { process.kill(pid, "SIGKILL"); } catch { /* gone */ }
+        },
+        exited: Promise.all([exited, until(() => (executable(pid) === "" ? true : undefined), "Istio's Envoy to exit", 60_000, 10)]),
+        output: child.output,
+      };
+    },
+  };
+}
+
+/**
+ * Contour's pair (`contour envoy shutdown-manager` beside Envoy, admin on a Unix socket) as in its
+ * example DaemonSet: at termination the kubelet runs both preStop hooks at once, `contour envoy
+ * shutdown` (fails health checks, polls until no connection, writes the ready file) and Envoy's
+ * `GET :8090/shutdown` (returns once the file exists), then SIGTERMs each container whose hook
+ * returned.
+ */
+function contour(checkIntervalS: number): Contender {
+  return {
+    id: `contour-${checkIntervalS}s`,
+    label: `Contour shutdown-manager, --check-interval ${checkIntervalS}s`,
+    settings: checkIntervalS === 5 ? "none" : "--check-interval 1s",
+    async start(upstreamPort, parity) {
+      const dir = mkdtempSync(join(tmpdir(), "lastcall-bench-contour-"));
+      const socket = join(dir, "admin.sock");
+      const readyFile = join(dir, "ok");
+      const config = join(dir, "envoy.json");
+      writeFileSync(config, JSON.stringify(benchBootstrap({ upstreamPort, admin: { pipe: socket } })));
+      const envoy = start(envoyBinary(), ["-c", config, "--concurrency", String(parity.concurrency), "--disable-hot-restart", "-l", "warning"]);
+      const servePort = await freePort();
+      const contourBin = join(ANCHORS, "contour");
+      const manager = start(contourBin, ["envoy", "shutdown-manager", "--serve-port", String(servePort), "--ready-file", readyFile]);
+      const died = Promise.race([envoy.exited, manager.exited]).then(() => { throw new Error(`Contour's pair exited early:\n${envoy.output().slice(-2000)}${manager.output().slice(-2000)}`); });
+      died.catch(() => {});
+      const admin = { socketPath: socket };
+      let port = 0;
+      try {
+        await Promise.race([untilReady(admin, "Contour's Envoy"), died]);
+        await Promise.race([until(async () => ((await get(`http://127.0.0.1:${servePort}/healthz`)).status === 200 ? true : undefined), "shutdown-manager /healthz"), died]);
+        port = await listenerPort(admin);
+      } catch (error) {
+        envoy.kill("SIGKILL");
+        manager.kill("SIGKILL");
+        throw error;
+      }
+      let hook: Child | undefined;
+      const all = [envoy, manager];
+      return {
+        envoyPid: envoy.pid,
+        port,
+        terminate: () => {
+          hook = start(contourBin, ["envoy", "shutdown", "--admin-address", socket, "--check-interval", `${checkIntervalS}s`, "--ready-file", readyFile]);
+          all.push(hook);
+          void hook.exited.then(() => manager.kill("SIGTERM"));
+          // A failed hook (the manager SIGTERMed before it answered) ends in SIGTERM too, as the kubelet does.
+          const stopEnvoy = () => envoy.kill("SIGTERM");
+          void get(`http://127.0.0.1:${servePort}/shutdown`, 600_000).then(stopEnvoy, stopEnvoy);
+        },
+        kill: () => {
+          for (const child of all) child.kill("SIGKILL");
+        },
+        exited: Promise.all([envoy.exited, manager.exited]).then(async () => {
+          hook?.kill("SIGKILL");
+          await hook?.exited;
+          rmSync(dir, { recursive: true, force: true });
+        }),
+        output: () => `${envoy.output()}${manager.output()}${hook?.output() ?? ""}`,
+      };
+    },
+  };
+}
+
+/** Every contender, in the order they take turns. */
+export const CONTENDERS: Contender[] = [lastcall("inflight"), lastcall("requests"), istio(true), istio(false), contour(5), contour(1)];
+
+/** Admin GET used by the polling benchmark. */
+export { adminCall };

@@ -1,0 +1,155 @@
+// Item 1, the headline: one Envoy configuration, one upstream, one client workload; each
+// contender in turn is told to stop as Kubernetes would, rounds alternating contenders. Per run:
+// failed requests, tail (last good response → Envoy gone), total (signal → Envoy gone).
+// Two workloads: `busy` (no idle connection) and `idle` (the same plus idle keep-alive clients).
+import { startUpstreamApp } from "../test/support/upstream-app.ts";
+import { CONTENDERS, type Parity, type Running } from "./lib/contenders.ts";
+import { QUICK, progress, sleep, writeResult } from "./lib/context.ts";
+import { isGone } from "./lib/proc.ts";
+import { round, summarize } from "./lib/stats.ts";
+import { Workload } from "./lib/workload.ts";
+
+const ROUNDS = QUICK ? 1 : 5;
+// LASTCALL_BENCH_CONTENDERS=id,id runs a subset (while working on the harness).
+const PICKED = process.env.LASTCALL_BENCH_CONTENDERS?.split(",");
+const ACTIVE = CONTENDERS.map((_, i) => i).filter((i) => !PICKED || PICKED.includes(CONTENDERS[i]!.id));
+const PARITY: Parity = { graceMs: 10_000, lagMs: 2000, concurrency: 2 };
+const WARM_UP_MS = 1000;
+const STREAM_CHUNKS = 30; // 3 s of chunks, started 0.5 s before the signal
+const WORKLOADS = [
+  { id: "busy", idle: 0, what: "mixed keep-alive HTTP/1.1 (10 ms–3 s), HTTP/2, a streaming response, a WebSocket, late arrivals" },
+  { id: "idle", idle: 6, what: "the same plus 6 idle keep-alive connections" },
+];
+
+interface Run {
+  workload: string;
+  contender: string;
+  round: number;
+  ok: number;
+  failed: number;
+  failed_by_kind: Record<string, number>;
+  ok_after_signal: number;
+  tail_ms: number;
+  total_ms: number;
+  last_good_ms: number;
+  killed_at_grace: boolean;
+  leftover_run_dir?: string;
+  agent_exit?: string;
+  failures: string[];
+}
+
+async function oneRun(contenderIndex: number, workload: (typeof WORKLOADS)[number], round: number, upstreamPort: number): Promise<Run> {
+  const contender = CONTENDERS[contenderIndex]!;
+  const running: Running = await contender.start(upstreamPort, PARITY);
+  const clients = new Workload({ port: running.port, lagMs: PARITY.lagMs, idle: workload.idle, seed: 1000 * round + contenderIndex });
+  let gone = 0;
+  let killed = false;
+  try {
+    await clients.start();
+    await sleep(WARM_UP_MS - 500);
+    clients.stream(STREAM_CHUNKS);
+    await sleep(500);
+    const signalAt = performance.now();
+    clients.signal();
+    running.terminate();
+    const graceEnd = signalAt + PARITY.graceMs;
+    // Envoy gone: polled every 2 ms (the /proc entry gone or a zombie), SIGKILL at the grace.
+    while (!isGone(running.envoyPid)) {
+      if (performance.now() >= graceEnd) {
+        killed = true;
+        running.kill();
+      }
+      await sleep(2);
+    }
+    gone = performance.now();
+    await clients.settled();
+    // The agent's own exit (it cleans up after Envoy): waited for, not cut short, unless hung.
+    const exitedInTime = await Promise.race([running.exited.then(() => true), sleep(Math.max(5000, graceEnd - performance.now())).then(() => false)]);
+    if (!exitedInTime) running.kill();
+    await running.exited;
+    const outcome = clients.outcome;
+    const failed = Object.values(outcome.failed).reduce((a, b) => a + b, 0);
+    return {
+      workload: workload.id,
+      contender: contender.id,
+      round,
+      ok: outcome.ok,
+      failed,
+      failed_by_kind: outcome.failed,
+      ok_after_signal: outcome.okAfterSignal,
+      tail_ms: round2(gone - outcome.lastGoodAt),
+      total_ms: round2(gone - signalAt),
+      last_good_ms: round2(outcome.lastGoodAt - signalAt),
+      killed_at_grace: killed,
+      // Checked only after a clean exit (code 0): a killed agent cannot clean up.
+      leftover_run_dir: running.agentExit?.() === "code 0" ? running.leftover?.() : undefined,
+      agent_exit: running.agentExit?.(),
+      failures: clients.failures,
+    };
+  } finally {
+    clients.close();
+    running.kill();
+  }
+}
+
+function round2(value: number): number {
+  return round(value, 1);
+}
+
+const app = await startUpstreamApp();
+const runs: Run[] = [];
+const errors: { workload: string; contender: string; round: number; error: string }[] = [];
+const began = performance.now();
+for (const workload of WORKLOADS) {
+  for (let r = 0; r < ROUNDS; r++) {
+    // Contenders alternate within a round; the order rotates from round to round.
+    for (let k = 0; k < ACTIVE.length; k++) {
+      const index = ACTIVE[(k + r) % ACTIVE.length]!;
+      let run: Run;
+      try {
+        run = await oneRun(index, workload, r, app.port);
+      } catch (error) {
+        // One broken run (a contender that did not start) is recorded and the rest goes on.
+        errors.push({ workload: workload.id, contender: CONTENDERS[index]!.id, round: r, error: String(error).slice(0, 2000) });
+        progress("termination", `${workload.id} round ${r + 1}/${ROUNDS} ${CONTENDERS[index]!.id}: ERROR ${String(error).split("\n")[0]}`);
+        continue;
+      }
+      runs.push(run);
+      progress("termination", `${workload.id} round ${r + 1}/${ROUNDS} ${run.contender}: failed ${run.failed}, tail ${run.tail_ms} ms, total ${run.total_ms} ms${run.killed_at_grace ? " (killed at grace)" : ""}${run.leftover_run_dir ? ` LEFTOVER ${run.leftover_run_dir}` : ""}`);
+      if (run.failed > 0) progress("termination", `  ${run.failures.slice(0, 3).join("; ")}`);
+    }
+  }
+}
+await app.close();
+
+const summary = WORKLOADS.map((workload) => ({
+  workload: workload.id,
+  what: workload.what,
+  contenders: CONTENDERS.map((c) => {
+    const mine = runs.filter((run) => run.workload === workload.id && run.contender === c.id);
+    return {
+      id: c.id,
+      label: c.label,
+      settings: c.settings,
+      failed: summarize(mine.map((run) => run.failed), 0),
+      failed_total: mine.reduce((a, run) => a + run.failed, 0),
+      tail_ms: summarize(mine.map((run) => run.tail_ms), 1),
+      total_ms: summarize(mine.map((run) => run.total_ms), 1),
+      killed_at_grace: mine.filter((run) => run.killed_at_grace).length,
+      runs: mine.length,
+    };
+  }),
+}));
+
+writeResult("termination", {
+  what: "Termination under one client workload: failed requests, tail (last good response → Envoy gone) and total (signal → Envoy gone), per contender",
+  parity: { grace_ms: PARITY.graceMs, endpoint_lag_ms: PARITY.lagMs, concurrency: PARITY.concurrency },
+  rounds: ROUNDS,
+  seconds: round2((performance.now() - began) / 1000),
+  lastcall_run_dirs_left: runs.filter((run) => run.leftover_run_dir).map((run) => run.leftover_run_dir),
+  lastcall_clean_exits: runs.filter((run) => run.contender.startsWith("lastcall") && run.agent_exit === "code 0").length,
+  errors,
+  summary,
+  runs,
+});
+progress("termination", `done in ${Math.round((performance.now() - began) / 1000)} s`);
