@@ -34,6 +34,15 @@ function hcmChain(statPrefix: string): Record<string, unknown> {
   };
 }
 
+/** A bootstrap whose listeners come from the LDS file `ldsPath`, in front of cluster `app`. */
+function ldsBootstrap(ldsPath: string): Record<string, unknown> {
+  return {
+    node: { id: "lastcall-test", cluster: "test" },
+    dynamic_resources: { lds_config: { resource_api_version: "V3", path_config_source: { path: ldsPath } } },
+    static_resources: { clusters: [localCluster("app", app.port)] },
+  };
+}
+
 /** One request held by the app, and the agent sure of it (wrapped: an async function would await it). */
 async function holdOne(port: number, status: string): Promise<{ held: Promise<Outcome> }> {
   const held = http1(port, "/hold");
@@ -207,11 +216,7 @@ describe("listeners beyond the static ones", () => {
         filter_chains: [hcmChain("lds_ingress")],
       }],
     }));
-    const config = {
-      node: { id: "lastcall-test", cluster: "test" },
-      dynamic_resources: { lds_config: { resource_api_version: "V3", path_config_source: { path: ldsPath } } },
-      static_resources: { clusters: [localCluster("app", app.port)] },
-    };
+    const config = ldsBootstrap(ldsPath);
     const { lc, port, status } = await serving(app.port, ["--min-drain", "0s"], { config: writeConfig(config, dir) });
     const { held } = await holdOne(port, status);
     lc.signal("SIGTERM");
@@ -240,11 +245,7 @@ describe("listeners beyond the static ones", () => {
   }
 }
 `);
-    const config = {
-      node: { id: "lastcall-test", cluster: "test" },
-      dynamic_resources: { lds_config: { resource_api_version: "V3", path_config_source: { path: ldsPath } } },
-      static_resources: { clusters: [localCluster("app", app.port)] },
-    };
+    const config = ldsBootstrap(ldsPath);
     const { lc, port } = await serving(app.port, ["--min-drain", "0s"], { config: writeConfig(config, dir), filter: false });
     const start = await lc.event("start");
     expect(start.counted_by_stats).toEqual([expect.stringMatching(/^LDS file .*lds\.pb_text/)]);

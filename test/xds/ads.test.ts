@@ -1,23 +1,18 @@
 // lastcall serves Envoy's ADS/LDS stream itself and relays it to a real control plane
 // (go-control-plane), inserting the filter into every listener: requests through an LDS
 // listener are counted exactly, and a drain ends on the filter's confirmed zero.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { wasmFilter } from "../../agent/envoy/bootstrap.ts";
 import { waitFor } from "../support/envoy.ts";
-import { freePort, startLastcall, stopAllLastcalls } from "../support/lastcall.ts";
-import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
+import { freePort, startLastcall } from "../support/lastcall.ts";
+import { upstreamForFile } from "../support/serving.ts";
 import { buildXdsServer, startXdsServer, stopAllXdsServers } from "../support/xds-server/index.ts";
 import { basicSnapshot, dumpedHttpFilters, envoyStat, get, inflightGauge, xdsBootstrap, type XdsService, type XdsVariant } from "./resources.ts";
 
-let app: UpstreamApp;
+const app = upstreamForFile();
 // A first build of the control plane downloads go-control-plane and compiles it: minutes.
 beforeAll(() => void buildXdsServer(), 300_000);
-beforeAll(async () => (app = await startUpstreamApp()));
-afterAll(() => app.close());
-afterEach(async () => {
-  await stopAllLastcalls();
-  await stopAllXdsServers();
-});
+afterEach(() => stopAllXdsServers());
 
 describe.each<[XdsService, XdsVariant]>([["ads", "sotw"], ["ads", "delta"], ["lds", "sotw"], ["lds", "delta"]])("%s (%s)", (service, variant) => {
   it("inserts the filter into LDS listeners, counts their requests, and drains to the pushed zero", async () => {

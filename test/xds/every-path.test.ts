@@ -1,22 +1,16 @@
 // The termination cases of the "every path" issue, with the listener from a real control plane
 // (go-control-plane over ADS, state of the world and delta) and the filter put in by lastcall's
 // xDS proxy: the drain ends on the filter's confirmed zero, never on a fallback.
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../support/envoy.ts";
-import { freePort, type LastcallEvent, startLastcall, stopAllLastcalls, type TestLastcall } from "../support/lastcall.ts";
-import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
+import { freePort, type LastcallEvent, startLastcall, type TestLastcall } from "../support/lastcall.ts";
+import { upstreamForFile } from "../support/serving.ts";
 import { buildXdsServer, startXdsServer, stopAllXdsServers } from "../support/xds-server/index.ts";
 import { basicSnapshot, get, xdsBootstrap, type XdsVariant } from "./resources.ts";
 
-let app: UpstreamApp;
+const app = upstreamForFile();
 beforeAll(() => void buildXdsServer(), 300_000);
-beforeAll(async () => (app = await startUpstreamApp()));
-afterAll(() => app.close());
-afterEach(async () => {
-  await stopAllLastcalls();
-  await stopAllXdsServers();
-  app.release();
-});
+afterEach(() => stopAllXdsServers());
 
 const time = (e: LastcallEvent) => Date.parse(e.ts);
 

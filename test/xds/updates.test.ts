@@ -4,23 +4,18 @@
 import { copyFileSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { FILTER_WASM, waitFor } from "../support/envoy.ts";
-import { freePort, startLastcall, stopAllLastcalls, type TestLastcall } from "../support/lastcall.ts";
-import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
+import { freePort, startLastcall, type TestLastcall } from "../support/lastcall.ts";
+import { upstreamForFile } from "../support/serving.ts";
 import { buildXdsServer, startXdsServer, stopAllXdsServers, type XdsServer } from "../support/xds-server/index.ts";
 import {
   appCluster, basicSnapshot, configSource, dumpedHttpFilters, get, hcm, httpListener, inflightGauge, route, xdsBootstrap, type XdsVariant,
 } from "./resources.ts";
 
-let app: UpstreamApp;
+const app = upstreamForFile();
 beforeAll(() => void buildXdsServer(), 300_000);
-beforeAll(async () => (app = await startUpstreamApp()));
-afterAll(() => app.close());
-afterEach(async () => {
-  await stopAllLastcalls();
-  await stopAllXdsServers();
-});
+afterEach(() => stopAllXdsServers());
 
 async function started(variant: XdsVariant, args: string[] = []): Promise<{ cp: XdsServer; lc: TestLastcall; port: number }> {
   const cp = await startXdsServer();
