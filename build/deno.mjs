@@ -4,23 +4,15 @@
 // per-platform binaries are not all served by the registry this project builds against, and a
 // lock file that cannot list them makes `npm ci` fail. `node build/deno.mjs ARGS…` runs Deno.
 import { spawnSync } from "node:child_process";
-import { accessSync, constants, mkdirSync, renameSync, rmSync } from "node:fs";
+import { mkdirSync, renameSync, rmSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { isExecutable } from "./envoy.mjs";
 
 export const DENO_PACKAGE = "deno@2.9.6";
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const prefix = join(root, ".cache", "deno");
 const binary = join(prefix, "node_modules", "deno", "deno");
-
-function isExecutable(path) {
-  try {
-    accessSync(path, constants.X_OK);
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 /** Returns the absolute path of the Deno binary, installing the pinned package first if needed. */
 export function resolveDeno() {

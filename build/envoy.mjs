@@ -13,7 +13,8 @@ const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const cacheDir = join(root, ".cache", "envoy");
 const wheelBinary = join(cacheDir, "py", "envoy", "_bin", "envoy");
 
-function isExecutable(path) {
+/** Whether `path` is a file this process may execute. */
+export function isExecutable(path) {
   try {
     accessSync(path, constants.X_OK);
     return true;
