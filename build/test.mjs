@@ -20,7 +20,10 @@ let summary = "";
 try {
   const r = JSON.parse(readFileSync(report, "utf8"));
   const skipped = (r.numPendingTests ?? 0) + (r.numTodoTests ?? 0);
-  summary = `tests: ${r.numPassedTests} passed, ${r.numFailedTests} failed, ${skipped} skipped`;
+  // A file whose setup failed has no failed test (its tests count as skipped): count it failed,
+  // so the closing line never says 0 failed for a run that failed.
+  const brokenFiles = (r.testResults ?? []).filter((f) => f.status === "failed" && !(f.assertionResults ?? []).some((a) => a.status === "failed")).length;
+  summary = `tests: ${r.numPassedTests} passed, ${r.numFailedTests + brokenFiles} failed, ${skipped} skipped`;
 } catch {
   summary = "tests: no report written (vitest failed to start)";
 }
