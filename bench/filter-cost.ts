@@ -79,7 +79,7 @@ function hostCalls(wasm: Uint8Array | undefined): Record<string, number> {
 // The callbacks Envoy runs for a GET whose response has a body; it enters the VM only for those the module exports.
 const PER_REQUEST_CALLBACKS = ["proxy_on_context_create", "proxy_on_request_headers", "proxy_on_response_headers", "proxy_on_response_body", "proxy_on_log", "proxy_on_done", "proxy_on_delete"];
 function vmEntries(wasm: Uint8Array | undefined): number {
-  const exported = new Set(WebAssembly.Module.exports(new WebAssembly.Module(wasm ?? readFileSync(join(ROOT, "dist/filter.wasm")))).map((e) => e.name));
+  const exported = new Set(WebAssembly.Module.exports(new WebAssembly.Module(new Uint8Array(wasm ?? readFileSync(join(ROOT, "dist/filter.wasm"))))).map((e) => e.name));
   return PER_REQUEST_CALLBACKS.filter((name) => exported.has(name)).length;
 }
 

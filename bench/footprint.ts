@@ -15,7 +15,7 @@ import { benchBootstrap } from "./lib/bootstrap.ts";
 import { ANCHORS, type Child, QUICK, ROOT, envoyBinary, get, progress, sleep, start, until, writeResult } from "./lib/context.ts";
 import { listenerPort, untilReady } from "./lib/envoy.ts";
 import { h2load } from "./lib/load.ts";
-import { children, cpuSeconds, executable, memory } from "./lib/proc.ts";
+import { children, cpuSeconds, executable, memory, signalIfSame, startTime } from "./lib/proc.ts";
 import { round, summarize } from "./lib/stats.ts";
 
 const ROUNDS = QUICK ? 1 : 3;
@@ -82,6 +82,7 @@ interface Sample { peak_mib: number; rss_mib: number; anon_mib: number; file_mib
 async function measure(subject: Subject): Promise<Sample> {
   dropCache(subject.binary);
   const started = await subject.start();
+  const envoyStarted = started.envoyPid === undefined ? Number.NaN : startTime(started.envoyPid);
   try {
     await sleep(3000);
     const peak = memory(started.agent.pid).peak;
@@ -103,7 +104,7 @@ async function measure(subject: Subject): Promise<Sample> {
     const timer = setTimeout(() => started.agent.kill("SIGKILL"), 10_000);
     await started.agent.exited;
     clearTimeout(timer);
-    if (started.envoyPid !== undefined) try { process.kill(started.envoyPid, "SIGKILL"); } catch { /* gone */ }
+    if (started.envoyPid !== undefined) signalIfSame(started.envoyPid, envoyStarted, "SIGKILL");
     rmSync(started.dir, { recursive: true, force: true });
   }
 }

@@ -16,7 +16,7 @@ import { inboundConfig, type LastcallEvent, startLastcall, type TestLastcall } f
 import { startUpstreamApp, type UpstreamApp } from "../test/support/upstream-app.ts";
 import { QUICK, progress, sleep, writeResult } from "./lib/context.ts";
 import { summarize } from "./lib/stats.ts";
-import { isGone } from "./lib/proc.ts";
+import { exitedSince, startTime } from "./lib/proc.ts";
 
 const TRIALS = QUICK ? 2 : 10;
 const HELD_PER_TRIAL = 3;
@@ -56,6 +56,7 @@ async function pushDelayTrial(app: UpstreamApp): Promise<{ decided_ms: number; q
   const { lc, port } = await reporting(app);
   try {
     const envoyPid = Number((await lc.event("ready")).pid);
+    const envoyStarted = startTime(envoyPid);
     const responses = Array.from({ length: HELD_PER_TRIAL }, () => completedAt(port, "/hold"));
     await app.until((a) => a.held === HELD_PER_TRIAL);
     await waitFor(async () => ((await state(lc)).inflight === HELD_PER_TRIAL ? true : undefined), { what: "the agent to see the held requests" });
@@ -63,7 +64,7 @@ async function pushDelayTrial(app: UpstreamApp): Promise<{ decided_ms: number; q
     await lc.event("listeners_draining");
     app.release();
     const lastResponse = Math.max(...await Promise.all(responses));
-    while (!isGone(envoyPid)) await sleep(2);
+    while (!exitedSince(envoyPid, envoyStarted)) await sleep(2);
     const gone = Date.now();
     const done: LastcallEvent = await lc.event("drain_wait_done");
     if (done.reason !== "inflight_zero") throw new Error(`Drain ended with ${String(done.reason)}, not inflight_zero`);

@@ -5,7 +5,7 @@
 import { startUpstreamApp } from "../test/support/upstream-app.ts";
 import { CONTENDERS, type Parity, type Running } from "./lib/contenders.ts";
 import { QUICK, progress, sleep, writeResult } from "./lib/context.ts";
-import { isGone } from "./lib/proc.ts";
+import { exitedSince, startTime } from "./lib/proc.ts";
 import { round, summarize } from "./lib/stats.ts";
 import { Workload } from "./lib/workload.ts";
 
@@ -35,12 +35,14 @@ interface Run {
   killed_at_grace: boolean;
   leftover_run_dir?: string;
   agent_exit?: string;
+  lastcall_events?: Record<string, unknown>[];
   failures: string[];
 }
 
 async function oneRun(contenderIndex: number, workload: (typeof WORKLOADS)[number], round: number, upstreamPort: number): Promise<Run> {
   const contender = CONTENDERS[contenderIndex]!;
   const running: Running = await contender.start(upstreamPort, PARITY);
+  const envoyStarted = startTime(running.envoyPid);
   const clients = new Workload({ port: running.port, lagMs: PARITY.lagMs, idle: workload.idle, seed: 1000 * round + contenderIndex });
   let gone = 0;
   let killed = false;
@@ -54,7 +56,7 @@ async function oneRun(contenderIndex: number, workload: (typeof WORKLOADS)[numbe
     running.terminate();
     const graceEnd = signalAt + PARITY.graceMs;
     // Envoy gone: polled every 2 ms (the /proc entry gone or a zombie), SIGKILL at the grace.
-    while (!isGone(running.envoyPid)) {
+    while (!exitedSince(running.envoyPid, envoyStarted)) {
       if (performance.now() >= graceEnd) {
         killed = true;
         running.kill();
@@ -84,6 +86,7 @@ async function oneRun(contenderIndex: number, workload: (typeof WORKLOADS)[numbe
       // Checked only after a clean exit (code 0): a killed agent cannot clean up.
       leftover_run_dir: running.agentExit?.() === "code 0" ? running.leftover?.() : undefined,
       agent_exit: running.agentExit?.(),
+      lastcall_events: running.drainEvents?.(),
       failures: clients.failures,
     };
   } finally {

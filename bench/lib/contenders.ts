@@ -1,14 +1,13 @@
 // The termination contenders: each starts its own way in front of the same Envoy configuration
 // and is told to stop the way Kubernetes tells it (SIGTERM, or preStop hooks then SIGTERM).
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { freePort } from "../../test/support/lastcall.ts";
 import { benchBootstrap } from "./bootstrap.ts";
 import { ANCHORS, type Child, ROOT, envoyBinary, get, start, until } from "./context.ts";
-import { adminCall, listenerPort, untilReady } from "./envoy.ts";
-import { children, commandLine, executable } from "./proc.ts";
-import { realpathSync } from "node:fs";
+import { listenerPort, untilReady } from "./envoy.ts";
+import { children, commandLine, executable, signalIfSame, startTime } from "./proc.ts";
 
 /** Settings every contender gets (parity). */
 export interface Parity {
@@ -36,6 +35,8 @@ export interface Running {
   leftover?: () => string | undefined;
   /** The agent's exit status once `exited` settled ("code 0", "signal SIGKILL"). */
   agentExit?: () => string | undefined;
+  /** Only for lastcall: its `drain_wait_done` and `terminated` events, to explain a slow run. */
+  drainEvents?: () => Record<string, unknown>[];
   /** Last output, for error messages. */
   output(): string;
 }
@@ -76,11 +77,13 @@ function lastcall(mode: "inflight" | "requests"): Contender {
     async start(upstreamPort, parity) {
       const { dir, path } = tempConfig(benchBootstrap({ upstreamPort }));
       let ready: { pid: number; admin: string } | undefined;
+      const drainEvents: Record<string, unknown>[] = [];
       const child = start(join(ROOT, "dist/lastcall"), [
         "run", "--config", path, "--admin-port", "0", "--status-port", "0", "--concurrency", String(parity.concurrency),
         "--grace", `${parity.graceMs}ms`, "--min-drain", `${parity.lagMs}ms`, "--drain-mode", mode, "--", "-l", "warning",
       ], { onLine: (line) => {
         if (line.includes('"event":"ready"')) ready = JSON.parse(line) as { pid: number; admin: string };
+        if (/"event":"(drain_wait_done|terminated)"/.test(line)) drainEvents.push(JSON.parse(line) as Record<string, unknown>);
       } });
       const exited = withCleanup(child, dir);
       const died = child.exited.then(() => { throw new Error(`lastcall exited early:\n${child.output().slice(-3000)}`); });
@@ -89,6 +92,7 @@ function lastcall(mode: "inflight" | "requests"): Contender {
         .then(async (r) => ({ ...r, port: await listenerPort({ url: r.admin }) }))
         .catch((error: unknown) => { child.kill("SIGKILL"); throw error; });
       const runDir = dirname(commandLine(pid)[commandLine(pid).indexOf("-c") + 1] ?? "");
+      const envoyStarted = startTime(pid);
       let exitText: string | undefined;
       void child.exited.then((exit) => { exitText = exit.signal ? `signal ${exit.signal}` : `code ${exit.code}`; });
       return {
@@ -97,11 +101,12 @@ function lastcall(mode: "inflight" | "requests"): Contender {
         terminate: () => child.kill("SIGTERM"),
         kill: () => {
           child.kill("SIGKILL");
-          try { process.kill(pid, "SIGKILL"); } catch { /* gone */ }
+          signalIfSame(pid, envoyStarted, "SIGKILL");
         },
         exited,
         leftover: () => (runDir.startsWith(tmpdir()) && existsSync(runDir) ? runDir : undefined),
         agentExit: () => exitText,
+        drainEvents: () => drainEvents,
         output: child.output,
       };
     },
@@ -131,20 +136,21 @@ function istio(exitOnZero: boolean): Contender {
         pid = await until(() => envoyChild(child.pid), "Istio's Envoy process");
         port = await listenerPort(admin);
       } catch (error) {
-        child.kill("SIGKILL");
         const orphan = envoyChild(child.pid);
-        if (orphan) process.kill(orphan, "SIGKILL");
+        if (orphan) signalIfSame(orphan, startTime(orphan), "SIGKILL");
+        child.kill("SIGKILL");
         throw error;
       }
+      const envoyStarted = startTime(pid);
       return {
         envoyPid: pid,
         port,
         terminate: () => child.kill("SIGTERM"),
         kill: () => {
           child.kill("SIGKILL");
-          try { process.kill(pid, "SIGKILL"); } catch { /* gone */ }
+          signalIfSame(pid, envoyStarted, "SIGKILL");
         },
-        exited: Promise.all([exited, until(() => (executable(pid) === "" ? true : undefined), "Istio's Envoy to exit", 60_000, 10)]),
+        exited: Promise.all([exited, until(() => (startTime(pid) !== envoyStarted ? true : undefined), "Istio's Envoy to exit", 60_000, 10)]),
         output: child.output,
       };
     },
@@ -215,6 +221,3 @@ function contour(checkIntervalS: number): Contender {
 
 /** Every contender, in the order they take turns. */
 export const CONTENDERS: Contender[] = [lastcall("inflight"), lastcall("requests"), istio(true), istio(false), contour(5), contour(1)];
-
-/** Admin GET used by the polling benchmark. */
-export { adminCall };

@@ -1,10 +1,11 @@
 // What every benchmark script shares: where things are, quick or full, progress lines, results.
 import { type ChildProcess, spawn } from "node:child_process";
 import { mkdirSync, writeFileSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
 
 /** The project folder (bench scripts run bundled from dist/bench/, two levels down). */
-export const ROOT = resolve(import.meta.dirname, "../..");
+export const ROOT = fileURLToPath(new URL("../..", import.meta.url)).replace(/\/$/, "");
 /** Where the Go anchors are built (build/bench.mjs). */
 export const ANCHORS = join(ROOT, ".cache/anchors/bin");
 

@@ -1,6 +1,6 @@
 // An Envoy started by a benchmark (not by an agent): admin over TCP or a Unix socket, listener
 // ports discovered from the admin, stopped by signal.
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { request } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -94,7 +94,6 @@ export async function startBenchEnvoy(bootstrap: (admin: AdminAddress, dir: stri
     if ("pipe" in address) {
       admin = { socketPath: address.pipe };
     } else {
-      const { readFileSync } = await import("node:fs");
       const text = await Promise.race([until(() => {
         try { return readFileSync(addressFile, "utf8").trim() || undefined; } catch { return undefined; }
       }, "Envoy's admin address"), died]);

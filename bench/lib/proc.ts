@@ -89,3 +89,27 @@ export function threadCpuSeconds(pid: number, tid = pid): number {
   const text = read(`/proc/${pid}/task/${tid}/schedstat`);
   return text ? Number(text.split(" ")[0]) / 1e9 : Number.NaN;
 }
+
+/** When a process started (clock ticks since boot), to tell it from a later one with its id; NaN when gone. */
+export function startTime(pid: number): number {
+  const text = read(`/proc/${pid}/stat`);
+  return text ? Number(statFields(text)[22]) : Number.NaN;
+}
+
+/**
+ * Sends `signal` to `pid` only if it is still the process that started at `started` (see
+ * {@linkcode startTime}): process ids are reused, and a stale id may name someone else's process.
+ */
+export function signalIfSame(pid: number, started: number, signal: NodeJS.Signals): void {
+  if (!Number.isFinite(started) || startTime(pid) !== started || isGone(pid)) return;
+  try {
+    process.kill(pid, signal);
+  } catch {
+    // gone in between
+  }
+}
+
+/** Whether the process that started at `started` has exited (its id gone, a zombie, or reused). */
+export function exitedSince(pid: number, started: number): boolean {
+  return isGone(pid) || startTime(pid) !== started;
+}
