@@ -2,6 +2,10 @@
 // so the agent stays runtime-neutral by going through here.
 import process from "node:process";
 
+// A log reader that goes away (a closed pipe: EPIPE) must not take the proxy down in the middle
+// of a drain: what is written after that is dropped.
+for (const stream of [process.stdout, process.stderr]) stream.on("error", () => {});
+
 /** Environment variables of the agent's process. */
 export function environment(): Record<string, string | undefined> {
   return process.env;

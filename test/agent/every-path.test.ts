@@ -3,13 +3,14 @@
 // real signals; each case is one that cut requests before (docs/reliability.md lists them).
 // Tests wait on lastcall's events and assert their order, never durations (except "before the
 // deadline", which is the behaviour under test).
+import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { http1, type Outcome } from "../filter/clients.ts";
 import { localCluster, waitFor } from "../support/envoy.ts";
-import { freePort, inboundConfig, isAlive, type LastcallEvent, startLastcall, type TestLastcall, writeConfig } from "../support/lastcall.ts";
+import { freePort, inboundConfig, isAlive, lastcallCommand, type LastcallEvent, startLastcall, type TestLastcall, writeConfig } from "../support/lastcall.ts";
 import { agentSees, agentState, serving, upstreamForFile } from "../support/serving.ts";
 
 const app = upstreamForFile();
@@ -302,6 +303,28 @@ describe("a hostile neighbour on the status port", () => {
     }
     expect(rss() - before).toBeLessThan(60);
     expect((await fetch(`${status}/healthz/ready`)).status).toBe(200);
+  });
+});
+
+describe("a log reader that goes away", () => {
+  it("lastcall's stdout closed (EPIPE) mid-run: the drain still waits for the held request", async () => {
+    const config = inboundConfig({ upstreamPort: app.port }) as { static_resources: { listeners: Array<Record<string, any>> } };
+    const port = await freePort();
+    config.static_resources.listeners[0].address.socket_address.port_value = port;
+    const [command, ...prefix] = lastcallCommand("bundle");
+    const child = spawn(command, [...prefix, "run", "--config", writeConfig(config), "--admin-port", "0", "--status-port", "0", "--min-drain", "0s"], { stdio: ["ignore", "pipe", "ignore"] });
+    const exited = new Promise<number | null>((done) => child.once("exit", (code) => done(code)));
+    let out = "";
+    await new Promise<void>((done) => child.stdout!.on("data", (chunk) => ((out += chunk), out.includes('"ready"') && done())));
+    await waitFor(async () => ((await http1(port, "/")).status === 200 ? true : undefined), { what: "the listener" });
+    child.stdout!.destroy(); // the reader is gone: every later event line fails with EPIPE
+    const held = http1(port, "/hold");
+    await app.until((a) => a.held === 1);
+    child.kill("SIGTERM");
+    await new Promise((done) => setTimeout(done, 300));
+    app.release();
+    expect(await held).toEqual({ status: 200, reset: false });
+    expect(await exited).toBe(0);
   });
 });
 
