@@ -129,7 +129,7 @@ line();
 
 // ---- 1. termination ----
 if (termination) {
-  line(`## 1. Termination, side by side (\`termination.json\`)${quickNote(termination)}`);
+  line(`## 1. Termination, side by side (\`termination.json\`)${quickNote(termination)}${termination.complete === false ? ` **(cut short: ${termination.runs.length} runs measured)**` : ""}`);
   line();
   line(`One Envoy configuration (one INBOUND listener in front of one upstream app, \`--concurrency ${termination.parity.concurrency}\`), one`);
   line("client workload, each contender in turn told to stop the way Kubernetes does it: SIGTERM to the agent");
@@ -182,6 +182,7 @@ if (termination) {
   const slower = [];
   for (const { w, c } of inflight) {
     const incumbents = w.contenders.filter((x) => !x.id.startsWith("lastcall"));
+    if (incumbents.length === 0) continue;
     const fastest = incumbents.reduce((a, b) => (b.total_ms.median < a.total_ms.median ? b : a));
     if (c.total_ms.median > fastest.total_ms.median) slower.push(`${w.workload}: ${ms(c.total_ms.median)} vs ${fastest.id} ${ms(fastest.total_ms.median)}${fastest.failed_total ? ` (which failed ${fastest.failed_total} requests)` : ""}`);
   }
