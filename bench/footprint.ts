@@ -36,7 +36,7 @@ function lastcallSubject(id: string, label: string, command: string[], binary: s
   return {
     id, label, binary,
     async start() {
-      const dir = mkdtempSync(join(tmpdir(), "lastcall-bench-fp-"));
+      const dir = mkdtempSync(join(tmpdir(), "lcperf-fp-"));
       writeFileSync(join(dir, "envoy.json"), JSON.stringify(benchBootstrap({})));
       let ready: { pid: number; admin: string } | undefined;
       const agent = start(command[0]!, [...command.slice(1), "run", "--config", join(dir, "envoy.json"), "--admin-port", "0", "--status-port", "0", "--", "-l", "warning"], {
@@ -54,7 +54,7 @@ const SUBJECTS: Subject[] = [
   {
     id: "istio", label: "Istio pkg/envoy agent (bench/anchors/istio-agent)", binary: join(ANCHORS, "istio-agent"),
     async start() {
-      const dir = mkdtempSync(join(tmpdir(), "lastcall-bench-fp-"));
+      const dir = mkdtempSync(join(tmpdir(), "lcperf-fp-"));
       const adminPort = await freePort();
       writeFileSync(join(dir, "envoy.json"), JSON.stringify(benchBootstrap({ admin: { port: adminPort } })));
       const agent = start(join(ANCHORS, "istio-agent"), ["--envoy", envoyBinary(), "--config", join(dir, "envoy.json"), "--admin-port", String(adminPort)]);
@@ -68,7 +68,7 @@ const SUBJECTS: Subject[] = [
   {
     id: "contour", label: "Contour shutdown-manager (contour envoy shutdown-manager)", binary: join(ANCHORS, "contour"),
     async start() {
-      const dir = mkdtempSync(join(tmpdir(), "lastcall-bench-fp-"));
+      const dir = mkdtempSync(join(tmpdir(), "lcperf-fp-"));
       const port = await freePort();
       const agent = start(join(ANCHORS, "contour"), ["envoy", "shutdown-manager", "--serve-port", String(port), "--ready-file", join(dir, "ok")]);
       await until(async () => ((await get(`http://127.0.0.1:${port}/healthz`)).status === 200 ? true : undefined), "shutdown-manager");

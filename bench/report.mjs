@@ -125,11 +125,17 @@ line();
 const env = [termination, filterLoad, footprint].find(Boolean);
 line(`Machine: 2 shared CPUs, Node ${env?.node ?? "20"}, Envoy 1.40.0. Contenders and variants alternate within every round;`);
 line("medians, with the spread (min–max) in parentheses. Every sample is in the JSON.");
+const timed = [["termination", termination], ["polling", polling], ["filter-load", filterLoad], ["footprint", footprint]].filter(([, r]) => r?.seconds);
+if (timed.length) {
+  const total = timed.reduce((a, [, r]) => a + r.seconds, 0);
+  line(`Time of this run: ${timed.map(([n, r]) => `${n} ${Math.round(r.seconds)} s`).join(", ")}: ${fmt(total / 60, 1)} min, plus about a minute for the`);
+  line("build, the in-process filter cost and the push benchmark (and the Go builds of the incumbents the first time).");
+}
 line();
 
 // ---- 1. termination ----
 if (termination) {
-  line(`## 1. Termination, side by side (\`termination.json\`)${quickNote(termination)}`);
+  line(`## 1. Termination, side by side (\`termination.json\`)${quickNote(termination)}${termination.complete === false ? ` **(cut short: ${termination.runs.length} runs measured)**` : ""}`);
   line();
   line(`One Envoy configuration (one INBOUND listener in front of one upstream app, \`--concurrency ${termination.parity.concurrency}\`), one`);
   line("client workload, each contender in turn told to stop the way Kubernetes does it: SIGTERM to the agent");
@@ -182,6 +188,7 @@ if (termination) {
   const slower = [];
   for (const { w, c } of inflight) {
     const incumbents = w.contenders.filter((x) => !x.id.startsWith("lastcall"));
+    if (incumbents.length === 0) continue;
     const fastest = incumbents.reduce((a, b) => (b.total_ms.median < a.total_ms.median ? b : a));
     if (c.total_ms.median > fastest.total_ms.median) slower.push(`${w.workload}: ${ms(c.total_ms.median)} vs ${fastest.id} ${ms(fastest.total_ms.median)}${fastest.failed_total ? ` (which failed ${fastest.failed_total} requests)` : ""}`);
   }
@@ -196,6 +203,13 @@ if (termination) {
       if (other.failed_total <= c.failed_total && other.total_ms.median < c.total_ms.median) {
         notAhead.push(`termination, workload \`${w.workload}\`: ${other.label} ended sooner (${ms(other.total_ms.median)} vs ${ms(c.total_ms.median)}) with ${other.failed_total} failed requests.`);
       }
+    }
+  }
+  for (const w of termination.summary) {
+    for (const c of w.contenders.filter((x) => x.id.startsWith("lastcall") && x.failed_total > 0)) {
+      const bad = termination.runs.filter((r) => r.workload === w.workload && r.contender === c.id && r.failed > 0);
+      const why = bad.map((r) => `round ${r.round + 1}: ${r.failed} failed, Envoy gone ${ms(r.total_ms)} after the signal${r.lastcall_events?.find((e) => e.event === "terminated") ? `, lastcall \`terminated\` reason \`${r.lastcall_events.find((e) => e.event === "terminated").reason}\`` : ""}`);
+      notAhead.push(`termination, workload \`${w.workload}\`: ${c.label} lost requests (${why.join("; ")}); every incumbent with 0 failed requests did better there.`);
     }
   }
   const requests = termination.summary.map((w) => ({ w, c: w.contenders.find((c) => c.id === "lastcall-requests"), i: w.contenders.find((c) => c.id === "lastcall-inflight") }));

@@ -118,6 +118,7 @@ for (const workload of WORKLOADS) {
         continue;
       }
       runs.push(run);
+      save(false);
       progress("termination", `${workload.id} round ${r + 1}/${ROUNDS} ${run.contender}: failed ${run.failed}, tail ${run.tail_ms} ms, total ${run.total_ms} ms${run.killed_at_grace ? " (killed at grace)" : ""}${run.leftover_run_dir ? ` LEFTOVER ${run.leftover_run_dir}` : ""}`);
       if (run.failed > 0) progress("termination", `  ${run.failures.slice(0, 3).join("; ")}`);
     }
@@ -125,34 +126,39 @@ for (const workload of WORKLOADS) {
 }
 await app.close();
 
-const summary = WORKLOADS.map((workload) => ({
-  workload: workload.id,
-  what: workload.what,
-  contenders: CONTENDERS.map((c) => {
-    const mine = runs.filter((run) => run.workload === workload.id && run.contender === c.id);
-    return {
-      id: c.id,
-      label: c.label,
-      settings: c.settings,
-      failed: summarize(mine.map((run) => run.failed), 0),
-      failed_total: mine.reduce((a, run) => a + run.failed, 0),
-      tail_ms: summarize(mine.map((run) => run.tail_ms), 1),
-      total_ms: summarize(mine.map((run) => run.total_ms), 1),
-      killed_at_grace: mine.filter((run) => run.killed_at_grace).length,
-      runs: mine.length,
-    };
-  }),
-}));
+function save(complete: boolean): void {
+  const summary = WORKLOADS.map((workload) => ({
+    workload: workload.id,
+    what: workload.what,
+    contenders: CONTENDERS.filter((c) => runs.some((run) => run.contender === c.id)).map((c) => {
+      const mine = runs.filter((run) => run.workload === workload.id && run.contender === c.id);
+      return {
+        id: c.id,
+        label: c.label,
+        settings: c.settings,
+        failed: summarize(mine.map((run) => run.failed), 0),
+        failed_total: mine.reduce((a, run) => a + run.failed, 0),
+        tail_ms: summarize(mine.map((run) => run.tail_ms), 1),
+        total_ms: summarize(mine.map((run) => run.total_ms), 1),
+        killed_at_grace: mine.filter((run) => run.killed_at_grace).length,
+        runs: mine.length,
+      };
+    }).filter((c) => c.runs > 0),
+  })).filter((w) => w.contenders.length > 0);
+  writeResult("termination", {
+    what: "Termination under one client workload: failed requests, tail (last good response → Envoy gone) and total (signal → Envoy gone), per contender",
+    // Written after every run: a run cut short leaves what it measured, marked incomplete.
+    complete,
+    parity: { grace_ms: PARITY.graceMs, endpoint_lag_ms: PARITY.lagMs, concurrency: PARITY.concurrency },
+    rounds: ROUNDS,
+    seconds: round2((performance.now() - began) / 1000),
+    lastcall_run_dirs_left: runs.filter((run) => run.leftover_run_dir).map((run) => run.leftover_run_dir),
+    lastcall_clean_exits: runs.filter((run) => run.contender.startsWith("lastcall") && run.agent_exit === "code 0").length,
+    errors,
+    summary,
+    runs,
+  });
+}
 
-writeResult("termination", {
-  what: "Termination under one client workload: failed requests, tail (last good response → Envoy gone) and total (signal → Envoy gone), per contender",
-  parity: { grace_ms: PARITY.graceMs, endpoint_lag_ms: PARITY.lagMs, concurrency: PARITY.concurrency },
-  rounds: ROUNDS,
-  seconds: round2((performance.now() - began) / 1000),
-  lastcall_run_dirs_left: runs.filter((run) => run.leftover_run_dir).map((run) => run.leftover_run_dir),
-  lastcall_clean_exits: runs.filter((run) => run.contender.startsWith("lastcall") && run.agent_exit === "code 0").length,
-  errors,
-  summary,
-  runs,
-});
+save(true);
 progress("termination", `done in ${Math.round((performance.now() - began) / 1000)} s`);

@@ -53,7 +53,7 @@ export interface Contender {
 }
 
 function tempConfig(config: unknown): { dir: string; path: string } {
-  const dir = mkdtempSync(join(tmpdir(), "lastcall-bench-"));
+  const dir = mkdtempSync(join(tmpdir(), "lcperf-"));
   const path = join(dir, "envoy.json");
   writeFileSync(path, JSON.stringify(config));
   return { dir, path };
@@ -170,7 +170,7 @@ function contour(checkIntervalS: number): Contender {
     label: `Contour shutdown-manager, --check-interval ${checkIntervalS}s`,
     settings: checkIntervalS === 5 ? "none" : "--check-interval 1s",
     async start(upstreamPort, parity) {
-      const dir = mkdtempSync(join(tmpdir(), "lastcall-bench-contour-"));
+      const dir = mkdtempSync(join(tmpdir(), "lcperf-contour-"));
       const socket = join(dir, "admin.sock");
       const readyFile = join(dir, "ok");
       const config = join(dir, "envoy.json");

@@ -70,7 +70,7 @@ export interface StartBenchEnvoyOptions {
  * folder with `pipe`), then waits for `/ready`.
  */
 export async function startBenchEnvoy(bootstrap: (admin: AdminAddress, dir: string) => Record<string, unknown>, options: StartBenchEnvoyOptions & { pipe?: boolean } = {}): Promise<BenchEnvoy> {
-  const dir = mkdtempSync(join(tmpdir(), "lastcall-bench-envoy-"));
+  const dir = mkdtempSync(join(tmpdir(), "lcperf-envoy-"));
   const address: AdminAddress = options.pipe ? { pipe: join(dir, "admin.sock") } : { port: 0 };
   const config = bootstrap(address, dir);
   writeFileSync(join(dir, "envoy.json"), JSON.stringify(config));

@@ -28,7 +28,7 @@ end
 
 /** Saturating HTTP/1.1 load with wrk: `connections` keep-alive connections, one thread. */
 export function wrk(url: string, options: { connections: number; seconds: number; threads?: number }): LoadResult {
-  const dir = mkdtempSync(join(tmpdir(), "lastcall-bench-wrk-"));
+  const dir = mkdtempSync(join(tmpdir(), "lcperf-wrk-"));
   try {
     const script = join(dir, "done.lua");
     writeFileSync(script, WRK_SCRIPT);
@@ -57,7 +57,7 @@ export interface H2loadOptions {
 
 /** h2load run; latency percentiles from its per-request log. */
 export function h2load(url: string, options: H2loadOptions): LoadResult {
-  const dir = mkdtempSync(join(tmpdir(), "lastcall-bench-h2load-"));
+  const dir = mkdtempSync(join(tmpdir(), "lcperf-h2load-"));
   try {
     const log = join(dir, "requests.log");
     const args = ["-t", "1", "-c", String(options.clients), "-m", String(options.streams ?? 1), "-D", String(options.seconds), "--log-file", log];
