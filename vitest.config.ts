@@ -10,5 +10,8 @@ export default defineConfig({
     pool: "forks",
     maxWorkers: 2,
     globalSetup: ["test/support/global-setup.ts"],
+    // Logs of passing tests are noise in CI; a failing test keeps its own (and lastcall's).
+    silent: "passed-only",
+    setupFiles: ["test/support/on-failure.ts"],
   },
 });

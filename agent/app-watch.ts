@@ -25,8 +25,12 @@ export function accepts(port: number, timeoutMs = 250): Promise<boolean> {
   });
 }
 
+/** The most apps `lastcall exec` may report at once; more are refused (a pod has a few). */
+export const MAX_APPS = 64;
+
 /**
- * What lastcall knows of the app.
+ * What lastcall knows of the apps beside it: each `lastcall exec` reports its app under its
+ * own id, so a pod with two wrapped containers is done when both have exited.
  *
  * @example
  * ```ts
@@ -37,33 +41,49 @@ export function accepts(port: number, timeoutMs = 250): Promise<boolean> {
 export class AppWatch {
   readonly #port?: number;
   readonly #log: EventLog;
-  #state: "unknown" | AppReport["state"] = "unknown";
+  /** Apps `lastcall exec` said run, by report id. */
+  readonly #running = new Map<string, number | undefined>();
+  /** Whether any `lastcall exec` reported: then its word, not the port, says what runs. */
+  #heard = false;
 
   constructor(options: { port?: number }, log: EventLog) {
     this.#port = options.port;
     this.#log = log;
   }
 
-  /** `lastcall exec` says the app runs, or has exited. */
-  report(report: AppReport): void {
-    if (report.state === this.#state) return;
-    this.#state = report.state;
-    this.#log(report.state === "running" ? "app_running" : "app_exited", { pid: report.pid, status: report.status, via: "lastcall exec" });
+  /**
+   * `lastcall exec` says an app runs, or has exited.
+   *
+   * @returns false when the report was refused: a new app beyond {@linkcode MAX_APPS}
+   */
+  report(report: AppReport): boolean {
+    const id = report.id ?? "app";
+    if (report.state === "running") {
+      if (this.#running.has(id)) return true;
+      if (this.#running.size >= MAX_APPS) return false;
+      this.#running.set(id, report.pid);
+    } else if (!this.#running.delete(id) && this.#heard) {
+      return true;
+    }
+    this.#heard = true;
+    this.#log(report.state === "running" ? "app_running" : "app_exited", { pid: report.pid, status: report.status, via: "lastcall exec", running: this.#running.size });
+    return true;
   }
 
-  /** Whether the app is known to run now. */
+  /** Whether an app is known to run now. */
   async running(): Promise<boolean> {
-    if (this.#state === "running") return true;
-    if (this.#state === "exited" || this.#port === undefined) return false;
+    if (this.#running.size > 0) return true;
+    if (this.#heard || this.#port === undefined) return false;
     return await accepts(this.#port);
   }
 
-  /** Waits until the app no longer runs; resolves false at once if it was not running. */
+  /** Waits until no app runs; resolves false at once if none was running. */
   async waitGone(signal: AbortSignal): Promise<boolean> {
     if (!await this.running()) return false;
-    this.#log("app_wait", { via: this.#state === "running" ? "lastcall exec" : `port ${this.#port}` });
+    const viaExec = this.#running.size > 0;
+    this.#log("app_wait", { via: viaExec ? "lastcall exec" : `port ${this.#port}`, ...(viaExec ? { running: this.#running.size } : {}) });
     while (await this.running()) await delay(APP_POLL_MS, signal);
-    if (this.#state !== "exited") this.#log("app_exited", { via: `port ${this.#port}` });
+    if (!viaExec) this.#log("app_exited", { via: `port ${this.#port}` });
     return true;
   }
 }

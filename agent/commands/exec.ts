@@ -1,4 +1,5 @@
 import { spawn } from "node:child_process";
+import { randomUUID } from "node:crypto";
 import { constants } from "node:os";
 import { onSignal, writeErr } from "../runtime/process.ts";
 import { waitReady } from "./wait.ts";
@@ -23,7 +24,7 @@ export function exitStatus(code: number | null, signal: NodeJS.Signals | null): 
 }
 
 /** Tells the agent what became of the app (`POST /v1/app`); a failure is said, never fatal. */
-async function tellAgent(statusUrl: string, body: { state: "running" | "exited"; pid?: number; status?: number }): Promise<void> {
+async function tellAgent(statusUrl: string, body: { state: "running" | "exited"; id: string; pid?: number; status?: number }): Promise<void> {
   const url = new URL("/v1/app", statusUrl);
   try {
     const response = await fetch(url, {
@@ -59,7 +60,9 @@ export async function execApp(command: string[], options: ExecOptions): Promise<
   const child = spawn(command[0], command.slice(1), { stdio: "inherit" });
   const off = FORWARDED.map((signal) => onSignal(signal, () => child.kill(signal)));
   // The agent keeps Envoy for the app's outbound calls until it hears that the app exited.
-  const told = child.pid === undefined ? Promise.resolve() : tellAgent(options.statusUrl, { state: "running", pid: child.pid });
+  // One id per exec: with two wrapped containers, the agent waits for both.
+  const id = randomUUID();
+  const told = child.pid === undefined ? Promise.resolve() : tellAgent(options.statusUrl, { state: "running", id, pid: child.pid });
   const status = await new Promise<number>((resolve) => {
     child.once("error", (error) => {
       writeErr(`lastcall exec: cannot run ${command[0]}: ${error.message}`);
@@ -69,7 +72,7 @@ export async function execApp(command: string[], options: ExecOptions): Promise<
   });
   for (const remove of off) remove();
   await told;
-  await tellAgent(options.statusUrl, { state: "exited", pid: child.pid, status });
+  await tellAgent(options.statusUrl, { state: "exited", id, pid: child.pid, status });
   if (options.quit) {
     const url = new URL("/quitquitquit", options.statusUrl);
     try {

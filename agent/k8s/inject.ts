@@ -76,7 +76,7 @@ export function injectDocument(doc: Document, options: SidecarOptions, warn: (li
     sequence(doc, spec, "containers").items.unshift(container);
   }
   addVolume(doc, spec, CONFIG_VOLUME, configVolume(options.configMap));
-  if (options.mode === "classic" && template.runsToCompletion) wrapApps(doc, spec, template, options, warn);
+  if (options.mode === "classic") wrapApps(doc, spec, template, options, warn);
   return true;
 }
 
@@ -104,32 +104,37 @@ export function graceSeconds(spec: Record<string, unknown>): number {
 }
 
 /**
- * Classic Jobs: the sidecar would run forever and the Job never complete, so each app command
- * runs under `lastcall exec`, which quits the proxy when the app ends. Only an explicit
+ * Classic mode: both containers get SIGTERM at once, so each app command runs under `lastcall
+ * exec`, which tells the proxy when the app exited: the drain waits for it, and the app's own
+ * calls out through Envoy while it shuts down keep working. In a Job, the app's end also quits
+ * the proxy (else the sidecar runs forever and the Job never completes). Only an explicit
  * `command` can be wrapped: the image's entrypoint is not in the manifest.
  */
 function wrapApps(doc: Document, spec: YAMLMap, template: PodTemplate, options: SidecarOptions, warn: (line: string) => void): void {
   let wrapped = 0;
   let copied = false;
+  const quit = template.runsToCompletion;
   for (const c of sequence(doc, spec, "containers").items) {
     if (!isMap(c) || c.get("name") === SIDECAR_NAME) continue;
     const command = c.get("command", true);
     const name = String(c.get("name"));
     if (!isSeq(command) || command.items.length === 0) {
-      warn(`${template.ref}: container "${name}" has no command: not wrapped with lastcall exec, so the sidecar keeps running after it ends (set its command, or use --mode native)`);
+      warn(quit
+        ? `${template.ref}: container "${name}" has no command: not wrapped with lastcall exec, so the sidecar keeps running after it ends (set its command, or use --mode native)`
+        : `${template.ref}: container "${name}" has no command: not wrapped with lastcall exec, so on termination the sidecar cannot wait for it to exit and its calls out after the last request in flight may fail (set its command, add --app-port to the sidecar, or use --mode native)`);
       continue;
     }
     wrapped++;
     const original = command.toJSON() as unknown[];
     // Already run under a lastcall of the image's own: nothing to copy.
     if (isWrapped(original)) continue;
-    const replacement = doc.createNode(wrapCommand(original.map(String)));
+    const replacement = doc.createNode(wrapCommand(original.map(String), quit));
     replacement.flow = command.flow;
     c.set("command", replacement);
     sequence(doc, c, "volumeMounts").items.push(doc.createNode(binMount()));
     copied = true;
   }
-  if (wrapped > 1) warn(`${template.ref}: ${wrapped} app containers run under lastcall exec: the first to end stops the proxy (use --mode native)`);
+  if (quit && wrapped > 1) warn(`${template.ref}: ${wrapped} app containers run under lastcall exec: the first to end starts the proxy's termination, which waits for the others at most --grace (use --mode native)`);
   if (!copied) return;
   sequence(doc, spec, "initContainers").items.push(compact(doc.createNode(installContainer(options.image))));
   addVolume(doc, spec, BIN_VOLUME, binVolume());

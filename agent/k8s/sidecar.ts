@@ -1,6 +1,6 @@
 // What `lastcall inject` adds to a pod, as plain objects: the sidecar container in its two
-// shapes, the Envoy config volume, and (classic Jobs only) the copy of the binary that lets
-// the app container run `lastcall exec`.
+// shapes, the Envoy config volume, and (classic mode) the copy of the binary that lets the app
+// container run `lastcall exec`.
 import { VERSION } from "../version.ts";
 
 /** How the sidecar is attached to the pod. */
@@ -35,7 +35,7 @@ export const CONFIG_DIR = "/etc/envoy";
 const CONFIG_FILE = `${CONFIG_DIR}/envoy.yaml`;
 /** Volume of the Envoy config. */
 export const CONFIG_VOLUME = "lastcall-config";
-/** Init container that copies the lastcall binary for `lastcall exec` (classic Jobs). */
+/** Init container that copies the lastcall binary for `lastcall exec` (classic mode). */
 export const INSTALL_NAME = "lastcall-install";
 /** emptyDir volume that carries the binary from the lastcall image to the app container. */
 export const BIN_VOLUME = "lastcall-bin";
@@ -129,9 +129,13 @@ export function binMount(): Record<string, unknown> {
   return { name: BIN_VOLUME, mountPath: BIN_DIR, readOnly: true };
 }
 
-/** An app command run under `lastcall exec`: waits for the proxy, then quits it at the end. */
-export function wrapCommand(command: readonly string[]): string[] {
-  return [BIN_PATH, "exec", "--", ...command];
+/**
+ * An app command run under `lastcall exec`: it waits for the proxy and tells it when the app
+ * runs and when it exited. `quit` (Jobs): the app's end also stops the proxy; otherwise the
+ * kubelet restarts an app that ends, and the proxy stays.
+ */
+export function wrapCommand(command: readonly string[], quit: boolean): string[] {
+  return [BIN_PATH, "exec", ...(quit ? [] : ["--no-quit"]), "--", ...command];
 }
 
 /** Whether a command already runs under `lastcall exec`. */

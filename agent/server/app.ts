@@ -36,6 +36,8 @@ export interface ReportAnswer {
 /** What `lastcall exec` says of the app it runs. */
 export interface AppReport {
   state: "running" | "exited";
+  /** Which `lastcall exec` reports (one per wrapped container); absent: a single app. */
+  id?: string;
   pid?: number;
   /** Exit status, once exited. */
   status?: number;
@@ -52,8 +54,8 @@ export interface StatusControls {
   reportToken: string;
   /** A report was refused (no or wrong token): counted, as a sign of a neighbour on the port. */
   reportRefused?(): void;
-  /** `POST /v1/app` (loopback only): `lastcall exec` says the app runs, or has exited. */
-  app?(report: AppReport): void;
+  /** `POST /v1/app` (loopback only): `lastcall exec` says the app runs, or has exited; false: refused (too many apps). */
+  app?(report: AppReport): boolean;
   /** Takes a filter report; answers whether the agent is draining and which probe is answered. */
   report(report: InflightReport): Promise<ReportAnswer>;
   /** `POST /quitquitquit` from loopback: the termination sequence, as on SIGTERM. */
@@ -108,12 +110,20 @@ export function createStatusApp(controls: StatusControls): Hono {
     return c.json({ quitting: true });
   });
   app.post("/v1/app", loopbackOnly(), async function appState(c) {
-    const body = await c.req.json().catch(() => undefined) as { state?: unknown; pid?: unknown; status?: unknown } | undefined;
+    const body = await c.req.json().catch(() => undefined) as { state?: unknown; id?: unknown; pid?: unknown; status?: unknown } | undefined;
     if (body?.state !== "running" && body?.state !== "exited") {
       return c.json({ error: `app state must be "running" or "exited", not ${JSON.stringify(body?.state)?.slice(0, 40)}` }, 400);
     }
-    controls.app?.({ state: body.state, pid: typeof body.pid === "number" ? body.pid : undefined, status: typeof body.status === "number" ? body.status : undefined });
-    return c.json({ ok: true });
+    if (body.id !== undefined && (typeof body.id !== "string" || !/^[\w.-]{1,64}$/.test(body.id))) {
+      return c.json({ error: `app id must be 1 to 64 letters, digits, _ . or -, not ${JSON.stringify(body.id)?.slice(0, 40)}` }, 400);
+    }
+    const taken = controls.app?.({
+      state: body.state,
+      id: body.id,
+      pid: typeof body.pid === "number" ? body.pid : undefined,
+      status: typeof body.status === "number" ? body.status : undefined,
+    });
+    return taken === false ? c.json({ error: "too many apps reported" }, 429) : c.json({ ok: true });
   });
   app.post("/drain", loopbackOnly(), function drain(c) {
     controls.drain();

@@ -71,6 +71,38 @@ describe("an app that calls out while it shuts down", () => {
     if (args.length) expect(order("app_exited")).toBeGreaterThan(order("app_wait"));
   });
 
+  it("with two apps under lastcall exec --no-quit (two wrapped containers): the drain waits for the last to exit", async () => {
+    const { lc, status } = await serving(app.port, []);
+    const [command, ...prefix] = lastcallCommand("bundle");
+    // Each app ends when its parent (the test) says so on stdin, after SIGTERM.
+    const start = () => {
+      const child = spawn(command, [...prefix, "exec", "--no-quit", "--status-url", `${status}/healthz/ready`, "--",
+        process.execPath, "-e", "process.on('SIGTERM', () => process.stdin.once('data', () => process.exit(0))); setInterval(() => {}, 1000); console.log('app running');"],
+        { stdio: ["pipe", "pipe", "inherit"] });
+      // Running, with its SIGTERM handler in place.
+      const listening = new Promise((done) => child.stdout!.once("data", done));
+      return { child, listening, exited: new Promise<number | null>((done) => child.once("exit", (code) => done(code))) };
+    };
+    const first = start();
+    await lc.event("app_running", (e) => e.running === 1);
+    const second = start();
+    await lc.event("app_running", (e) => e.running === 2);
+    await Promise.all([first.listening, second.listening]);
+    for (const a of [first, second]) a.child.kill("SIGTERM");
+    lc.signal("SIGTERM");
+    await lc.event("app_wait", (e) => e.running === 2);
+    first.child.stdin!.end("go");
+    expect(await first.exited).toBe(0);
+    await lc.event("app_exited", (e) => e.running === 1);
+    expect(lc.events.map((e) => e.event)).not.toContain("drain_wait_done");
+    second.child.stdin!.end("go");
+    expect(await second.exited).toBe(0);
+    await lc.event("app_exited", (e) => e.running === 0);
+    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+    const order = (match: (e: LastcallEvent) => boolean) => lc.events.findIndex(match);
+    expect(order((e) => e.event === "drain_wait_done")).toBeGreaterThan(order((e) => e.event === "app_exited" && e.running === 0));
+  });
+
   it("with --app-port: waits while the app's port accepts connections", async () => {
     const appServer: Server = createServer();
     await new Promise<void>((done) => appServer.listen(0, "127.0.0.1", done));

@@ -78,17 +78,16 @@ describe("classic mode: the first container, holding the app until ready", () =>
     expect(unknownContainerFields(spec.containers[0])).toEqual([]);
   });
 
-  it.each(["Deployment", "StatefulSet", "DaemonSet"])("a %s's app command is left alone", (kind) => {
-    const spec = specOf(objects(inject(manifest(workload(kind)), classic).text)[0]);
-    expect(spec.containers[1]).toEqual(podSpec().containers[0]);
-    expect(spec.initContainers).toBeUndefined();
-  });
-
   it.each([
-    ["Job", workload("Job")],
-    ["CronJob", workload("CronJob")],
-    ["Pod with restartPolicy Never", workload("Pod", podSpec({ restartPolicy: "Never" }))],
-  ])("a %s's app runs under lastcall exec, from a copy of the binary", (_, object) => {
+    ["Job", workload("Job"), []],
+    ["CronJob", workload("CronJob"), []],
+    ["Pod with restartPolicy Never", workload("Pod", podSpec({ restartPolicy: "Never" })), []],
+    // Long-running: the kubelet restarts an app that ends, so its end does not quit the proxy.
+    ["Deployment", workload("Deployment"), ["--no-quit"]],
+    ["StatefulSet", workload("StatefulSet"), ["--no-quit"]],
+    ["DaemonSet", workload("DaemonSet"), ["--no-quit"]],
+    ["Pod", workload("Pod"), ["--no-quit"]],
+  ])("a %s's app runs under lastcall exec %j, from a copy of the binary", (_, object, flags) => {
     const result = inject(manifest(object), classic);
     const [out] = objects(result.text);
     const spec = specOf(out);
@@ -96,7 +95,7 @@ describe("classic mode: the first container, holding the app until ready", () =>
     expect(spec.containers[1]).toEqual({
       name: "app",
       image: "example/app:1",
-      command: ["/lastcall/bin/lastcall", "exec", "--", "./server"],
+      command: ["/lastcall/bin/lastcall", "exec", ...flags, "--", "./server"],
       args: ["--port", "8080"],
       volumeMounts: [{ name: "lastcall-bin", mountPath: "/lastcall/bin", readOnly: true }],
     });
@@ -108,6 +107,25 @@ describe("classic mode: the first container, holding the app until ready", () =>
     }]);
     expect(spec.volumes).toEqual([{ name: "lastcall-config", configMap: { name: "lastcall-envoy" } }, { name: "lastcall-bin", emptyDir: {} }]);
     expect(() => validateWorkload(out)).not.toThrow();
+  });
+
+  it("a Deployment container without a command is not wrapped, with a warning naming it", () => {
+    const spec = podSpec({ containers: [{ name: "web", image: "example/web:1" }] });
+    const result = inject(manifest(workload("Deployment", spec, "shop")), classic);
+    expect(specOf(objects(result.text)[0]).containers[1]).toEqual({ name: "web", image: "example/web:1" });
+    expect(result.warnings).toEqual([
+      'deployment/shop: container "web" has no command: not wrapped with lastcall exec, so on termination the sidecar cannot wait for it to exit and its calls out after the last request in flight may fail (set its command, add --app-port to the sidecar, or use --mode native)',
+    ]);
+  });
+
+  it("two wrapped Deployment containers get no warning: the drain waits for both", () => {
+    const spec = podSpec({ containers: [{ name: "a", image: "x", command: ["a"] }, { name: "b", image: "y", command: ["b"] }] });
+    const result = inject(manifest(workload("Deployment", spec, "pair")), classic);
+    expect(result.warnings).toEqual([]);
+    expect(specOf(objects(result.text)[0]).containers.slice(1).map((c: { command: string[] }) => c.command)).toEqual([
+      ["/lastcall/bin/lastcall", "exec", "--no-quit", "--", "a"],
+      ["/lastcall/bin/lastcall", "exec", "--no-quit", "--", "b"],
+    ]);
   });
 
   it("a Job container without a command is not wrapped, with a warning naming it", () => {
@@ -129,10 +147,10 @@ describe("classic mode: the first container, holding the app until ready", () =>
     expect(out.volumes).toEqual([{ name: "lastcall-config", configMap: { name: "lastcall-envoy" } }]);
   });
 
-  it("two wrapped Job containers get a warning: the first to end stops the proxy", () => {
+  it("two wrapped Job containers get a warning: the first to end starts the proxy's termination", () => {
     const spec = podSpec({ containers: [{ name: "a", image: "x", command: ["a"] }, { name: "b", image: "y", command: ["b"] }] });
     const result = inject(manifest(workload("Job", spec, "pair")), classic);
-    expect(result.warnings).toEqual(["job/pair: 2 app containers run under lastcall exec: the first to end stops the proxy (use --mode native)"]);
+    expect(result.warnings).toEqual(["job/pair: 2 app containers run under lastcall exec: the first to end starts the proxy's termination, which waits for the others at most --grace (use --mode native)"]);
   });
 });
 

@@ -1,7 +1,7 @@
 // Runs the real lastcall (the bundle, the single executable, or the TypeScript under Deno) as a
 // child process and follows its JSON event lines, so tests wait on events, not on sleeps.
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { createServer } from "node:net";
@@ -67,6 +67,13 @@ export interface TestLastcall {
 }
 
 const started = new Set<TestLastcall>();
+/** Every lastcall started since {@linkcode startedSince} was last reset, for failure reports. */
+const recent: TestLastcall[] = [];
+
+/** The lastcalls started since the last call (the setup file prints their output when a test fails). */
+export function startedSince(): TestLastcall[] {
+  return recent.splice(0);
+}
 
 /** Writes a config object to a fresh temporary file and returns its path. */
 export function writeConfig(config: unknown, dir = mkdtempSync(join(tmpdir(), "lastcall-test-"))): string {
@@ -184,6 +191,7 @@ export function startLastcall(config: unknown, options: StartOptions = {}): Test
     },
   };
   started.add(handle);
+  recent.push(handle);
   return handle;
 }
 
@@ -246,13 +254,44 @@ export function inboundConfig(options: InboundConfigOptions): Record<string, unk
   };
 }
 
-/** A free TCP port on 127.0.0.1, released before it is returned. */
+/** The kernel's ephemeral port range (outbound connections take their local port from it). */
+function ephemeralRange(): [number, number] {
+  try {
+    const [low, high] = readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/).map(Number);
+    if (low > 0 && high >= low) return [low, high];
+  } catch { /* not Linux: assume the IANA range */ }
+  return [49152, 65535];
+}
+
+let nextPort = 0;
+
+/**
+ * A free TCP port on 127.0.0.1, released before it is returned, for a listener that binds it
+ * later (seconds later, when a control plane sends it). It is taken below the ephemeral range,
+ * so no outbound connection of the busy test run can hold it as its local port meanwhile (Envoy
+ * would then refuse the listener: address in use); each vitest worker has its own slice.
+ */
 export async function freePort(): Promise<number> {
+  const [ephemeralLow] = ephemeralRange();
+  const high = Math.min(ephemeralLow, 65536) - 1;
+  const low = Math.max(1024, high - 8191);
+  const workers = 4;
+  const worker = Number(process.env.VITEST_POOL_ID ?? 1) % workers;
+  const slice = Math.floor((high - low + 1) / workers);
+  if (nextPort === 0) nextPort = Math.floor(Math.random() * slice);
+  for (let tries = 0; tries < slice; tries++) {
+    const port = low + worker * slice + (nextPort++ % slice);
+    if (await canListen(port)) return port;
+  }
+  throw new Error(`No free port in ${low + worker * slice}-${low + (worker + 1) * slice - 1}`);
+}
+
+function canListen(port: number): Promise<boolean> {
   const server = createServer();
-  await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
-  const { port } = server.address() as { port: number };
-  await new Promise((done) => server.close(done));
-  return port;
+  return new Promise((done) => {
+    server.once("error", () => done(false));
+    server.listen(port, "127.0.0.1", () => server.close(() => done(true)));
+  });
 }
 
 /** Whether a process id is alive (signal 0). */

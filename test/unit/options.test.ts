@@ -117,15 +117,22 @@ describe("boolean environment variables of lastcall run", () => {
 });
 
 describe("Istio's variables", () => {
-  afterEach(() => vi.unstubAllEnvs());
+  afterEach(() => {
+    vi.unstubAllEnvs();
+    vi.restoreAllMocks();
+  });
 
   it.each([
     ["1", "connections"],
     ["TRUE", "connections"],
     ["0", "inflight"],
     ["false", "inflight"],
-  ])("EXIT_ON_ZERO_ACTIVE_CONNECTIONS=%s: --drain-mode %s", (value, mode) => {
+  ])("EXIT_ON_ZERO_ACTIVE_CONNECTIONS=%s: --drain-mode %s, logged when applied", (value, mode) => {
+    const written: string[] = [];
+    vi.spyOn(process.stdout, "write").mockImplementation((line) => (written.push(String(line)), true));
     expect(runOptions([], { EXIT_ON_ZERO_ACTIVE_CONNECTIONS: value }).drainMode).toBe(mode);
+    const events = written.map((line) => JSON.parse(line)).filter((e) => e.event === "istio_environment");
+    expect(events.map((e) => e.applied)).toEqual(mode === "connections" ? [["EXIT_ON_ZERO_ACTIVE_CONNECTIONS→--drain-mode connections"]] : []);
   });
 
   it("EXIT_ON_ZERO_ACTIVE_CONNECTIONS=yes is refused", () => {

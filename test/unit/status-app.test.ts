@@ -201,6 +201,41 @@ describe("POST /quitquitquit and POST /drain answer loopback callers only", () =
   });
 });
 
+describe("POST /v1/app: what lastcall exec says of its app", () => {
+  const post = (controls: StatusControls, body: unknown, peer = "127.0.0.1") =>
+    createStatusApp(controls).request("/v1/app", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) }, from(peer));
+
+  it("takes a report with an id, from loopback", async () => {
+    const controls = { ...fakeControls(), app: vi.fn(() => true) };
+    const res = await post(controls, { state: "running", id: "4f1c-9a.b_2", pid: 7 });
+    expect(res.status).toBe(200);
+    expect(controls.app).toHaveBeenCalledWith({ state: "running", id: "4f1c-9a.b_2", pid: 7, status: undefined });
+  });
+
+  it("refuses any other caller with 403", async () => {
+    const controls = { ...fakeControls(), app: vi.fn(() => true) };
+    expect((await post(controls, { state: "running" }, "10.0.0.7")).status).toBe(403);
+    expect(controls.app).not.toHaveBeenCalled();
+  });
+
+  it("refuses an id that is not 1 to 64 word characters, naming it", async () => {
+    const ids = fc.oneof(fc.string().filter((id) => !/^[\w.-]{1,64}$/.test(id)), fc.integer(), fc.constant(null));
+    await fc.assert(fc.asyncProperty(ids, async (id) => {
+      const controls = { ...fakeControls(), app: vi.fn(() => true) };
+      const res = await post(controls, { state: "exited", id });
+      expect(res.status).toBe(400);
+      expect((await res.json()).error).toMatch(/^app id must be 1 to 64 letters, digits, _ \. or -, not /);
+      expect(controls.app).not.toHaveBeenCalled();
+    }), { numRuns: 50 });
+  });
+
+  it("answers 429 when the agent refuses one more app", async () => {
+    const res = await post({ ...fakeControls(), app: () => false }, { state: "running", id: "one-too-many" });
+    expect(res.status).toBe(429);
+    expect(await res.json()).toEqual({ error: "too many apps reported" });
+  });
+});
+
 describe("isLoopbackAddress", () => {
   it("an IPv4 address (also mapped into IPv6) is loopback exactly when it is in 127.0.0.0/8", () => {
     const octet = fc.integer({ min: 0, max: 255 });
