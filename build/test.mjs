@@ -24,6 +24,10 @@ try {
   // so the closing line never says 0 failed for a run that failed.
   const brokenFiles = (r.testResults ?? []).filter((f) => f.status === "failed" && !(f.assertionResults ?? []).some((a) => a.status === "failed")).length;
   summary = `tests: ${r.numPassedTests} passed, ${r.numFailedTests + brokenFiles} failed, ${skipped} skipped`;
+  // A skipped test says why in its name (e.g. "container tests: needs podman: install with …"):
+  // never skip silently.
+  const skippedNames = (r.testResults ?? []).flatMap((f) => (f.assertionResults ?? []).filter((a) => a.status === "skipped" || a.status === "pending" || a.status === "todo").map((a) => a.fullName));
+  for (const name of skippedNames) summary += `\nskipped: ${name}`;
 } catch {
   summary = "tests: no report written (vitest failed to start)";
 }

@@ -5,13 +5,11 @@
 // request must get its answer, and the sidecar must exit right after the last one, long before
 // the grace period. The run's timeline goes to .cache/container/pod-timeline.json
 // (`node build/pod-timeline.mjs` draws docs/pod-timeline.svg from it).
-import { type ChildProcess, spawn } from "node:child_process";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
-import { createInterface } from "node:readline";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildImages } from "../../build/image.mjs";
-import { containerState, containerToolsMissing, lastcallEvents, podNetworkNamespace, podman, removePod } from "../support/podman.ts";
+import { containerState, containerTestsSkipReason, lastcallEvents, podNetworkNamespace, podman, removePod, runInPod } from "../support/podman.ts";
 
 const root = resolve(import.meta.dirname, "../..");
 const POD = "lastcall-demo";
@@ -23,54 +21,7 @@ const LONG_MS = [2000, 4000, 6000, 8000, 9000];
 /** lastcall's default --min-drain: the drain never ends before it. */
 const MIN_DRAIN_MS = 5000;
 
-const missing = containerToolsMissing();
-const notRoot = process.getuid?.() !== 0;
-const skipReason = missing
-  ? `needs ${missing.missing.join(", ")}: install with \`${missing.install}\``
-  : notRoot ? "needs root (podman's storage in the project, nsenter into the pod)" : undefined;
-if (skipReason) console.warn(`container tests skipped: ${skipReason}`);
-
-interface ClientEvent {
-  event: string;
-  t: number;
-  [field: string]: unknown;
-}
-
-/** Runs the client in the pod's network namespace and follows its JSON lines. */
-function startClient(netns: string, config: object): { events: ClientEvent[]; next(event: string, timeoutMs: number): Promise<ClientEvent>; child: ChildProcess } {
-  const child = spawn("nsenter", [`--net=${netns}`, process.execPath, join(root, "test/container/pod-client.mjs"), JSON.stringify(config)],
-    { stdio: ["ignore", "pipe", "pipe"] });
-  const events: ClientEvent[] = [];
-  let stderr = "";
-  let closed = false;
-  const checks = new Set<() => void>();
-  const changed = () => checks.forEach((check) => check());
-  child.stderr?.on("data", (chunk) => (stderr += chunk));
-  createInterface({ input: child.stdout! }).on("line", (line) => {
-    events.push(JSON.parse(line));
-    changed();
-  });
-  child.once("close", () => {
-    closed = true;
-    changed();
-  });
-  const next = (event: string, timeoutMs: number) => new Promise<ClientEvent>((done, fail) => {
-    const finish = (settle: () => void) => {
-      clearTimeout(timer);
-      checks.delete(check);
-      settle();
-    };
-    const check = () => {
-      const found = events.find((e) => e.event === event);
-      if (found) finish(() => done(found));
-      else if (closed) finish(() => fail(new Error(`pod client exited before ${event}: ${stderr || JSON.stringify(events)}`)));
-    };
-    const timer = setTimeout(() => finish(() => fail(new Error(`pod client: no ${event} within ${timeoutMs} ms; stderr: ${stderr}`))), timeoutMs);
-    checks.add(check);
-    check();
-  });
-  return { events, next, child };
-}
+const skipReason = containerTestsSkipReason();
 
 if (skipReason) {
   it.skip(`container tests: ${skipReason}`, () => {});
@@ -78,7 +29,7 @@ if (skipReason) {
   describe("lastcall's image in a pod (podman)", () => {
     let images: Awaited<ReturnType<typeof buildImages>>;
     let netns: string;
-    let running: ReturnType<typeof startClient> | undefined;
+    let running: ReturnType<typeof runInPod> | undefined;
 
     beforeAll(async () => {
       // Cached images: seconds. A cold build (Debian rootfs, stand-ins, the Dockerfile): minutes.
@@ -123,7 +74,7 @@ if (skipReason) {
     });
 
     it("answers every request in flight at SIGTERM and exits after the last one, long before the grace period", async () => {
-      const client = startClient(netns, {
+      const client = runInPod(netns, join(root, "test/container/pod-client.mjs"), {
         listener: "http://127.0.0.1:10000", status: "http://127.0.0.1:15020", longMs: LONG_MS, shortCount: 3, timeoutMs: 60_000,
       });
       running = client;

@@ -1,8 +1,10 @@
 // Podman for the container tests, with the project's settings (build/image.mjs: project-local
 // storage, build/containers.conf, runc with cgroupfs). Pods run with `--network none`: their
 // only interface is their own loopback, and the tests reach it by entering the namespace.
+import { type ChildProcess, spawn } from "node:child_process";
 import { accessSync, constants } from "node:fs";
 import { delimiter, join } from "node:path";
+import { createInterface } from "node:readline";
 import { INSTALL_COMMAND, missingTools, podman as runPodman } from "../../build/image.mjs";
 
 /** Runs podman with the project's settings; resolves with its standard output. */
@@ -21,6 +23,19 @@ export function containerToolsMissing(): { missing: string[]; install: string } 
   });
   if (!nsenter) missing.push("nsenter");
   return missing.length > 0 ? { missing, install: `${INSTALL_COMMAND}${nsenter ? "" : " util-linux"}` } : undefined;
+}
+
+/**
+ * Why the container tests cannot run here (said on stderr, with the command that fixes it), or
+ * undefined when they can.
+ */
+export function containerTestsSkipReason(): string | undefined {
+  const missing = containerToolsMissing();
+  const reason = missing
+    ? `needs ${missing.missing.join(", ")}: install with \`${missing.install}\``
+    : process.getuid?.() !== 0 ? "needs root (podman's storage in the project, nsenter into the pod)" : undefined;
+  if (reason) console.warn(`container tests skipped: ${reason}`);
+  return reason;
 }
 
 /** A container's end as podman recorded it. */
@@ -60,4 +75,63 @@ export async function lastcallEvents(container: string): Promise<Array<{ ts: str
 /** Removes a pod and its containers, whatever state they are in; never throws. */
 export async function removePod(pod: string): Promise<void> {
   await podman(["pod", "rm", "--force", "--ignore", pod]).catch(() => {});
+}
+
+/** One JSON line of a script run by {@linkcode runInPod}. */
+export interface PodScriptEvent {
+  event: string;
+  t: number;
+  [field: string]: unknown;
+}
+
+/** A script running in a pod's network namespace, its JSON lines followed. */
+export interface PodScript {
+  events: PodScriptEvent[];
+  /** Resolves with the first line whose `event` is `event` (past or future). */
+  next(event: string, timeoutMs: number): Promise<PodScriptEvent>;
+  child: ChildProcess;
+}
+
+/**
+ * Runs a Node script of the tests in a pod's network namespace (`nsenter --net`), with `config`
+ * as its JSON argument, and follows its JSON lines on stdout.
+ *
+ * @example
+ * ```ts
+ * const client = runInPod(await podNetworkNamespace("demo"), "test/container/pod-client.mjs", { listener });
+ * await client.next("inflight", 60_000);
+ * ```
+ */
+export function runInPod(netns: string, script: string, config: object = {}): PodScript {
+  const child = spawn("nsenter", [`--net=${netns}`, process.execPath, script, JSON.stringify(config)], { stdio: ["ignore", "pipe", "pipe"] });
+  const events: PodScriptEvent[] = [];
+  let stderr = "";
+  let closed = false;
+  const checks = new Set<() => void>();
+  const changed = () => checks.forEach((check) => check());
+  child.stderr?.on("data", (chunk) => (stderr += chunk));
+  createInterface({ input: child.stdout! }).on("line", (line) => {
+    events.push(JSON.parse(line));
+    changed();
+  });
+  child.once("close", () => {
+    closed = true;
+    changed();
+  });
+  const next = (event: string, timeoutMs: number) => new Promise<PodScriptEvent>((done, fail) => {
+    const finish = (settle: () => void) => {
+      clearTimeout(timer);
+      checks.delete(check);
+      settle();
+    };
+    const check = () => {
+      const found = events.find((e) => e.event === event);
+      if (found) finish(() => done(found));
+      else if (closed) finish(() => fail(new Error(`${script} exited before ${event}: ${stderr || JSON.stringify(events)}`)));
+    };
+    const timer = setTimeout(() => finish(() => fail(new Error(`${script}: no ${event} within ${timeoutMs} ms; stderr: ${stderr}`))), timeoutMs);
+    checks.add(check);
+    check();
+  });
+  return { events, next, child };
 }
