@@ -149,7 +149,10 @@ export class Agent {
             break;
           case "drain":
             // Steps 1–5 without the stop: the wait is logged (`drain_wait_done`), Envoy runs on.
-            if (!this.#drainer.plan && !this.#terminating) void this.#drainer.waitDrained(this.#drainer.start("POST /drain"));
+            if (!this.#drainer.plan && !this.#terminating) {
+              // A fault in the wait is the agent's own bug: said, and the termination still stops Envoy.
+              this.#drainer.waitDrained(this.#drainer.start("POST /drain")).catch((error) => this.#log("drain_wait_failed", { error: String(error) }));
+            }
             break;
           case "terminate":
             this.#terminating = true;

@@ -75,6 +75,7 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
     .addOption(option("--drain-delay <duration>", "wait after failing the health check").default(0, "0s").argParser(durationArg))
     .addOption(option("--min-open-connections <n>", "drained at or below this count").default(0).argParser(integerArg(0, 1_000_000)))
     .addOption(option("--ready-file <path>", "file to write when drained").default("/admin/ok"))
+    .addOption(option("--status-url <url>", "a lastcall run beside Envoy: its drain starts with this one (\"\" for none)").default("http://127.0.0.1:15020"))
     .exitOverride()
     .action((o) =>
       run(shutdownEnvoy({
@@ -85,6 +86,7 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
         drainDelayMs: o.drainDelay,
         minOpenConnections: o.minOpenConnections,
         readyFile: o.readyFile,
+        statusUrl: o.statusUrl || undefined,
       }, createEventLog("json")))
     );
 

@@ -73,7 +73,8 @@ describe("Contour-compatible shutdown-manager and shutdown", () => {
         return r.status;
       });
       const adminPort = new URL(envoy.adminUrl).port;
-      const shutdown = runFile(lastcall, [...prefix, "shutdown", "--admin-address", "127.0.0.1", "--admin-port", adminPort, "--check-interval", "50ms", "--ready-file", readyFile]);
+      // No lastcall run beside this Envoy: the port of --status-url takes no connection.
+      const shutdown = runFile(lastcall, [...prefix, "shutdown", "--admin-address", "127.0.0.1", "--admin-port", adminPort, "--check-interval", "50ms", "--ready-file", readyFile, "--status-url", "http://127.0.0.1:9"]);
       // The health check is failed and the requests are still counted: nothing is written yet.
       await waitFor(async () => ((await envoy.stats("lastcall_inflight"))["wasmcustom.lastcall_inflight"] === 2 ? true : undefined), { what: "gauge at 2" });
       // Envoy's health check fails (state DRAINING) while the requests are still counted.
@@ -90,6 +91,7 @@ describe("Contour-compatible shutdown-manager and shutdown", () => {
       const events = stdout.trim().split("\n").map((l) => JSON.parse(l));
       expect(events.filter((e) => e.event === "open_count").at(-1)).toMatchObject({ what: "inflight_requests", count: 0 });
       expect(events.map((e) => e.event)).toContain("healthcheck_failed");
+      expect(events.find((e) => e.event === "agent_drain_skipped")).toMatchObject({ url: "http://127.0.0.1:9/drain", reason: "ECONNREFUSED" });
       expect(await preStop).toBe(200);
     } finally {
       manager.kill("SIGTERM");
@@ -102,7 +104,7 @@ describe("Contour-compatible shutdown-manager and shutdown", () => {
     const readyFile = join(dir, "ok");
     // As Contour's bootstrap: admin on a pipe (here in a temporary folder instead of /admin).
     const config = { ...inboundConfig({ upstreamPort: app.port }), admin: { address: { pipe: { path: socket } } } };
-    const lc = startLastcall(config, { args: ["--min-drain", "0s"] });
+    const lc = startLastcall(config);
     const ready = await lc.event("ready");
     expect(ready.admin).toBe(`unix:${socket}`);
     const status = await lc.statusUrl();
@@ -112,7 +114,10 @@ describe("Contour-compatible shutdown-manager and shutdown", () => {
     const held = fetch(`http://127.0.0.1:${port}/hold`).then((r) => r.status);
     await app.until((a) => a.held === 1);
     // Contour v1.33's preStop of the shutdown-manager container, flag for flag.
-    const shutdown = runFile(lastcall, [...prefix, "shutdown", "--admin-address", socket, "--check-interval", "50ms", "--ready-file", readyFile]);
+    const shutdown = runFile(lastcall, [...prefix, "shutdown", "--admin-address", socket, "--check-interval", "50ms", "--ready-file", readyFile, "--status-url", status]);
+    // lastcall run's drain starts with the hook's: readiness fails, the held request still counts.
+    const drainStart = await lc.event("drain_start");
+    expect(drainStart.source).toBe("POST /drain");
     let finished = false;
     void shutdown.finally(() => (finished = true));
     await new Promise((done) => setTimeout(done, 300));
@@ -123,7 +128,12 @@ describe("Contour-compatible shutdown-manager and shutdown", () => {
     expect(events.map((e) => e.event)).toContain("healthcheck_failed");
     expect(events.filter((e) => e.event === "open_count").at(-1)).toMatchObject({ what: "inflight_requests", count: 0 });
     expect(existsSync(readyFile)).toBe(true);
+    expect(events.find((e) => e.event === "agent_drain")).toMatchObject({ url: `${status}/drain`, status: 200 });
+    // The kubelet's SIGTERM after the hook: the drain that began with the hook goes on (one
+    // drain_start, its --min-drain counted from then) and ends on the confirmed zero.
     lc.signal("SIGTERM");
-    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero" });
+    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+    expect(lc.events.filter((e) => e.event === "drain_start")).toHaveLength(1);
+    expect(lc.events.find((e) => e.event === "drain_wait_done")!.ms).toBeGreaterThanOrEqual(5000);
   });
 });
