@@ -63,6 +63,13 @@ export function contourProxy(spec: Record<string, unknown>): ProxyTiming | undef
     offsetMs: firstCheck.ms,
   };
   const name = envoy ? containerName(envoy) : managerName;
+  // Envoy under `lastcall run` (Contour's pod with lastcall's image swapped in): the drain does
+  // not end at a check. On SIGTERM, or from the preStop on when `lastcall shutdown` starts its
+  // drain, lastcall keeps Envoy taking requests for --min-drain and until nothing is in flight:
+  // that container's own timings, read as a lastcall proxy, are the ones that hold.
+  if (envoy && isProgram(argv(envoy)[0], "lastcall") && argv(envoy)[1] === "run") {
+    return { container: name, members: [...new Set([name, managerName])], tool: "contour", native: false, problems };
+  }
   return {
     container: name,
     members: [...new Set([name, managerName])],

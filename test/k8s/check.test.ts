@@ -1,4 +1,5 @@
 import { readFileSync } from "node:fs";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import YAML from "yaml";
 import { checkManifest } from "../../agent/k8s/check.ts";
@@ -254,6 +255,10 @@ describe("clean manifests: no finding", () => {
         c[0].args = ["shutdown-manager"];
         c[0].lifecycle.preStop.exec.command = ["lastcall", "shutdown", "--check-delay", "5s", "--check-interval", "200ms"];
       }),
+    },
+    {
+      name: "Contour's example DaemonSet with lastcall's image swapped in (examples/k8s/contour-envoy.yaml): lastcall run keeps Envoy up for --min-drain",
+      text: readFileSync(join(import.meta.dirname, "../../examples/k8s/contour-envoy.yaml"), "utf8"),
     },
     { name: "lastcall classic with its defaults", text: deployment({ containers: [lastcall(["--grace", "30s"]), app(5)] }) },
     {
