@@ -5,14 +5,14 @@
 // Envoy up until the app has exited: every call gets its 200, and the sidecar exits right after
 // the app. The backend runs in the pod's network namespace, outside the pod's containers.
 import { execFileSync } from "node:child_process";
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildImages } from "../../build/image.mjs";
 import { waitFor } from "../support/envoy.ts";
 import { lastcallCommand } from "../support/lastcall.ts";
 import {
-  containerState, containerTestsSkipReason, lastcallEvents, podNetworkNamespace, podman, removePod, runInPod, type PodScript,
+  containerState, containerTestsSkipReason, lastcallEvents, playPod, podman, removePod, runInPod, type PodScript,
 } from "../support/podman.ts";
 
 const root = resolve(import.meta.dirname, "../..");
@@ -53,11 +53,7 @@ if (skipReason) {
     beforeAll(async () => {
       const images = await buildImages();
       manifest = injectedManifest(images);
-      const dir = join(root, ".cache", "container");
-      mkdirSync(dir, { recursive: true });
-      writeFileSync(join(dir, "caller.yaml"), manifest);
-      await podman(["play", "kube", "--replace", "--network", "none", join(dir, "caller.yaml")]);
-      netns = await podNetworkNamespace(POD);
+      netns = await playPod(POD, "caller.yaml", manifest);
     }, 20 * 60_000);
 
     afterAll(async () => {

@@ -4,13 +4,13 @@
 // pod's termination as the kubelet does: both preStop hooks at once (`lastcall shutdown` in the
 // shutdown-manager, GET :8090/shutdown for envoy), then SIGTERM to each container once its hook
 // returned, SIGKILL at the grace period. Requests in flight must all be answered.
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import YAML from "yaml";
 import { buildImages } from "../../build/image.mjs";
 import {
-  containerState, containerTestsSkipReason, lastcallEvents, podNetworkNamespace, podman, removePod, runInPod, type PodScript,
+  containerState, containerTestsSkipReason, lastcallEvents, playPod, podman, removePod, runInPod, type PodScript,
 } from "../support/podman.ts";
 
 const root = resolve(import.meta.dirname, "../..");
@@ -86,11 +86,7 @@ if (skipReason) {
       const images = await buildImages();
       const manifest = playableManifest(images);
       grace = manifest.grace;
-      const dir = join(root, ".cache", "container");
-      mkdirSync(dir, { recursive: true });
-      writeFileSync(join(dir, "contour.yaml"), manifest.text);
-      await podman(["play", "kube", "--replace", "--network", "none", join(dir, "contour.yaml")]);
-      netns = await podNetworkNamespace(POD);
+      netns = await playPod(POD, "contour.yaml", manifest.text);
     }, 20 * 60_000);
 
     afterAll(async () => {

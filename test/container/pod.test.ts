@@ -5,11 +5,11 @@
 // request must get its answer, and the sidecar must exit right after the last one, long before
 // the grace period. The run's timeline goes to .cache/container/pod-timeline.json
 // (`node build/pod-timeline.mjs` draws docs/pod-timeline.svg from it).
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildImages } from "../../build/image.mjs";
-import { containerState, containerTestsSkipReason, lastcallEvents, podNetworkNamespace, podman, removePod, runInPod } from "../support/podman.ts";
+import { containerState, containerTestsSkipReason, lastcallEvents, playPod, podman, removePod, runInPod } from "../support/podman.ts";
 
 const root = resolve(import.meta.dirname, "../..");
 const POD = "lastcall-demo";
@@ -37,12 +37,7 @@ if (skipReason) {
       const manifest = readFileSync(join(root, "examples/k8s/pod-demo.yaml"), "utf8")
         .replace("image: node:20-bookworm-slim", `image: ${images.node}`)
         .replace("image: lastcall:0.1.0", `image: ${images.lastcall}`);
-      const dir = join(root, ".cache", "container");
-      mkdirSync(dir, { recursive: true });
-      writeFileSync(join(dir, "pod.yaml"), manifest);
-      // `--network none`: the pod's only interface is its loopback; the test enters it.
-      await podman(["play", "kube", "--replace", "--network", "none", join(dir, "pod.yaml")]);
-      netns = await podNetworkNamespace(POD);
+      netns = await playPod(POD, "pod.yaml", manifest);
     }, 20 * 60_000);
 
     afterAll(async () => {

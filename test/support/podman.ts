@@ -2,8 +2,8 @@
 // storage, build/containers.conf, runc with cgroupfs). Pods run with `--network none`: their
 // only interface is their own loopback, and the tests reach it by entering the namespace.
 import { type ChildProcess, spawn } from "node:child_process";
-import { accessSync, constants } from "node:fs";
-import { delimiter, join } from "node:path";
+import { accessSync, constants, mkdirSync, writeFileSync } from "node:fs";
+import { delimiter, join, resolve } from "node:path";
 import { createInterface } from "node:readline";
 import { INSTALL_COMMAND, missingTools, podman as runPodman } from "../../build/image.mjs";
 
@@ -56,6 +56,19 @@ const epochMs = (time: string): number => Date.parse(time.replace(/(\.\d{3})\d+/
 export async function containerState(name: string): Promise<ContainerState> {
   const [info] = JSON.parse(await podman(["inspect", "--type", "container", name]));
   return { exitCode: info.State.ExitCode, startedAt: epochMs(info.State.StartedAt), finishedAt: epochMs(info.State.FinishedAt), pid: info.State.Pid };
+}
+
+/**
+ * Plays a Kubernetes manifest with `podman play kube --replace --network none` (the pod's only
+ * interface is its loopback; the tests enter it), kept as `.cache/container/<file>` for a look
+ * after a failure; resolves with the pod's network namespace.
+ */
+export async function playPod(pod: string, file: string, manifest: string): Promise<string> {
+  const dir = resolve(import.meta.dirname, "../../.cache/container");
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(join(dir, file), manifest);
+  await podman(["play", "kube", "--replace", "--network", "none", join(dir, file)]);
+  return podNetworkNamespace(pod);
 }
 
 /** The network namespace of a running pod, as a path `nsenter --net=` takes. */
