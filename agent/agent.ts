@@ -13,7 +13,7 @@ import { InflightTracker } from "./drain/in-flight.ts";
 import { Drainer } from "./drain/drainer.ts";
 import { stopEnvoys } from "./drain/shutdown.ts";
 import { bindFailure, describeExit, type EnvoyExit } from "./envoy/process.ts";
-import { Envoys, type LiveEnvoy } from "./envoys.ts";
+import { Envoys, type LiveEnvoy, startFields } from "./envoys.ts";
 import { EXIT, StartError } from "./errors.ts";
 import { filterWasmPath } from "./filter-asset.ts";
 import { AppWatch } from "./app-watch.ts";
@@ -21,12 +21,10 @@ import { watchHealth } from "./health.ts";
 import type { EventLog } from "./log.ts";
 import type { RunOptions } from "./options.ts";
 import { ReportDesk } from "./reports.ts";
-import { createStatusApp } from "./server/app.ts";
-import { listen, type StatusServer } from "./server/listen.ts";
+import type { StatusServer } from "./server/listen.ts";
 import { createReportToken } from "./server/report-token.ts";
-import { createMetrics } from "./server/metrics.ts";
 import { type AgentState, initialState } from "./state.ts";
-import { readiness, readyNow, reportsAccepted, snapshot, type StatusView } from "./status.ts";
+import { serveStatus, type StatusView } from "./status.ts";
 import { watchFiles } from "./watch.ts";
 
 export { EXIT, StartError };
@@ -78,7 +76,6 @@ export class Agent {
   #terminating = false;
   #drainer!: Drainer;
   #restartAttempt = 0;
-  #reportsRefused = 0;
   #failure?: string;
 
   constructor(options: RunOptions, log: EventLog, envoyBinary: string) {
@@ -211,32 +208,13 @@ export class Agent {
         this.#state.phase = "draining";
       },
     });
-    const metrics = createMetrics({
-      state: () => this.#state,
-      inflight: () => this.#tracker.inflight(this.#envoys.reporters()),
-      ready: () => readyNow(this.#statusView()),
-      reports: () => ({
-        accepted: reportsAccepted(this.#statusView()),
-        stale: this.#tracker.staleReports,
-        unknown: this.#tracker.unknownReports,
-        refused: this.#reportsRefused,
-      }),
-      xds: () => this.#envoys.xdsStats.snapshot(),
-    });
-    const app = createStatusApp({
-      readiness: () => readiness(this.#statusView()),
-      state: () => this.snapshot(),
-      metrics: () => metrics.metrics(),
+    this.#server = await serveStatus(o.statusAddress, o.statusPort, {
+      view: () => this.#statusView(),
+      desk: this.#desk,
+      app: this.#app,
       reportToken: this.#reportToken,
-      report: (report) => this.#desk.answer(report),
-      reportRefused: () => this.#reportsRefused++,
-      app: (report) => this.#app.report(report),
       quit: () => this.terminate("POST /quitquitquit"),
       drain: () => this.drain(),
-    });
-    // A port already taken is a refusal at start (one line, exit 2), not a crash with a stack.
-    this.#server = await listen(app, o.statusAddress, o.statusPort).catch((error: Error) => {
-      throw new StartError(error.message);
     });
     if (o.watch.length > 0) {
       this.#unwatch = await watchFiles(o.watch, (paths) => this.reload(`changed: ${paths.join(", ")}`));
@@ -258,19 +236,7 @@ export class Agent {
     this.#syncState();
     if (this.#state.phase !== "draining" && this.#state.phase !== "stopping") this.#state.phase = "starting";
     live.process.exited.then((exit) => this.#events.push({ type: "exited", instance: live.info.instance, exit }));
-    const b = live.bootstrap;
-    this.#log(why === "reload" ? "epoch" : why, {
-      epoch: live.info.epoch,
-      pid: live.info.pid,
-      generation: live.info.generation,
-      status_port: this.#server!.port,
-      filter: this.#filterWasm ? b.filteredListeners : [],
-      filter_tcp: this.#filterWasm ? b.tcpListeners : [],
-      ...(this.#filterWasm && b.outboundListeners.length ? { filter_outbound: b.outboundListeners } : {}),
-      inbound: b.inboundListeners,
-      ...(b.unseenListeners.length ? { counted_by_stats: b.unseenListeners } : {}),
-      ...(b.xds?.relayed.length ? { xds: b.xds.relayed } : {}),
-    });
+    this.#log(why === "reload" ? "epoch" : why, { ...startFields(live, this.#filterWasm !== undefined), status_port: this.#server!.port });
     live.whenReady.then((ok) => ok && this.#onReady(live));
     return live;
   }
@@ -421,11 +387,6 @@ export class Agent {
 
   #statusView(): StatusView {
     return { state: this.#state, envoys: this.#envoys, tracker: this.#tracker, filtered: this.#filterWasm !== undefined };
-  }
-
-  /** A copy of the state with the in-flight view, for `/v1/state`. */
-  snapshot(): AgentState & { inflight: number; filter: string } {
-    return snapshot(this.#statusView());
   }
 
   async #close(): Promise<void> {

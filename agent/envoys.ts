@@ -43,6 +43,25 @@ export interface LiveEnvoy {
   xds?: XdsProxy;
 }
 
+/**
+ * The fields of the `start` and `epoch` events: the process, and which listeners got the filter
+ * (HTTP, TCP, outbound: counted, not drained), which are inbound, which only stats can count.
+ */
+export function startFields(live: LiveEnvoy, filtered: boolean): Record<string, unknown> {
+  const b = live.bootstrap;
+  return {
+    epoch: live.info.epoch,
+    pid: live.info.pid,
+    generation: live.info.generation,
+    filter: filtered ? b.filteredListeners : [],
+    filter_tcp: filtered ? b.tcpListeners : [],
+    ...(filtered && b.outboundListeners.length ? { filter_outbound: b.outboundListeners } : {}),
+    inbound: b.inboundListeners,
+    ...(b.unseenListeners.length ? { counted_by_stats: b.unseenListeners } : {}),
+    ...(b.xds?.relayed.length ? { xds: b.xds.relayed } : {}),
+  };
+}
+
 /** Where one generation (a cold start and its hot restarts) keeps its files. */
 interface Generation {
   number: number;

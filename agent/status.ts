@@ -1,8 +1,14 @@
 // What the status server says of the agent: readiness, `/v1/state`, and the counts behind
-// `/metrics`, computed from the agent's state and its live Envoys at the moment of asking.
+// `/metrics`, computed from the agent's state and its live Envoys at the moment of asking; and
+// the server itself, wired to the agent.
+import type { AppWatch } from "./app-watch.ts";
 import type { InflightTracker } from "./drain/in-flight.ts";
 import type { Envoys, LiveEnvoy } from "./envoys.ts";
-import type { ReadinessAnswer } from "./server/app.ts";
+import { StartError } from "./errors.ts";
+import type { ReportDesk } from "./reports.ts";
+import { createStatusApp, type ReadinessAnswer } from "./server/app.ts";
+import { listen, type StatusServer } from "./server/listen.ts";
+import { createMetrics } from "./server/metrics.ts";
 import type { AgentState } from "./state.ts";
 
 /** What the answers are made from. */
@@ -64,4 +70,54 @@ export function reportsAccepted(v: StatusView): number {
   let total = 0;
   for (const id of v.envoys.reporters()) total += v.tracker.view(id)?.reports ?? 0;
   return total;
+}
+
+/** What the status server is wired to, besides the view. */
+export interface StatusWiring {
+  /** The agent's state and Envoys, at the moment of asking. */
+  view(): StatusView;
+  /** Takes the filter's reports. */
+  desk: ReportDesk;
+  /** Takes `lastcall exec`'s news of the app. */
+  app: AppWatch;
+  /** The secret the filter sends with its reports. */
+  reportToken: string;
+  /** `POST /quitquitquit`. */
+  quit(): void;
+  /** `POST /drain`. */
+  drain(): void;
+}
+
+/**
+ * Serves the status routes and `/metrics` on `address:port` (0: any free port).
+ *
+ * @example
+ * ```ts
+ * const server = await serveStatus("127.0.0.1", 15020, wiring);
+ * ```
+ * @throws {StartError} when the port is taken (one line, exit 2)
+ */
+export async function serveStatus(address: string, port: number, w: StatusWiring): Promise<StatusServer> {
+  let refused = 0;
+  const metrics = createMetrics({
+    state: () => w.view().state,
+    inflight: () => w.view().tracker.inflight(w.view().envoys.reporters()),
+    ready: () => readyNow(w.view()),
+    reports: () => ({ accepted: reportsAccepted(w.view()), stale: w.view().tracker.staleReports, unknown: w.view().tracker.unknownReports, refused }),
+    xds: () => w.view().envoys.xdsStats.snapshot(),
+  });
+  const app = createStatusApp({
+    readiness: () => readiness(w.view()),
+    state: () => snapshot(w.view()),
+    metrics: () => metrics.metrics(),
+    reportToken: w.reportToken,
+    report: (report) => w.desk.answer(report),
+    reportRefused: () => refused++,
+    app: (report) => w.app.report(report),
+    quit: w.quit,
+    drain: w.drain,
+  });
+  return await listen(app, address, port).catch((error: Error) => {
+    throw new StartError(error.message);
+  });
 }

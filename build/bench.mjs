@@ -12,8 +12,8 @@
 //  5. bench scripts, one process each; 6. bench/report.mjs.
 // --quick: one round and short loads, to prove the harness (numbers not for publishing).
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { dirname, join, resolve } from "node:path";
+import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { setup } from "./setup.mjs";
 
@@ -105,6 +105,15 @@ async function buildBenchAssets() {
     entryPoints: SCRIPTS.map((name) => join(root, `bench/${name}.ts`)).filter(existsSync),
     outdir: out, bundle: true, platform: "node", format: "esm", target: "node20", packages: "external",
     outExtension: { ".js": ".mjs" }, logLevel: "warning",
+    // The build scripts (build/*.mjs) stay modules of their own, imported from where they are:
+    // bundled, their `import.meta.url` would be the bundle's, so they would look for .cache/
+    // under dist/ and run their command-line part (build/deno.mjs would start a Deno REPL).
+    plugins: [{
+      name: "build-scripts-external",
+      setup(b) {
+        b.onResolve({ filter: /\/build\/[\w-]+\.mjs$/ }, (args) => ({ path: resolve(args.resolveDir, args.path), external: true }));
+      },
+    }],
   });
 }
 
@@ -120,6 +129,9 @@ for (const name of SCRIPTS.filter((s) => only.includes(s))) {
     cwd: root, stdio: ["ignore", "inherit", "inherit"], env: { ...process.env, ENVOY_BIN: envoy },
   });
   if (result.status !== 0) fail(`${name} failed (exit ${result.status ?? result.signal})`);
+  // A benchmark that exits 0 without writing its results measured nothing: say so, loudly.
+  const written = join(root, "bench/results", `${name}.json`);
+  if (!existsSync(written) || statSync(written).mtimeMs < started) fail(`${name} exited without writing ${relative(root, written)}`);
   console.error(`bench: ${name} done in ${Math.round((Date.now() - started) / 1000)} s`);
 }
 

@@ -49,8 +49,19 @@ export function describeExit(exit: EnvoyExit): string {
 // If lastcall itself is killed (SIGKILL, OOM), nothing would stop its Envoy: Envoy sets a
 // parent-death signal only when hot restart is enabled, and PR_SET_PDEATHSIG follows the
 // spawning *thread*, not the process. A tiny shell holds the read end of a pipe whose write end
-// only lastcall has; the kernel closes it when lastcall dies, `read` returns, Envoy is stopped.
-const WATCHDOG = 'read -r _ || true; kill -TERM "$1" 2>/dev/null; sleep 5; kill -KILL "$1" 2>/dev/null';
+// only lastcall has; the kernel closes it when lastcall dies, `read` returns, Envoy is stopped:
+// SIGTERM, then SIGKILL after 5 s if it is still there. "Still there" is the same pid with the
+// same start time (/proc/PID/stat, field 22): a pid the kernel gave to another process after
+// Envoy exited is never signalled, and a zombie counts as gone.
+const WATCHDOG = [
+  'started() { s=$(cat "/proc/$1/stat" 2>/dev/null) || return 0; set -- ${s##*) }; [ "$1" = Z ] || echo "${20}"; }',
+  'p=$1; t=$(started "$p")',
+  'read -r _ || true',
+  '[ "$(started "$p")" = "$t" ] || exit 0',
+  'kill -TERM "$p" 2>/dev/null',
+  'i=0; while [ $i -lt 50 ]; do [ "$(started "$p")" = "$t" ] || exit 0; sleep 0.1; i=$((i + 1)); done',
+  '[ "$(started "$p")" = "$t" ] && kill -KILL "$p" 2>/dev/null',
+].join("\n");
 
 function startWatchdog(pid: number): ChildProcess | undefined {
   try {
