@@ -10,6 +10,7 @@ import { spawnSync } from "node:child_process";
 import { mkdtempSync, realpathSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { resolveDeno } from "../build/deno.mjs";
 import { freePort } from "../test/support/lastcall.ts";
 import { benchBootstrap } from "./lib/bootstrap.ts";
 import { ANCHORS, type Child, QUICK, ROOT, envoyBinary, get, progress, sleep, start, until, writeResult } from "./lib/context.ts";
@@ -21,7 +22,8 @@ import { round, summarize } from "./lib/stats.ts";
 const ROUNDS = QUICK ? 1 : 3;
 const IDLE_MS = QUICK ? 3000 : 4000;
 const LOAD_S = QUICK ? 3 : 4;
-const DENO = join(ROOT, "node_modules/deno/deno");
+// The pinned Deno the tests use (installed on demand into .cache/deno by build/deno.mjs).
+const DENO = resolveDeno();
 const MIB = 2 ** 20;
 
 /** Drops a file's pages from the page cache (GNU dd, as coreutils documents). */

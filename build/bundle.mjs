@@ -1,7 +1,8 @@
 #!/usr/bin/env node
-// Bundles the agent with esbuild into dist/lastcall.mjs, then builds dist/lastcall: one
-// executable made with Node's single-executable applications (works offline), with the filter
-// module embedded as an asset.
+// Bundles the agent with esbuild into dist/lastcall.mjs (and its xDS proxy into
+// dist/xds-proxy.cjs), then builds dist/lastcall: one executable made with Node's
+// single-executable applications (works offline), with the filter module and the xDS proxy
+// embedded as assets.
 import { spawnSync } from "node:child_process";
 import { copyFileSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
@@ -17,10 +18,22 @@ if (!existsSync(wasm)) {
   process.exit(1);
 }
 
+// The xDS proxy (with gRPC, a megabyte of code) is a bundle of its own, loaded on first use:
+// agent/xds/load-proxy.ts becomes build/load-xds-proxy.mjs in the agent's bundle.
+await build({
+  entryPoints: [join(root, "agent/xds/proxy.ts")], bundle: true, platform: "node", target: "node20", logLevel: "warning", legalComments: "none",
+  format: "cjs", outfile: join(dist, "xds-proxy.cjs"),
+});
+const splitXdsProxy = {
+  name: "split-xds-proxy",
+  setup(b) {
+    b.onResolve({ filter: /\/load-proxy\.ts$/ }, () => ({ path: join(root, "build/load-xds-proxy.mjs") }));
+  },
+};
 // `fetch` is the loopback one of build/loopback-fetch.mjs in the Node builds (not undici's: see there).
 const common = {
   entryPoints: [join(root, "agent/main.ts")], bundle: true, platform: "node", target: "node20", logLevel: "warning", legalComments: "none",
-  inject: [join(root, "build/loopback-fetch.mjs")],
+  inject: [join(root, "build/loopback-fetch.mjs")], plugins: [splitXdsProxy],
 };
 // The ESM bundle runs with `node dist/lastcall.mjs`; createRequire lets bundled CommonJS
 // dependencies require Node built-ins.
@@ -39,7 +52,7 @@ writeFileSync(seaConfig, JSON.stringify({
   main: join(dist, "lastcall.cjs"),
   output: join(dist, "lastcall.blob"),
   disableExperimentalSEAWarning: true,
-  assets: { "filter.wasm": wasm },
+  assets: { "filter.wasm": wasm, "xds-proxy.cjs": join(dist, "xds-proxy.cjs") },
 }));
 /** Runs a build step quietly; prints its output only when it fails. */
 function step(args) {

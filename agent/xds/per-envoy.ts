@@ -5,7 +5,8 @@ import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import type { EventLog } from "../log.ts";
-import { startXdsProxy, type XdsProxy } from "./proxy.ts";
+import { loadXdsProxy } from "./load-proxy.ts";
+import type { XdsProxy } from "./proxy.ts";
 import type { XdsPlan, XdsRedirectOptions } from "./redirect.ts";
 import type { XdsStats } from "./stats.ts";
 
@@ -34,6 +35,7 @@ export async function xdsRedirectFor(runDir: string, name: string): Promise<XdsR
  * reporter id to `reporters` (once) and tells the agent.
  */
 export async function startProxyFor(plan: XdsPlan, stats: XdsStats, hooks: XdsHooks, ids: { http: string; tcp: string }, reporters: string[]): Promise<XdsProxy> {
+  const { startXdsProxy } = await loadXdsProxy();
   const proxy = await startXdsProxy({
     plan,
     stats,
