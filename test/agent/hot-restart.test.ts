@@ -5,6 +5,7 @@ import { writeFileSync } from "node:fs";
 import { Agent, request } from "node:http";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { inboundConfig, isAlive, type LastcallEvent, startLastcall, stopAllLastcalls, writeConfig, freePort } from "../support/lastcall.ts";
+import { waitFor } from "../support/envoy.ts";
 import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
 
 let app: UpstreamApp;
@@ -172,7 +173,13 @@ describe("hot restart", () => {
     // A good config afterwards still gets the next epoch.
     writeFileSync(configPath, JSON.stringify(taggedConfig(port, "v3")));
     await lc.event("ready", epochOf(1));
-    expect(await get(port, "/", false)).toEqual({ status: 200, config: "v3" });
+    // The parent accepts on the shared socket until the child tells it to stop listening, a
+    // moment after the child is LIVE: every answer is a 200, and the new config takes over.
+    await waitFor(async () => {
+      const answer = await get(port, "/", false);
+      expect(answer.status).toBe(200);
+      return answer.config === "v3" ? true : undefined;
+    }, { what: "the v3 epoch to answer" });
     expect(lc.events.some((e) => e.event === "exit" || e.event === "restart")).toBe(false);
   });
 
