@@ -4,7 +4,7 @@
 // not drained) and waits for the app to exit, told by `lastcall exec` or by `--app-port`.
 import { spawn } from "node:child_process";
 import { createServer, type Server } from "node:net";
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, onTestFinished } from "vitest";
 import { inboundConfig, lastcallCommand, type LastcallEvent } from "../support/lastcall.ts";
 import { serving, upstreamForFile } from "../support/serving.ts";
 
@@ -83,9 +83,17 @@ describe("an app that calls out while it shuts down", () => {
       const listening = new Promise((done) => child.stdout!.once("data", done));
       return { child, listening, exited: new Promise<number | null>((done) => child.once("exit", (code) => done(code))) };
     };
+    let second: ReturnType<typeof start> | undefined;
     const first = start();
+    // Whatever happens, no wrapped app outlives the test.
+    onTestFinished(() => {
+      for (const a of [first, second]) {
+        a?.child.kill("SIGTERM"); // forwarded to the app, which then ends on the line below
+        a?.child.stdin?.end("go");
+      }
+    });
     await lc.event("app_running", (e) => e.running === 1);
-    const second = start();
+    second = start();
     await lc.event("app_running", (e) => e.running === 2);
     await Promise.all([first.listening, second.listening]);
     for (const a of [first, second]) a.child.kill("SIGTERM");
