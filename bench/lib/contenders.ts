@@ -64,6 +64,23 @@ function envoyChild(pid: number): number | undefined {
   return children(pid).find((child) => executable(child) === binary);
 }
 
+/**
+ * An agent that runs Envoy as its child: SIGTERM goes to the agent (it stops Envoy its way);
+ * at the grace period both get SIGKILL, Envoy only if its pid is still the same process.
+ */
+function agentAndEnvoy(agent: Child, envoyPid: number, port: number): Pick<Running, "envoyPid" | "port" | "terminate" | "kill"> {
+  const envoyStarted = startTime(envoyPid);
+  return {
+    envoyPid,
+    port,
+    terminate: () => agent.kill("SIGTERM"),
+    kill: () => {
+      agent.kill("SIGKILL");
+      signalIfSame(envoyPid, envoyStarted, "SIGKILL");
+    },
+  };
+}
+
 function withCleanup(child: Child, dir: string): Promise<unknown> {
   return child.exited.then(() => rmSync(dir, { recursive: true, force: true }));
 }
@@ -92,17 +109,10 @@ function lastcall(mode: "inflight" | "requests"): Contender {
         .then(async (r) => ({ ...r, port: await listenerPort({ url: r.admin }) }))
         .catch((error: unknown) => { child.kill("SIGKILL"); throw error; });
       const runDir = dirname(commandLine(pid)[commandLine(pid).indexOf("-c") + 1] ?? "");
-      const envoyStarted = startTime(pid);
       let exitText: string | undefined;
       void child.exited.then((exit) => { exitText = exit.signal ? `signal ${exit.signal}` : `code ${exit.code}`; });
       return {
-        envoyPid: pid,
-        port,
-        terminate: () => child.kill("SIGTERM"),
-        kill: () => {
-          child.kill("SIGKILL");
-          signalIfSame(pid, envoyStarted, "SIGKILL");
-        },
+        ...agentAndEnvoy(child, pid, port),
         exited,
         leftover: () => (runDir.startsWith(tmpdir()) && existsSync(runDir) ? runDir : undefined),
         agentExit: () => exitText,
@@ -143,13 +153,7 @@ function istio(exitOnZero: boolean): Contender {
       }
       const envoyStarted = startTime(pid);
       return {
-        envoyPid: pid,
-        port,
-        terminate: () => child.kill("SIGTERM"),
-        kill: () => {
-          child.kill("SIGKILL");
-          signalIfSame(pid, envoyStarted, "SIGKILL");
-        },
+        ...agentAndEnvoy(child, pid, port),
         exited: Promise.all([exited, until(() => (startTime(pid) !== envoyStarted ? true : undefined), "Istio's Envoy to exit", 60_000, 10)]),
         output: child.output,
       };
