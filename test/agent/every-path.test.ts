@@ -52,6 +52,19 @@ async function holdOne(port: number, status: string): Promise<{ held: Promise<Ou
   return { held };
 }
 
+/**
+ * One request held across SIGTERM: the listeners drain, the request is released and answered,
+ * and the drain ends on the filter's confirmed zero with nothing in flight at the stop.
+ */
+async function heldAcrossSigterm(lc: TestLastcall, port: number, status: string): Promise<void> {
+  const { held } = await holdOne(port, status);
+  lc.signal("SIGTERM");
+  await lc.event("listeners_draining");
+  app.release();
+  expect(await held).toEqual({ status: 200, reset: false });
+  expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+}
+
 /** Reads `lastcall_<name>` from `/metrics`. */
 async function metric(status: string, name: string): Promise<number | undefined> {
   const text = await (await fetch(`${status}/metrics`)).text();
@@ -197,12 +210,7 @@ describe("listeners beyond the static ones", () => {
     delete listener.filter_chains;
     const { lc, port, status } = await serving(app.port, ["--min-drain", "0s"], { config });
     expect(await lc.event("start")).toMatchObject({ filter: ["ingress"] });
-    const { held } = await holdOne(port, status);
-    lc.signal("SIGTERM");
-    await lc.event("listeners_draining");
-    app.release();
-    expect(await held).toEqual({ status: 200, reset: false });
-    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+    await heldAcrossSigterm(lc, port, status);
   });
 
   it("an LDS listener from a file gets the filter through lastcall's rewritten copy", async () => {
@@ -219,12 +227,7 @@ describe("listeners beyond the static ones", () => {
     }));
     const config = ldsBootstrap(ldsPath);
     const { lc, port, status } = await serving(app.port, ["--min-drain", "0s"], { config: writeConfig(config, dir) });
-    const { held } = await holdOne(port, status);
-    lc.signal("SIGTERM");
-    await lc.event("listeners_draining");
-    app.release();
-    expect(await held).toEqual({ status: 200, reset: false });
-    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+    await heldAcrossSigterm(lc, port, status);
     expect(names(lc)).not.toContain("drain_fallback");
   });
 
