@@ -10,9 +10,9 @@ import { delay, EventQueue, unlessAborted } from "./async.ts";
 import { RestartBudget, restartDelay } from "./backoff.ts";
 import { prepareBootstrap } from "./bootstrap-file.ts";
 import { InflightTracker } from "./drain/in-flight.ts";
-import { Drainer } from "./drain/drainer.ts";
-import { stopEnvoys } from "./drain/shutdown.ts";
+import { Drainer, undeliveredBy } from "./drain/drainer.ts";
 import { bindFailure, describeExit, type EnvoyExit } from "./envoy/process.ts";
+import { identifyEnvoy } from "./envoy/identify.ts";
 import { Envoys, type LiveEnvoy, startFields } from "./envoys.ts";
 import { EXIT, StartError } from "./errors.ts";
 import { filterWasmPath } from "./filter-asset.ts";
@@ -21,6 +21,7 @@ import { watchHealth } from "./health.ts";
 import type { EventLog } from "./log.ts";
 import type { RunOptions } from "./options.ts";
 import { ReportDesk } from "./reports.ts";
+import { prepareRunDir } from "./run-dir.ts";
 import type { StatusServer } from "./server/listen.ts";
 import { createReportToken } from "./server/report-token.ts";
 import { type AgentState, initialState } from "./state.ts";
@@ -77,6 +78,8 @@ export class Agent {
   #drainer!: Drainer;
   #restartAttempt = 0;
   #failure?: string;
+  /** Envoys that exited by themselves during the termination: what they had in flight, and how they ended. */
+  #diedDraining: { inflight: number; exit: string }[] = [];
 
   constructor(options: RunOptions, log: EventLog, envoyBinary: string) {
     this.#options = options;
@@ -188,6 +191,9 @@ export class Agent {
 
   async #prepare(): Promise<void> {
     const o = this.#options;
+    await identifyEnvoy(this.#envoyBinary);
+    // A given folder is made fresh (an earlier lastcall's files removed, 0700): see run-dir.ts.
+    if (o.runDir !== undefined) await prepareRunDir(o.runDir);
     this.#ownRunDir = o.runDir === undefined;
     this.#runDir = o.runDir ?? await mkdtemp(join(tmpdir(), "lastcall-"));
     this.#envoys = new Envoys(o, this.#envoyBinary, this.#runDir);
@@ -242,11 +248,17 @@ export class Agent {
   }
 
   #onReady(live: LiveEnvoy): void {
+    void undeliveredBy([live]); // learns its listening ports while they are open
     this.#log("ready", { epoch: live.info.epoch, pid: live.info.pid, ms: Date.now() - live.startedAt, admin: live.info.adminUrl });
     this.#syncState();
     if (this.#envoys.newest() === live && this.#state.phase === "starting") this.#state.phase = "running";
     // An Envoy that starts during a drain (a crash restart after POST /drain) is drained too.
     if (this.#drainer.plan) this.#drainer.drainListenersOf(live);
+    // A hot restart's child serves: its parents finish what they have, then lastcall stops them.
+    const parents = this.#envoys.all().filter((l) => l !== live && l.info.generation === live.info.generation && l.info.epoch < live.info.epoch && l.process.running);
+    if (parents.length > 0 && !this.#terminating) {
+      this.#drainer.finishOld(parents, "hot", this.#closing.signal).catch((error) => this.#log("epoch_drain_failed", { error: String(error) }));
+    }
   }
 
   #syncState(): void {
@@ -262,11 +274,19 @@ export class Agent {
   #onExit(instance: string, exit: EnvoyExit): void {
     const wasNewest = this.#envoys.newest()?.info.instance === instance;
     const live = this.#envoys.remove(instance);
+    const inflightBefore = this.#tracker.inflight(live?.reporters ?? []);
     for (const id of live?.reporters ?? []) this.#tracker.retire(id);
     this.#syncState();
-    const fields = { epoch: live?.info.epoch, pid: live?.info.pid, exit: describeExit(exit) };
-    if (this.#retiring.delete(instance) || this.#terminating || !wasNewest) {
-      this.#log("epoch_exit", fields);
+    const fields = { epoch: live?.info.epoch, pid: live?.info.pid, exit: describeExit(exit), ...live?.stopped };
+    const asked = this.#retiring.delete(instance);
+    if (!asked && this.#terminating) {
+      // Killed under the drain (the OOM killer, a kill -9): what it held is lost, and said so.
+      this.#diedDraining.push({ inflight: inflightBefore, exit: describeExit(exit) });
+      this.#log("epoch_exit", { ...fields, unexpected: true, inflight_at_exit: inflightBefore });
+      return;
+    }
+    if (asked || !wasNewest) {
+      this.#log("epoch_exit", { ...fields, ...(!asked && inflightBefore > 0 ? { inflight_at_exit: inflightBefore } : {}) });
       return;
     }
     this.#state.lastExitReason = `Envoy exited with ${describeExit(exit)}`;
@@ -341,10 +361,8 @@ export class Agent {
         runDir: this.#runDir, name: "validate", epoch: 0, instance: "validate", statusPort: this.#server!.port,
         filterWasm: this.#filterWasm, reportToken: this.#reportToken, signal,
       });
-      await this.#drainer.drainBeforeColdReload(signal);
-      const old = this.#envoys.all();
-      for (const l of old) this.#retiring.add(l.info.instance);
-      await stopEnvoys(old.map((l) => ({ process: l.process, admin: l.adminHandedOver ? undefined : l.admin })), this.#log, 3000);
+      // Stopped once it has finished (or at --parent-shutdown): a terminate meanwhile takes over.
+      if (await this.#drainer.finishOld(this.#envoys.all(), "cold", signal) === "aborted") signal.throwIfAborted();
       await this.#startEnvoy("reload", false, signal);
     } catch (error) {
       if (signal.aborted) return;
@@ -362,7 +380,7 @@ export class Agent {
 
   async #terminate(source: string): Promise<number> {
     this.#log("terminate", { source });
-    const plan = this.#drainer.start(source);
+    const plan = this.#drainer.start(source, true);
     // Pre-empt a reload or a crash restart in progress: it gives up at once.
     this.#taskAbort.abort(new Error("terminating"));
     await this.#tasks;
@@ -371,16 +389,31 @@ export class Agent {
     this.#syncState();
     let reason = hadEnvoy ? "envoy_not_ready" : "envoy_not_running";
     let inflightAtStop = 0;
+    let bytesUnsentAtStop: number | undefined;
     if (this.#envoys.all().some((l) => l.process.running)) {
       reason = await this.#drainer.waitDrained(plan);
       this.#state.phase = "stopping";
-      ({ inflightAtStop } = await this.#drainer.stop(plan));
+      ({ inflightAtStop, bytesUnsentAtStop } = await this.#drainer.stop(plan));
     }
+    // Envoys killed under the drain took their requests with them: the last count known of them.
+    const died = this.#diedDraining;
+    inflightAtStop += died.reduce((sum, d) => sum + d.inflight, 0);
+    if (died.length > 0 && reason === "inflight_zero") reason = "envoy_exited";
     const summary = { mode: this.#options.drainMode, reason, drainMs: Date.now() - plan.startedAt, inflightAtStop };
     this.#state.termination = summary;
     this.#state.phase = "stopped";
-    this.#log("terminated", { mode: summary.mode, reason, drain_ms: summary.drainMs, inflight_at_stop: inflightAtStop });
-    return EXIT.ok;
+    this.#log("terminated", {
+      mode: summary.mode,
+      reason,
+      drain_ms: summary.drainMs,
+      inflight_at_stop: inflightAtStop,
+      ...(bytesUnsentAtStop !== undefined ? { bytes_unsent_at_stop: bytesUnsentAtStop } : {}),
+      ...(died.length > 0 ? { envoy_exits: died.map((d) => d.exit) } : {}),
+    });
+    // An Envoy that died under the drain with requests in flight (or by a signal, or failing) is
+    // not a clean termination: whoever reads the exit status learns it.
+    const clean = died.every((d) => d.inflight === 0 && d.exit === "code 0");
+    return clean ? EXIT.ok : EXIT.envoyGaveUp;
   }
 
   // ---- status ------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 // the app says when it runs and when it exited (`POST /v1/app`), or `--app-port`: the app runs
 // while its port on 127.0.0.1 accepts connections.
 import { connect } from "node:net";
+import { clearInterval, setInterval } from "node:timers";
 import { delay } from "./async.ts";
 import type { EventLog } from "./log.ts";
 import type { AppReport } from "./server/app.ts";
@@ -28,9 +29,38 @@ export function accepts(port: number, timeoutMs = 250): Promise<boolean> {
 /** The most apps `lastcall exec` may report at once; more are refused (a pod has a few). */
 export const MAX_APPS = 64;
 
+/** How often `lastcall exec` says again that its app runs (its lease). */
+export const APP_RENEW_MS = 2000;
+
+/**
+ * An app not heard of for this long is taken as gone (`app_expired`): its `lastcall exec` was
+ * killed (SIGKILL, OOM) before it could say the app exited. Three renewals missed.
+ */
+export const APP_LEASE_MS = 3 * APP_RENEW_MS;
+
+/** One app `lastcall exec` said runs. */
+interface Lease {
+  pid?: number;
+  /** When it was last heard of (the clock of {@linkcode AppWatchOptions.now}). */
+  heardAt: number;
+}
+
+/** Options of {@linkcode AppWatch}. */
+export interface AppWatchOptions {
+  /** The app's port on 127.0.0.1: it runs while the port accepts (unless `lastcall exec` spoke). */
+  port?: number;
+  /** The clock, in milliseconds (tests pass their own). @default Date.now */
+  now?: () => number;
+  /** How long an app may stay silent before it is taken as gone. @default APP_LEASE_MS */
+  leaseMs?: number;
+}
+
 /**
  * What lastcall knows of the apps beside it: each `lastcall exec` reports its app under its
- * own id, so a pod with two wrapped containers is done when both have exited.
+ * own id, so a pod with two wrapped containers is done when both have exited. A report is a
+ * lease: `lastcall exec` renews it every {@linkcode APP_RENEW_MS}; one silent for
+ * {@linkcode APP_LEASE_MS} expires (`app_expired`), so a killed `lastcall exec` holds neither
+ * a drain nor a slot.
  *
  * @example
  * ```ts
@@ -41,14 +71,20 @@ export const MAX_APPS = 64;
 export class AppWatch {
   readonly #port?: number;
   readonly #log: EventLog;
+  readonly #now: () => number;
+  readonly #leaseMs: number;
   /** Apps `lastcall exec` said run, by report id. */
-  readonly #running = new Map<string, number | undefined>();
+  readonly #running = new Map<string, Lease>();
   /** Whether any `lastcall exec` reported: then its word, not the port, says what runs. */
   #heard = false;
+  /** Looks for silent apps while any is known to run (unref'd: it keeps no process alive). */
+  #sweeper?: ReturnType<typeof setInterval>;
 
-  constructor(options: { port?: number }, log: EventLog) {
+  constructor(options: AppWatchOptions, log: EventLog) {
     this.#port = options.port;
     this.#log = log;
+    this.#now = options.now ?? Date.now;
+    this.#leaseMs = options.leaseMs ?? APP_LEASE_MS;
   }
 
   /**
@@ -58,10 +94,16 @@ export class AppWatch {
    */
   report(report: AppReport): boolean {
     const id = report.id ?? "app";
+    this.expire();
     if (report.state === "running") {
-      if (this.#running.has(id)) return true;
+      const known = this.#running.get(id);
+      if (known) {
+        known.heardAt = this.#now(); // a renewal
+        return true;
+      }
       if (this.#running.size >= MAX_APPS) return false;
-      this.#running.set(id, report.pid);
+      this.#running.set(id, { pid: report.pid, heardAt: this.#now() });
+      this.#sweep();
     } else if (!this.#running.delete(id) && this.#heard) {
       return true;
     }
@@ -70,8 +112,34 @@ export class AppWatch {
     return true;
   }
 
+  /**
+   * Forgets the apps not heard of for a lease, each with an `app_expired` line naming its id,
+   * its pid and how long it was silent. Called on every report and look, and every second while
+   * an app runs.
+   */
+  expire(): void {
+    const now = this.#now();
+    for (const [id, lease] of this.#running) {
+      const silentMs = now - lease.heardAt;
+      if (silentMs < this.#leaseMs) continue;
+      this.#running.delete(id);
+      this.#log("app_expired", { id, pid: lease.pid, silent_ms: silentMs, via: "lastcall exec", running: this.#running.size });
+    }
+    if (this.#running.size === 0 && this.#sweeper !== undefined) {
+      clearInterval(this.#sweeper);
+      this.#sweeper = undefined;
+    }
+  }
+
+  /** Starts looking for silent apps every second, if not yet. */
+  #sweep(): void {
+    if (this.#sweeper !== undefined) return;
+    this.#sweeper = setInterval(() => this.expire(), Math.min(1000, this.#leaseMs)).unref();
+  }
+
   /** Whether an app is known to run now. */
   async running(): Promise<boolean> {
+    this.expire();
     if (this.#running.size > 0) return true;
     if (this.#heard || this.#port === undefined) return false;
     return await accepts(this.#port);

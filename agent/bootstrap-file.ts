@@ -1,14 +1,16 @@
 // The effective bootstrap of one Envoy process, from the user's config file to a validated JSON
 // file: read, derive (envoy/bootstrap.ts), write, `envoy --mode validate`.
-import { readFile, writeFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import YAML from "yaml";
 import { StartError } from "./errors.ts";
 import { AGENT_CLUSTER, type Bootstrap, deriveBootstrap } from "./envoy/bootstrap.ts";
+import { statusTarget } from "./envoy/status-target.ts";
 import { validateConfig } from "./envoy/validate.ts";
 import type { RunOptions } from "./options.ts";
 import type { XdsRedirectOptions } from "./xds/redirect.ts";
 import { reportTimeoutMs } from "./reports.ts";
+import { writePrivateFile } from "./run-dir.ts";
 
 /** What one bootstrap is for. */
 export interface BootstrapRequest {
@@ -38,26 +40,48 @@ export interface PreparedBootstrap {
 }
 
 /**
+ * How the user's Envoy config is read: `<<` merge keys honoured (Envoy users write YAML 1.1),
+ * and at most this many alias expansions (yaml's default): more is an alias bomb.
+ */
+const ENVOY_CONFIG_YAML = { merge: true, maxAliasCount: 100 } as const;
+
+/**
+ * Reads and parses the user's Envoy config (YAML or JSON).
+ *
+ * @example
+ * ```ts
+ * const { text, parsed } = await readEnvoyConfig("/etc/envoy/envoy.yaml");
+ * ```
+ * @throws {StartError} in one line naming the file: unreadable, not YAML, or an alias bomb
+ */
+export async function readEnvoyConfig(path: string): Promise<{ text: string; parsed: unknown }> {
+  try {
+    const text = await readFile(path, "utf8");
+    return { text, parsed: YAML.parse(text, ENVOY_CONFIG_YAML) };
+  } catch (error) {
+    const message = (error as Error).message.split("\n")[0];
+    const why = /alias count/i.test(message)
+      ? `more than ${ENVOY_CONFIG_YAML.maxAliasCount} alias expansions (an alias bomb?): refused`
+      : message;
+    throw new StartError(`Cannot read Envoy config ${path}: ${why}`);
+  }
+}
+
+/**
  * Reads the user's config and derives, writes and validates the bootstrap. It is written as
  * JSON: Envoy reads YAML as YAML 1.1 (`id: n` would become false), JSON means one thing.
  *
  * @throws {StartError} naming the file and Envoy's own lines when the config cannot be used
  */
 export async function prepareBootstrap(envoyBinary: string, o: RunOptions, request: BootstrapRequest): Promise<PreparedBootstrap> {
-  let text: string;
-  let parsed: unknown;
-  try {
-    text = await readFile(o.config, "utf8");
-    parsed = YAML.parse(text);
-  } catch (error) {
-    throw new StartError(`Cannot read Envoy config ${o.config}: ${(error as Error).message.split("\n")[0]}`);
-  }
+  const { text, parsed } = await readEnvoyConfig(o.config);
+  const statusAddress = await statusTarget(o.statusAddress);
   let bootstrap: Bootstrap;
   try {
     bootstrap = deriveBootstrap(parsed, {
       adminPort: o.adminPort,
       adminSocket: o.adminSocket,
-      statusAddress: o.statusAddress === "0.0.0.0" ? "127.0.0.1" : o.statusAddress,
+      statusAddress,
       statusPort: request.statusPort,
       filter: request.filterWasm
         ? {
@@ -80,7 +104,7 @@ export async function prepareBootstrap(envoyBinary: string, o: RunOptions, reque
   }
   const path = join(request.runDir, `${request.name}.json`);
   // The file holds the report token: readable by lastcall's user only.
-  await writeFile(path, JSON.stringify(bootstrap.config, null, 1), { mode: 0o600 });
+  await writePrivateFile(path, JSON.stringify(bootstrap.config, null, 1));
   const validation = await validateConfig(envoyBinary, path, request.signal);
   if (!validation.ok) throw new StartError(`Envoy rejected config ${o.config}`, validation.errors);
   return { path, bootstrap, text };

@@ -41,11 +41,18 @@ export interface LiveEnvoy {
   reporters: string[];
   /** Its xDS proxy (agent/xds/), when its listeners come from LDS. */
   xds?: XdsProxy;
+  /** Ports it was seen listening on (its listeners close before its last connections do). */
+  listenPorts: Set<number>;
+  /** How lastcall ended the drain of this old epoch of a reload, for its `epoch_exit` line. */
+  stopped?: { drain_reason: string; inflight_at_stop: number; bytes_unsent_at_stop?: number };
 }
 
 /**
  * The fields of the `start` and `epoch` events: the process, and which listeners got the filter
- * (HTTP, TCP, outbound: counted, not drained), which are inbound, which only stats can count.
+ * (HTTP, TCP, outbound: counted, not drained), which are inbound (every one not marked
+ * OUTBOUND), which only stats can count, and `listeners`: every static listener with its
+ * direction as written and how it is counted (agent/envoy/direction.ts). LDS listeners are
+ * named as they arrive, in `xds_listeners`.
  */
 export function startFields(live: LiveEnvoy, filtered: boolean): Record<string, unknown> {
   const b = live.bootstrap;
@@ -57,6 +64,7 @@ export function startFields(live: LiveEnvoy, filtered: boolean): Record<string, 
     filter_tcp: filtered ? b.tcpListeners : [],
     ...(filtered && b.outboundListeners.length ? { filter_outbound: b.outboundListeners } : {}),
     inbound: b.inboundListeners,
+    listeners: b.listeners,
     ...(b.unseenListeners.length ? { counted_by_stats: b.unseenListeners } : {}),
     ...(b.xds?.relayed.length ? { xds: b.xds.relayed } : {}),
   };
@@ -212,6 +220,7 @@ export class Envoys {
       adminHandedOver: false,
       hung: false,
       listenersDraining: false,
+      listenPorts: new Set(),
       reporters,
       xds,
     };

@@ -1,9 +1,10 @@
 // Finds the in-flight filter module: an explicit path, the copy embedded in the single
 // executable (written out once, since Envoy loads it from a file), or dist/ beside the code.
 import { existsSync } from "node:fs";
-import { writeFile } from "node:fs/promises";
+import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { writePrivateFile } from "./run-dir.ts";
 
 async function embedded(): Promise<ArrayBuffer | undefined> {
   try {
@@ -14,11 +15,24 @@ async function embedded(): Promise<ArrayBuffer | undefined> {
   }
 }
 
+/** filter.wasm beside the code (the bundle's dist/, or dist/ from the sources). */
+function besideCode(): string {
+  const candidates = [new URL("./filter.wasm", import.meta.url), new URL("../dist/filter.wasm", import.meta.url)]
+    .map((url) => fileURLToPath(url));
+  const found = candidates.find((path) => existsSync(path));
+  if (!found) throw new Error(`Filter module not found: looked at ${candidates.join(", ")} (run npm run build:filter, or pass --filter-wasm)`);
+  return found;
+}
+
 /**
  * Returns a file path of filter.wasm that Envoy can load.
  *
+ * @example
+ * ```ts
+ * const wasm = await filterWasmPath(undefined, runDir); // dist/filter.wasm, or runDir/filter.wasm
+ * ```
  * @param explicit `--filter-wasm`, if given
- * @param runDir where an embedded copy is written
+ * @param runDir where an embedded copy is written (0600)
  * @throws when no filter module can be found, naming the places looked at
  */
 export async function filterWasmPath(explicit: string | undefined, runDir: string): Promise<string> {
@@ -29,12 +43,23 @@ export async function filterWasmPath(explicit: string | undefined, runDir: strin
   const asset = await embedded();
   if (asset) {
     const path = join(runDir, "filter.wasm");
-    await writeFile(path, new Uint8Array(asset));
+    await writePrivateFile(path, new Uint8Array(asset));
     return path;
   }
-  const candidates = [new URL("./filter.wasm", import.meta.url), new URL("../dist/filter.wasm", import.meta.url)]
-    .map((url) => fileURLToPath(url));
-  const found = candidates.find((path) => existsSync(path));
-  if (!found) throw new Error(`Filter module not found: looked at ${candidates.join(", ")} (run npm run build:filter, or pass --filter-wasm)`);
-  return found;
+  return besideCode();
+}
+
+/**
+ * The bytes of the filter lastcall ships (embedded in the single executable, or beside the
+ * code), for a bootstrap that carries the module inline and needs no file.
+ *
+ * @example
+ * ```ts
+ * const code = { local: { inline_bytes: Buffer.from(await filterWasmBytes()).toString("base64") } };
+ * ```
+ * @throws when no filter module can be found, naming the places looked at
+ */
+export async function filterWasmBytes(): Promise<Uint8Array> {
+  const asset = await embedded();
+  return asset ? new Uint8Array(asset) : new Uint8Array(await readFile(besideCode()));
 }

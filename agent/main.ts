@@ -1,9 +1,8 @@
 // Entry point (SIGTERM path 1/3): parse the command line, run the command, map the result to
 // an exit code. Signals become calls on the agent in commands/run.ts.
+// First of all: loading runtime/process.ts gives every signal a listener (see there).
+import { commandArguments, environment, exitWith, nextSignal, STOP_SIGNALS, writeErr } from "./runtime/process.ts";
 import { Command, CommanderError } from "commander";
-import { mkdtemp } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
 import { printBootstrap } from "./commands/bootstrap.ts";
 import { resolveRunOptions, runCommand, UsageError } from "./commands/run.ts";
 import { shutdownEnvoy, shutdownManager } from "./commands/contour.ts";
@@ -12,9 +11,7 @@ import { waitReady } from "./commands/wait.ts";
 import { addKubernetesCommands } from "./commands/k8s.ts";
 import { StartError } from "./errors.ts";
 import { createEventLog } from "./log.ts";
-import { filterWasmPath } from "./filter-asset.ts";
 import { durationArg, integerArg, listArg, option, runOptionList, strictBooleanEnvironment, VALUE_SYNTAX_HELP } from "./options.ts";
-import { commandArguments, environment, exitWith, nextSignal, writeErr } from "./runtime/process.ts";
 import { VERSION } from "./version.ts";
 
 /** Builds the command-line program; `run` resolves each command's exit code. */
@@ -60,7 +57,8 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
       run((async () => {
         const log = createEventLog("json");
         const server = await shutdownManager({ servePort: o.servePort, readyFile: o.readyFile }, log);
-        await nextSignal(["SIGTERM", "SIGINT"]);
+        // SIGTERM, SIGINT, SIGQUIT: close and exit 0; SIGHUP, SIGUSR1, SIGUSR2: ignored.
+        await nextSignal(STOP_SIGNALS);
         await server.close();
         return 0;
       })())
@@ -97,15 +95,13 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
     .addOption(option("--status-port <port>", "status server port").default(15020).argParser(integerArg(0, 65535)))
     .addOption(option("--status-address <address>", "status server address").default("127.0.0.1"))
     .addOption(option("--no-filter", "do not insert the in-flight filter"))
-    .addOption(option("--filter-wasm <path>", "the filter module to reference"))
+    .addOption(option("--filter-wasm <path>", "reference this filter module file (default: the shipped module, inline)"))
     .addOption(option("--heartbeat <duration>", "filter heartbeat period").default(1000, "1s").argParser(durationArg))
     .addOption(option("--exclude-path <path>", "request path not counted (repeatable or comma-separated)").default([]).argParser(listArg))
     .exitOverride()
     .action((o) =>
-      run((async () => {
-        const wasm = o.filter === false ? undefined : await filterWasmPath(o.filterWasm, await mkdtemp(join(tmpdir(), "lastcall-")));
-        return printBootstrap({ ...o, filterWasm: wasm, heartbeatMs: o.heartbeat });
-      })())
+      // Writes nothing: the filter module is carried inline unless --filter-wasm names a file.
+      run(printBootstrap({ ...o, filter: o.filter !== false, heartbeatMs: o.heartbeat }))
     );
   addKubernetesCommands(program, run);
   // After every option exists, so no command is left with commander's lax boolean variables.

@@ -42,9 +42,16 @@ export interface RunOptions {
   heartbeatMs: number;
   /** Folder for generated bootstraps; defaults to a fresh temporary folder. */
   runDir?: string;
-  /** Envoy's --drain-time-s: graceful drain and hot-restart drain. @default 5000 */
+  /**
+   * Envoy's --drain-time-s: how long draining listeners still accept connections. Raised at start
+   * (when left at its default) so that they accept for the whole floor. @default 5000
+   */
   drainTimeMs: number;
-  /** Envoy's --parent-shutdown-time-s for hot restarts. @default 10000 */
+  /**
+   * The longest an old Envoy of a reload is given to finish: lastcall stops it as soon as it has
+   * nothing in flight and nothing left to send, at the latest after this (Envoy's own
+   * --parent-shutdown-time-s is set past it, so Envoy's timer never cuts first). @default 600000
+   */
   parentShutdownMs: number;
   /** Termination: the pod's grace period; the drain ends before it. @default 30000 */
   graceMs: number;
@@ -204,8 +211,8 @@ export function runOptionList(): Option[] {
     option("--exclude-path <path>", "request path the filter does not count; '*' suffix for a prefix (repeatable or comma-separated)").default([]).argParser(listArg),
     option("--heartbeat <duration>", "filter heartbeat period").default(1000, "1s").argParser(durationArg),
     option("--run-dir <dir>", "folder for generated bootstraps (default: a new temporary folder)"),
-    option("--drain-time <duration>", "Envoy --drain-time-s, rounded up to whole seconds: graceful and hot-restart drain").default(5000, "5s").argParser(durationArg),
-    option("--parent-shutdown <duration>", "Envoy --parent-shutdown-time-s, rounded up to whole seconds, for hot restarts").default(10000, "10s").argParser(durationArg),
+    option("--drain-time <duration>", "Envoy --drain-time-s, rounded up to whole seconds: how long draining listeners still accept (default: 5s, raised to cover --min-drain)").default(5000, "5s").argParser(durationArg),
+    option("--parent-shutdown <duration>", "the longest the old Envoy of a reload may finish its requests; lastcall stops it as soon as it has none and nothing left to send").default(600_000, "10m").argParser(durationArg),
     option("--role <role>", "sidecar or gateway: gateway defaults --fail-healthcheck on and --drain-scope all").default("sidecar").argParser(choiceArg(["sidecar", "gateway"] as const)),
     option("--grace <duration>", "the pod's terminationGracePeriodSeconds: the drain ends --stop-margin before it").default(30000, "30s").argParser(durationArg),
     option("--drain-mode <mode>", "inflight | requests | connections | sleep: what ends the drain").default("inflight").argParser(choiceArg(["inflight", "requests", "connections", "sleep"] as const)),

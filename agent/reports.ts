@@ -55,7 +55,10 @@ export class ReportDesk {
     if (this.#tracker.report(report) === "unknown") return { draining: this.#options.draining(instance) };
     let probe = this.#tracker.probeFor(instance);
     const wasDraining = this.#options.draining(instance);
-    if (probe === undefined && report.reason === "heartbeat") {
+    // A filter that does not know of the drain yet (its heartbeat came after the drain began
+    // released the held ones) is told at once: held, it would learn a heartbeat period late.
+    const uninformed = wasDraining && !report.draining;
+    if (probe === undefined && report.reason === "heartbeat" && !uninformed) {
       probe = await this.#hold(instance, wasDraining);
     }
     return { draining: this.#options.draining(instance), probe };

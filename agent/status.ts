@@ -9,6 +9,7 @@ import type { ReportDesk } from "./reports.ts";
 import { createStatusApp, type ReadinessAnswer } from "./server/app.ts";
 import { listen, type StatusServer } from "./server/listen.ts";
 import { createMetrics } from "./server/metrics.ts";
+import { connectionMaker } from "./server/not-through-envoy.ts";
 import type { AgentState } from "./state.ts";
 
 /** What the answers are made from. */
@@ -116,6 +117,8 @@ export async function serveStatus(address: string, port: number, w: StatusWiring
     app: (report) => w.app.report(report),
     quit: w.quit,
     drain: w.drain,
+    // Control requests an Envoy of this agent carries (a user's route to the status port) are refused.
+    connectionMaker: (ports) => connectionMaker(ports, w.view().envoys.all().map((live) => live.info.pid)),
   });
   return await listen(app, address, port).catch((error: Error) => {
     throw new StartError(error.message);

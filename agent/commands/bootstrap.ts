@@ -1,7 +1,10 @@
-import { readFile } from "node:fs/promises";
-import YAML from "yaml";
-import { AGENT_CLUSTER, deriveBootstrap } from "../envoy/bootstrap.ts";
+import { Buffer } from "node:buffer";
+import { existsSync } from "node:fs";
+import { readEnvoyConfig } from "../bootstrap-file.ts";
+import { AGENT_CLUSTER, BootstrapError, deriveBootstrap } from "../envoy/bootstrap.ts";
+import { statusTarget } from "../envoy/status-target.ts";
 import { StartError } from "../errors.ts";
+import { filterWasmBytes } from "../filter-asset.ts";
 import { writeOut } from "../runtime/process.ts";
 
 /** Options of {@linkcode printBootstrap}. */
@@ -10,33 +13,65 @@ export interface BootstrapCommandOptions {
   adminPort: number;
   statusAddress: string;
   statusPort: number;
-  /** Path of the filter module to reference; undefined for `--no-filter`. */
+  /** Insert the in-flight filter (false for `--no-filter`). */
+  filter: boolean;
+  /** `--filter-wasm`: a module file to reference; without it the module is carried inline. */
   filterWasm?: string;
   heartbeatMs: number;
   excludePath: string[];
 }
 
-/** `lastcall bootstrap`: prints the effective bootstrap lastcall would run (epoch 0). */
+/** Stands for the module in the derived config until it is replaced by the inline bytes. */
+const INLINE_PLACEHOLDER = "lastcall:inline-filter.wasm";
+
+/**
+ * `lastcall bootstrap`: prints the effective bootstrap lastcall would run (epoch 0). The
+ * filter module is carried in it (`inline_bytes`), so the output stands alone and nothing is
+ * written anywhere; `--filter-wasm` references that file instead.
+ *
+ * @example
+ * ```ts
+ * process.exitCode = await printBootstrap({ config: "envoy.yaml", adminPort: 15000, statusAddress: "127.0.0.1",
+ *   statusPort: 15020, filter: true, heartbeatMs: 1000, excludePath: [] });
+ * ```
+ * @throws {StartError} in one line: the config cannot be read or used, the module is missing,
+ * the status address does not resolve
+ */
 export async function printBootstrap(o: BootstrapCommandOptions): Promise<number> {
-  let parsed: unknown;
-  try {
-    parsed = YAML.parse(await readFile(o.config, "utf8"));
-  } catch (error) {
-    throw new StartError(`Cannot read Envoy config ${o.config}: ${(error as Error).message.split("\n")[0]}`);
+  const { parsed } = await readEnvoyConfig(o.config);
+  if (o.filter && o.filterWasm && !existsSync(o.filterWasm)) throw new StartError(`Filter module not found: ${o.filterWasm}`);
+  let inline: string | undefined;
+  if (o.filter && !o.filterWasm) {
+    try {
+      inline = Buffer.from(await filterWasmBytes()).toString("base64");
+    } catch (error) {
+      throw new StartError((error as Error).message);
+    }
   }
-  const { config } = deriveBootstrap(parsed, {
-    adminPort: o.adminPort,
-    // As `run` does: Envoy reaches a status server bound to every address on loopback.
-    statusAddress: o.statusAddress === "0.0.0.0" ? "127.0.0.1" : o.statusAddress,
-    statusPort: o.statusPort,
-    filter: o.filterWasm
-      ? {
-        wasmPath: o.filterWasm,
-        pluginConfig: { agent_cluster: AGENT_CLUSTER, heartbeat_ms: o.heartbeatMs, epoch: 0, instance: "", exclude_paths: o.excludePath },
-      }
-      : undefined,
-  });
+  let config: Record<string, unknown>;
+  try {
+    ({ config } = deriveBootstrap(parsed, {
+      adminPort: o.adminPort,
+      // As `run` does: an IP Envoy reaches the status server at (a name resolved, a wildcard → loopback).
+      statusAddress: await statusTarget(o.statusAddress),
+      statusPort: o.statusPort,
+      filter: o.filter
+        ? {
+          wasmPath: o.filterWasm ?? INLINE_PLACEHOLDER,
+          pluginConfig: { agent_cluster: AGENT_CLUSTER, heartbeat_ms: o.heartbeatMs, epoch: 0, instance: "", exclude_paths: o.excludePath },
+        }
+        : undefined,
+    }));
+  } catch (error) {
+    if (!(error instanceof BootstrapError)) throw error;
+    throw new StartError(`Cannot use Envoy config ${o.config}: ${error.message}`);
+  }
   // JSON: what Envoy reads as YAML 1.1 could differ from what YAML 1.2 wrote (`id: n`).
-  writeOut(JSON.stringify(config, null, 2));
+  writeOut(JSON.stringify(config, inline === undefined ? undefined : inlineModule(inline), 2));
   return 0;
+}
+
+/** A JSON replacer that turns the placeholder's `{ filename }` into `{ inline_bytes }`. */
+function inlineModule(base64: string): (key: string, value: unknown) => unknown {
+  return (key, value) => key === "local" && (value as { filename?: unknown } | null)?.filename === INLINE_PLACEHOLDER ? { inline_bytes: base64 } : value;
 }

@@ -1,5 +1,6 @@
 import { readSync } from "node:fs";
 import { readFile } from "node:fs/promises";
+import { YAMLError } from "yaml";
 import { ManifestError } from "../k8s/manifest.ts";
 import { writeErr } from "../runtime/process.ts";
 
@@ -57,8 +58,9 @@ export async function withManifest(path: string, work: (text: string) => number)
   try {
     return work(text);
   } catch (error) {
-    if (!(error instanceof ManifestError)) throw error;
-    writeErr(`lastcall: cannot read ${inputName(path)}: ${error.message}`);
+    // A YAML error readManifest did not see first is still the input's fault: one line too.
+    if (!(error instanceof ManifestError) && !(error instanceof YAMLError)) throw error;
+    writeErr(`lastcall: cannot read ${inputName(path)}: ${error.message.split("\n")[0]}`);
     return EXIT_UNREADABLE;
   }
 }

@@ -3,6 +3,7 @@ import { delimiter, join } from "node:path";
 import type { Command } from "commander";
 import { Agent, EXIT, StartError } from "../agent.ts";
 import { DurationTooLongError, formatDuration, MAX_DURATION_TEXT, parseDuration } from "../duration.ts";
+import { refuseEnvoyArgClash } from "../envoy/arg-clash.ts";
 import { createEventLog } from "../log.ts";
 import { parseBoolean, type RunOptions } from "../options.ts";
 import { environment, onSignal, writeErr } from "../runtime/process.ts";
@@ -76,6 +77,40 @@ export function applyIstioEnvironment(options: RunOptions, isDefault: (key: stri
   return applied;
 }
 
+/** Envoy's --drain-time-s is whole seconds: what `ms` becomes there. */
+const wholeSeconds = (ms: number) => Math.max(1, Math.ceil(ms / 1000)) * 1000;
+
+/**
+ * Makes the timers agree, so none cuts what another promises: the floor (`--min-drain`) never
+ * ends before the listeners were asked to drain (`--drain-delay`), and Envoy's draining
+ * listeners keep accepting (`--drain-time`) until the floor ends. A timer left at its default is
+ * raised to fit; two set by the user that contradict each other are refused.
+ *
+ * @param explicit Whether the user set an option (flag, variable, or Istio's variable)
+ * @returns What was raised, for the `timings_resolved` event
+ * @throws {UsageError} naming both values when the user's own settings contradict each other
+ */
+export function resolveTimings(o: RunOptions, explicit: (key: "minDrainMs" | "drainTimeMs") => boolean): string[] {
+  const f = formatDuration;
+  const resolved: string[] = [];
+  if (o.drainDelayMs > 0 && o.drainDelayMs >= o.minDrainMs) {
+    if (explicit("minDrainMs")) {
+      throw new UsageError(`--drain-delay ${f(o.drainDelayMs)} must be shorter than --min-drain ${f(o.minDrainMs)}: the drain could end before Envoy's listeners start draining`);
+    }
+    o.minDrainMs = o.drainDelayMs + o.minDrainMs;
+    resolved.push(`--min-drain ${f(o.minDrainMs)} (--drain-delay ${f(o.drainDelayMs)} plus the default floor)`);
+  }
+  const accepting = o.minDrainMs - o.drainDelayMs; // how long listeners must accept once draining
+  if (o.drainTimeMs < accepting) {
+    if (explicit("drainTimeMs")) {
+      throw new UsageError(`--drain-time ${f(o.drainTimeMs)} closes Envoy's listeners before --min-drain ${f(o.minDrainMs)} ends: set --drain-time to at least ${f(wholeSeconds(accepting))}`);
+    }
+    o.drainTimeMs = wholeSeconds(accepting);
+    resolved.push(`--drain-time ${f(o.drainTimeMs)} (listeners accept until --min-drain ends)`);
+  }
+  return resolved;
+}
+
 /** Refuses timings that cannot all hold within the grace period, with the numbers. */
 export function checkTimings(o: RunOptions): void {
   const budget = o.graceMs - o.stopMarginMs;
@@ -143,7 +178,13 @@ export function resolveRunOptions(command: Command, envoyArgs: string[]): RunOpt
     return isDefault(flag);
   });
   if (applied.length) createEventLog(options.logFormat)("istio_environment", { applied });
+  const fromIstio = (name: string) => applied.some((a) => a.startsWith(name));
+  const resolved = resolveTimings(options, (key) =>
+    key === "minDrainMs" ? !isDefault("minDrain") || fromIstio("MINIMUM_DRAIN_DURATION") : !isDefault("drainTime")
+  );
+  if (resolved.length) createEventLog(options.logFormat)("timings_resolved", { resolved });
   checkTimings(options);
+  refuseEnvoyArgClash(envoyArgs);
   return options;
 }
 
@@ -154,7 +195,11 @@ export async function runCommand(options: RunOptions): Promise<number> {
   const off = [
     onSignal("SIGTERM", () => agent.terminate("SIGTERM")),
     onSignal("SIGINT", () => agent.terminate("SIGINT")),
+    onSignal("SIGQUIT", () => agent.terminate("SIGQUIT")),
     onSignal("SIGHUP", () => agent.reload("SIGHUP")),
+    // Said, and nothing else: no inspector, no exit (docs/operations.md, "Signals").
+    onSignal("SIGUSR1", () => log("signal_ignored", { signal: "SIGUSR1" })),
+    onSignal("SIGUSR2", () => log("signal_ignored", { signal: "SIGUSR2" })),
   ];
   try {
     const code = await agent.run();

@@ -1,6 +1,6 @@
 import { delay } from "../async.ts";
 import { formatDuration } from "../duration.ts";
-import { writeErr } from "../runtime/process.ts";
+import { onSignal, signalStatus, STOP_SIGNALS, type StopSignal, writeErr } from "../runtime/process.ts";
 
 /** Options of {@linkcode waitReady}. */
 export interface WaitOptions {
@@ -10,6 +10,8 @@ export interface WaitOptions {
   timeoutMs: number;
   /** Time between probes. @default 100 */
   periodMs?: number;
+  /** The command named in the line said when giving up. @default "wait" */
+  command?: string;
 }
 
 const NO_ANSWER = "no answer yet";
@@ -35,7 +37,8 @@ async function probe(url: string, signal: AbortSignal): Promise<string | undefin
 
 /**
  * `lastcall wait`: exits 0 once the proxy is ready; after the timeout, exits 1 with the last
- * reason seen (not just "timeout"), so a stuck pod says why.
+ * reason seen (not just "timeout"), so a stuck pod says why. SIGTERM, SIGINT or SIGQUIT while
+ * waiting ends the wait at once: one line, and 128 + the signal's number.
  *
  * @example
  * ```ts
@@ -43,15 +46,31 @@ async function probe(url: string, signal: AbortSignal): Promise<string | undefin
  * ```
  */
 export async function waitReady(options: WaitOptions): Promise<number> {
-  const deadline = AbortSignal.timeout(options.timeoutMs);
+  const stop = new AbortController();
+  let stoppedBy: StopSignal | undefined;
+  const offs = STOP_SIGNALS.map((signal) => onSignal(signal, () => {
+    stoppedBy ??= signal;
+    stop.abort();
+  }));
+  const timeout = AbortSignal.timeout(options.timeoutMs);
+  const deadline = AbortSignal.any([timeout, stop.signal]);
+  const command = `lastcall ${options.command ?? "wait"}`;
   let reason = NO_ANSWER;
-  while (!deadline.aborted) {
-    const answer = await probe(options.statusUrl, deadline);
-    if (answer === undefined) return 0;
-    // A probe cut short by the deadline still beats saying nothing at all.
-    if (!deadline.aborted || reason === NO_ANSWER) reason = answer;
-    await delay(options.periodMs ?? 100, deadline).catch(() => {});
+  try {
+    while (!deadline.aborted) {
+      const answer = await probe(options.statusUrl, deadline);
+      if (answer === undefined && !stop.signal.aborted) return 0;
+      // A probe cut short by the deadline still beats saying nothing at all.
+      if (answer !== undefined && (!deadline.aborted || reason === NO_ANSWER)) reason = answer;
+      await delay(options.periodMs ?? 100, deadline).catch(() => {});
+    }
+  } finally {
+    for (const off of offs) off();
   }
-  writeErr(`lastcall wait: not ready after ${formatDuration(options.timeoutMs)}: ${reason}`);
+  if (stoppedBy) {
+    writeErr(`${command}: stopped by ${stoppedBy} before the proxy was ready (last: ${reason})`);
+    return signalStatus(stoppedBy);
+  }
+  writeErr(`${command}: not ready after ${formatDuration(options.timeoutMs)}: ${reason}`);
   return 1;
 }

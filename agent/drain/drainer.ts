@@ -4,11 +4,13 @@
 import type { AppWatch } from "../app-watch.ts";
 import type { LiveEnvoy, Envoys } from "../envoys.ts";
 import { activeRequests, parseStatsJson } from "../envoy/stats.ts";
+import { type Undelivered, undelivered } from "../envoy/sockets.ts";
 import type { EventLog } from "../log.ts";
 import type { RunOptions } from "../options.ts";
 import type { ReportDesk } from "../reports.ts";
 import type { InflightTracker } from "./in-flight.ts";
 import type { ModeContext } from "./modes/context.ts";
+import { finishOldEpochs } from "./old-epochs.ts";
 import { DrainEnded, drainListeners, type DrainPlan, stopEnvoys, waitDrained } from "./shutdown.ts";
 
 /** What the drainer needs from the agent. */
@@ -35,6 +37,27 @@ export interface DrainerDeps {
 export interface StopOutcome {
   /** Requests in flight at the stop, read from Envoy. */
   inflightAtStop: number;
+  /** Response bytes not yet delivered at the stop (kernel send queues of accepted connections), when known. */
+  bytesUnsentAtStop?: number;
+}
+
+/**
+ * What the given Envoy processes still have to deliver, summed; undefined when /proc cannot
+ * tell for one of them.
+ *
+ * @example
+ * ```ts
+ * const left = await undeliveredBy(envoys.all()); // { connections: 2, sending: 1, bytes: 812_000 }
+ * ```
+ */
+export async function undeliveredBy(live: readonly LiveEnvoy[]): Promise<Undelivered | undefined> {
+  const each = await Promise.all(live.filter((l) => l.process.running).map((l) => undelivered(l.process.pid, l.listenPorts)));
+  if (each.some((u) => u === undefined)) return undefined;
+  return each.reduce<Undelivered>((sum, u) => ({
+    connections: sum.connections + u!.connections,
+    sending: sum.sending + u!.sending,
+    bytes: sum.bytes + u!.bytes,
+  }), { connections: 0, sending: 0, bytes: 0 });
 }
 
 /**
@@ -56,8 +79,9 @@ export class Drainer {
   readonly #tracker: InflightTracker;
   readonly #desk: ReportDesk;
   readonly #filtered: boolean;
-  /** Reporters of Envoys drained before a cold reload stops them. */
-  readonly #coldDraining = new Set<string>();
+  /** Reporters of the old Envoys of a reload, being drained. */
+  readonly #oldDraining = new Set<string>();
+  readonly #finishing = new WeakSet<LiveEnvoy>();
   #plan?: DrainPlan;
 
   constructor(deps: DrainerDeps) {
@@ -77,36 +101,30 @@ export class Drainer {
 
   /** Whether the filter reporting as `instance` should be told to drain. */
   isDraining(instance: string): boolean {
-    return this.#plan !== undefined || this.#coldDraining.has(instance);
+    return this.#plan !== undefined || this.#oldDraining.has(instance);
   }
 
-  /** A cold reload leaves a gap: drain the old Envoy first, for at most `--drain-time`. */
-  async drainBeforeColdReload(signal: AbortSignal): Promise<void> {
-    const old = this.#envoys.all();
-    const reporters = old.flatMap((l) => l.reporters);
-    for (const id of reporters) this.#coldDraining.add(id);
-    this.#desk.drainStarted();
-    const startedAt = Date.now();
-    const plan: DrainPlan = {
-      mode: this.#filtered && reporters.length > 0 ? "inflight" : "requests",
-      scope: this.#o.drainScope,
-      failHealthcheck: false,
-      drainDelayMs: 0,
-      minDrainMs: 0,
-      startedAt,
-      deadline: startedAt + this.#o.drainTimeMs,
-    };
-    const ended = new AbortController();
-    const timer = setTimeout(() => ended.abort(new DrainEnded("deadline")), this.#o.drainTimeMs);
-    signal.addEventListener("abort", () => ended.abort(signal.reason), { once: true });
-    try {
-      for (const l of old) if (l.admin && !l.adminHandedOver) void drainListeners(plan, l.admin, this.#log, ended.signal);
-      const reason = await waitDrained(plan, { ...this.modeContext(() => reporters), measure: (s) => this.measure(s) }, ended.signal);
-      this.#log("reload_drained", { reason, ms: Date.now() - startedAt });
-    } finally {
-      clearTimeout(timer);
-    }
-    signal.throwIfAborted();
+  /**
+   * Drains old Envoys of a reload and stops them once they have finished (see old-epochs.ts): a
+   * hot restart's parent once its child serves, or, before a cold reload, the Envoy it replaces.
+   */
+  finishOld(all: LiveEnvoy[], kind: "hot" | "cold", signal: AbortSignal): Promise<string> {
+    const old = all.filter((l) => !this.#finishing.has(l)); // a second reload finds the first's parent already finishing
+    if (old.length === 0) return Promise.resolve("already_finishing");
+    for (const l of old) this.#finishing.add(l);
+    return finishOldEpochs(old, {
+      options: this.#o,
+      log: this.#log,
+      tracker: this.#tracker,
+      retiring: this.#deps.retiring,
+      markDraining: (ids) => {
+        for (const id of ids) this.#oldDraining.add(id);
+        this.#desk.drainStarted();
+      },
+      modeContext: (instances) => this.modeContext(instances),
+      measure: (s) => this.measure(s),
+      undelivered: (live) => undeliveredBy(live),
+    }, { kind, signal: AbortSignal.any([signal, this.#deps.closing]) });
   }
 
   modeContext(instances = () => this.#envoys.reporters()): ModeContext {
@@ -130,11 +148,23 @@ export class Drainer {
     };
   }
 
-  /** Step 1 (readiness fails) at once, steps 2–4 on every Envoy that can be asked; idempotent. */
-  start(source: string): DrainPlan {
-    if (this.#plan) return this.#plan;
+  /**
+   * Step 1 (readiness fails) at once, steps 2–4 on every Envoy that can be asked; idempotent. A
+   * termination (`terminating`) after a `POST /drain` keeps that drain and takes its deadline
+   * from now: the grace period runs from the signal.
+   */
+  start(source: string, terminating = false): DrainPlan {
     const o = this.#o;
-    const startedAt = Date.now();
+    const now = Date.now();
+    if (this.#plan) {
+      if (terminating && this.#plan.terminatedAt === undefined) {
+        this.#plan.terminatedAt = now;
+        this.#plan.deadline = now + o.graceMs - o.stopMarginMs;
+        this.#log("drain_deadline", { source, deadline_ms: this.#plan.deadline - now, drain_ms: now - this.#plan.startedAt });
+      }
+      return this.#plan;
+    }
+    const startedAt = now;
     const plan: DrainPlan = {
       mode: o.drainMode,
       scope: o.drainScope,
@@ -142,6 +172,7 @@ export class Drainer {
       drainDelayMs: o.drainDelayMs,
       minDrainMs: o.minDrainMs,
       startedAt,
+      ...(terminating ? { terminatedAt: startedAt } : {}),
       deadline: startedAt + o.graceMs - o.stopMarginMs,
     };
     this.#plan = plan;
@@ -157,6 +188,7 @@ export class Drainer {
       ...(context.statsCounted.length ? { counted_by_stats: context.statsCounted } : {}),
     });
     for (const live of this.#envoys.all()) this.drainListenersOf(live);
+    void undeliveredBy(this.#envoys.all()); // learn the listening ports before Envoy closes them
     return plan;
   }
 
@@ -208,7 +240,8 @@ export class Drainer {
     Promise.all(running.map((l) => l.process.exited)).then(end("envoy_exited"));
     try {
       const waitForApp = (s: AbortSignal) => this.#deps.app.waitGone(s);
-      return await waitDrained(plan, { ...this.modeContext(), measure: (s) => this.measure(s), waitForApp }, ended.signal);
+      const deps = { ...this.modeContext(), measure: (s: AbortSignal) => this.measure(s), waitForApp, undelivered: () => undeliveredBy(this.#envoys.all()) };
+      return await waitDrained(plan, deps, ended.signal);
     } finally {
       clearTimeout(timer);
     }
@@ -242,14 +275,16 @@ export class Drainer {
    */
   async stop(plan: DrainPlan): Promise<StopOutcome> {
     // Everything from here fits in what is left of the grace period (less a little for exiting).
-    const graceEnd = plan.startedAt + this.#o.graceMs - 300;
+    const graceEnd = (plan.terminatedAt ?? plan.startedAt) + this.#o.graceMs - 300;
     const measureMs = Math.floor(Math.max(50, Math.min(500, (graceEnd - Date.now()) / 4)));
-    const inflightAtStop = await this.measure(AbortSignal.timeout(measureMs))
-      .catch(() => undefined) ?? this.#tracker.inflight(this.#envoys.reporters());
+    const [inflightAtStop, left] = await Promise.all([
+      this.measure(AbortSignal.timeout(measureMs)).catch(() => undefined).then((n) => n ?? this.#tracker.inflight(this.#envoys.reporters())),
+      undeliveredBy(this.#envoys.all()),
+    ]);
     const stopBudget = Math.max(200, graceEnd - Date.now());
     const targets = this.#envoys.all().filter((l) => l.process.running);
     for (const l of targets) this.#deps.retiring.add(l.info.instance);
     await stopEnvoys(targets.map((l) => ({ process: l.process, admin: l.adminHandedOver ? undefined : l.admin })), this.#log, stopBudget);
-    return { inflightAtStop };
+    return { inflightAtStop, bytesUnsentAtStop: left?.bytes };
   }
 }

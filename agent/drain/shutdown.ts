@@ -1,10 +1,12 @@
 // The termination sequence (SIGTERM path 3/3): fail readiness (done by the caller), fail
 // Envoy's health check, wait for load balancers, drain listeners, wait by mode until a confirmed
 // zero at or after the floor (`--min-drain`) and before the deadline, then stop Envoy with
-// escalation. The rule: an Envoy is stopped only when it has nothing in flight, or at the deadline.
+// escalation. The rule: an Envoy is stopped only when it has nothing in flight and no response
+// byte left to deliver, or at the deadline.
 import { delay } from "../async.ts";
 import type { AdminClient } from "../envoy/admin.ts";
 import type { EnvoyProcess } from "../envoy/process.ts";
+import type { Undelivered } from "../envoy/sockets.ts";
 import type { EventLog } from "../log.ts";
 import type { DrainMode, DrainScope } from "../options.ts";
 import type { ModeContext } from "./modes/context.ts";
@@ -17,8 +19,13 @@ export interface DrainPlan {
   failHealthcheck: boolean;
   drainDelayMs: number;
   minDrainMs: number;
-  /** When the signal (or `/drain`) came, ms since the epoch. */
+  /** When the drain began (the signal, or `/drain`), ms since the epoch; the floor runs from it. */
   startedAt: number;
+  /**
+   * When the termination signal came, once one did: the grace period runs from it (a drain
+   * begun by `POST /drain` gets its deadline from the later signal).
+   */
+  terminatedAt?: number;
   /** The latest moment to begin stopping Envoy: signal + grace − stop margin. */
   deadline: number;
 }
@@ -96,6 +103,28 @@ export interface WaitDeps extends ModeContext {
   measure(signal: AbortSignal): Promise<number | undefined>;
   /** Waits while the app beside the proxy still runs; true if it had to wait. */
   waitForApp?(signal: AbortSignal): Promise<boolean>;
+  /** Response bytes the Envoys still have to deliver on accepted connections; undefined when unknown. */
+  undelivered?(): Promise<Undelivered | undefined>;
+}
+
+/** Poll period while Envoy's last responses are still being delivered. */
+export const DELIVERY_POLL_MS = 50;
+
+/**
+ * Waits until no accepted connection of the Envoys has a response byte left to deliver (the
+ * kernel's send queue is empty, so Envoy's own buffer is too). A slow reader keeps its
+ * connection's queue full long after Envoy finished the stream: this is what makes "done" mean
+ * the client's last byte. Resolves true if it had to wait.
+ */
+export async function waitDelivered(deps: WaitDeps, signal: AbortSignal): Promise<boolean> {
+  let waited = false;
+  for (;;) {
+    const left = await deps.undelivered?.();
+    if (!left || left.bytes === 0) return waited;
+    if (!waited) deps.log("drain_flushing", { bytes: left.bytes, connections: left.sending });
+    waited = true;
+    await delay(DELIVERY_POLL_MS, signal);
+  }
 }
 
 /**
@@ -105,7 +134,8 @@ export interface WaitDeps extends ModeContext {
  * floor (`--min-drain`) is not an end: the wait goes on, and requests that arrive during the
  * floor are waited for. An app that still runs beside the proxy is waited for too (its outbound
  * calls go through Envoy). In the counting modes, Envoy's own count is read once more right
- * before the end; if it is not zero, the wait resumes.
+ * before the end; if it is not zero, the wait resumes; then the wait lasts until every response
+ * byte has been delivered to its client.
  *
  * @example
  * ```ts
@@ -135,6 +165,9 @@ export async function waitDrained(plan: DrainPlan, deps: WaitDeps, ended: AbortS
           log("drain_resumed", { inflight: now, after: reason });
           continue;
         }
+        // The last responses may still be on their way to slow readers; once they are
+        // delivered, count once more (a request may have come meanwhile).
+        if (await waitDelivered(deps, ended)) continue;
       }
       log("drain_wait_done", { mode: plan.mode, reason, ms: Date.now() - plan.startedAt });
       return reason;

@@ -16,13 +16,20 @@ export interface EnvoyLaunch {
   adminAddressPath: string;
   /** `--drain-time-s`. */
   drainTimeMs: number;
-  /** `--parent-shutdown-time-s`. */
+  /** lastcall's limit for an old epoch (`--parent-shutdown`); Envoy's own timer is set past it. */
   parentShutdownMs: number;
   /** Passed through after lastcall's own arguments. */
   extraArgs: string[];
 }
 
 const seconds = (ms: number) => String(Math.max(1, Math.ceil(ms / 1000)));
+
+/**
+ * How long after lastcall's own limit Envoy's parent-shutdown timer fires: lastcall stops an old
+ * epoch when it has finished (or at its limit); Envoy's timer is only the backstop for a
+ * lastcall that is gone.
+ */
+export const PARENT_SHUTDOWN_BACKSTOP_MS = 60_000;
 
 /**
  * Builds Envoy's command line. Every unusual flag says why it is there.
@@ -41,7 +48,9 @@ export function envoyArgs(launch: EnvoyLaunch): string[] {
   // once, so clients move away at their next request instead of over the whole drain time.
   args.push("--drain-strategy", "immediate");
   args.push("--drain-time-s", seconds(launch.drainTimeMs));
-  args.push("--parent-shutdown-time-s", seconds(launch.parentShutdownMs));
+  // Envoy's parent-shutdown timer kills the old epoch of a hot restart whatever it still serves:
+  // lastcall stops that epoch itself when it has finished, so the timer only backs lastcall up.
+  args.push("--parent-shutdown-time-s", seconds(launch.parentShutdownMs + PARENT_SHUTDOWN_BACKSTOP_MS));
   if (!launch.hotRestart) {
     args.push("--disable-hot-restart");
   } else if (launch.epoch === 0) {

@@ -1,6 +1,9 @@
 // The user's Envoy config in, the effective bootstrap out: admin on loopback, a cluster to the
-// agent, and the in-flight filter first in each inbound HTTP connection manager. Pure: no I/O.
+// agent, and the in-flight filter first in the HTTP connection managers of every listener that
+// is not OUTBOUND (unmarked ones marked INBOUND, so Envoy drains them), counted-not-drained in
+// OUTBOUND ones. Pure: no I/O.
 import { redirectXds, type XdsPlan, type XdsRedirectOptions } from "../xds/redirect.ts";
+import { countingOf, type Direction, directionOf, type ListenerCounting } from "./direction.ts";
 
 /** The agent cluster's name, also the filter's `agent_cluster`. */
 export const AGENT_CLUSTER = "lastcall_agent";
@@ -38,8 +41,10 @@ export interface BootstrapOptions {
 export interface Bootstrap {
   /** The config to hand to Envoy. */
   config: Record<string, unknown>;
-  /** Names of the listeners treated as inbound. */
+  /** Names of the listeners treated as inbound: every one not marked OUTBOUND. */
   inboundListeners: string[];
+  /** Every static listener: its direction as written and how lastcall counts it. */
+  listeners: ListenerCounting[];
   /** `stat_prefix` of every HTTP connection manager of those listeners. */
   inboundStatPrefixes: string[];
   /** Inbound listeners whose HTTP connection managers got the filter. */
@@ -161,18 +166,27 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
   });
 
   const listeners = ((staticResources.listeners ?? []) as Json[]).filter(isObject);
-  const anyMarked = listeners.some((l) => l.traffic_direction === "INBOUND");
-  const inbound = listeners.filter((l) => !anyMarked || l.traffic_direction === "INBOUND");
+  const directions = new Map<Json, Direction>(listeners.map((l) => [l, directionOf(l.traffic_direction)]));
+  // Every listener is counted unless it is explicitly OUTBOUND. An unmarked one is marked
+  // INBOUND in lastcall's copy: Envoy's `drain_listeners?inboundonly` drains only listeners
+  // marked INBOUND, and one lastcall waits for must be drained like the others (for Envoy,
+  // UNSPECIFIED and INBOUND differ in nothing else: tracing names both "ingress").
+  const inbound = listeners.filter((l) => directions.get(l) !== "OUTBOUND");
+  for (const l of inbound) if (directions.get(l) === "unmarked") l.traffic_direction = "INBOUND";
   // Outbound listeners (the app's calls out) are counted, not drained: an app that shuts down
   // slowly still calls other services through Envoy, and the drain waits for those calls.
-  const outbound = anyMarked ? listeners.filter((l) => l.traffic_direction === "OUTBOUND") : [];
+  const outbound = listeners.filter((l) => directions.get(l) === "OUTBOUND");
   const inboundStatPrefixes: string[] = [];
   const filteredListeners: string[] = [];
   const outboundListeners: string[] = [];
   const tcpListeners = new Set<string>();
+  const counting = new Map<Json, ListenerCounting>();
   for (const listener of [...inbound, ...outbound]) {
     const isInbound = inbound.includes(listener);
-    let filtered = false;
+    const name = String(listener.name ?? "(unnamed)");
+    let http = 0;
+    let tcp = 0;
+    let statsOnly = 0;
     const chains = [...((listener.filter_chains ?? []) as Json[])];
     // A listener may have only a default chain, or a default chain beside matched ones: it
     // carries requests like any other chain.
@@ -183,18 +197,23 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
       // (databases) would hold every drain until the deadline.
       if (isInbound && options.filter && filters.some(isTcpProxy) && !filters.some(isHcm)) {
         chain.filters = [wasmFilter(options.filter, true), ...filters];
-        tcpListeners.add(String(listener.name ?? "(unnamed)"));
+        tcpListeners.add(name);
+        tcp++;
       }
       for (const filter of filters) {
         if (!isHcm(filter) || !isObject(filter.typed_config)) continue;
         const hcm = filter.typed_config;
         if (isInbound && typeof hcm.stat_prefix === "string") inboundStatPrefixes.push(hcm.stat_prefix);
-        if (!options.filter) continue;
+        if (!options.filter) {
+          statsOnly++;
+          continue;
+        }
         hcm.http_filters = [wasmFilter(options.filter), ...((hcm.http_filters ?? []) as Json[])];
-        filtered = true;
+        http++;
       }
     }
-    if (filtered) (isInbound ? filteredListeners : outboundListeners).push(String(listener.name ?? "(unnamed)"));
+    if (http > 0) (isInbound ? filteredListeners : outboundListeners).push(name);
+    counting.set(listener, { name, direction: directions.get(listener)!, counted: countingOf({ direction: directions.get(listener)!, http, tcp, statsOnly }) });
   }
   // xDS hook (agent/xds/redirect.ts): LDS goes through lastcall, which inserts the filter.
   const xds = options.filter && options.xds
@@ -206,6 +225,7 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
     config,
     unseenListeners,
     inboundListeners: inbound.map((l) => String(l.name ?? "(unnamed)")),
+    listeners: listeners.map((l) => counting.get(l)!),
     inboundStatPrefixes,
     filteredListeners,
     outboundListeners,

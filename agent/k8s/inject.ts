@@ -3,6 +3,7 @@
 // and documents it does not touch are printed back byte for byte.
 import { type Document, isMap, isScalar, isSeq, type Node, visit, type YAMLMap, type YAMLSeq } from "yaml";
 import { type ManifestDocument, readManifest, renderManifest } from "./manifest.ts";
+import { ownIn, ownItem, ownValue, valueOf } from "./own-node.ts";
 import { findPodTemplate, isRecord, type PodTemplate } from "./workloads.ts";
 import {
   BIN_VOLUME,
@@ -56,7 +57,8 @@ export function injectManifest(text: string, options: SidecarOptions): InjectRes
 export function injectDocument(doc: Document, options: SidecarOptions, warn: (line: string) => void): boolean {
   const template = findPodTemplate(doc.toJS());
   if (!template) return false;
-  const spec = doc.getIn(template.specPath, true);
+  // Made the document's own along the way: a spec or containers from an anchor are copied here.
+  const spec = ownIn(doc, template.specPath);
   if (!template.spec || !isMap(spec) || !Array.isArray(template.spec.containers) || template.spec.containers.length === 0) {
     warn(`${template.ref}: no containers at ${template.specPath.join(".")}.containers: left as is`);
     return false;
@@ -114,10 +116,13 @@ function wrapApps(doc: Document, spec: YAMLMap, template: PodTemplate, options: 
   let wrapped = 0;
   let copied = false;
   const quit = template.runsToCompletion;
-  for (const c of sequence(doc, spec, "containers").items) {
-    if (!isMap(c) || c.get("name") === SIDECAR_NAME) continue;
-    const command = c.get("command", true);
-    const name = String(c.get("name"));
+  const containers = sequence(doc, spec, "containers");
+  for (let i = 0; i < containers.items.length; i++) {
+    const c = ownItem(doc, containers, i);
+    if (!isMap(c)) continue;
+    const name = String((valueOf(doc, c) as Record<string, unknown>).name);
+    if (name === SIDECAR_NAME) continue;
+    const command = ownValue(doc, c, "command");
     if (!isSeq(command) || command.items.length === 0) {
       warn(quit
         ? `${template.ref}: container "${name}" has no command: not wrapped with lastcall exec, so the sidecar keeps running after it ends (set its command, or use --mode native)`
@@ -143,7 +148,7 @@ function wrapApps(doc: Document, spec: YAMLMap, template: PodTemplate, options: 
 /** Adds a volume unless the pod already has one by that name. */
 function addVolume(doc: Document, spec: YAMLMap, name: string, volume: Record<string, unknown>): void {
   const volumes = sequence(doc, spec, "volumes");
-  if (volumes.items.some((v) => isMap(v) && v.get("name") === name)) return;
+  if (volumes.items.some((v) => (valueOf(doc, v) as { name?: unknown } | null)?.name === name)) return;
   volumes.items.push(doc.createNode(volume));
 }
 
@@ -153,7 +158,7 @@ function addVolume(doc: Document, spec: YAMLMap, name: string, volume: Record<st
  * `containers`, where people look for it.
  */
 function sequence(doc: Document, map: YAMLMap, key: string): YAMLSeq {
-  const existing = map.get(key, true);
+  const existing = ownValue(doc, map, key);
   if (isSeq(existing)) {
     existing.flow = false;
     return existing;

@@ -3,6 +3,12 @@
 // markers and all), which is what makes `inject` of its own output a no-op.
 import { type Document, parseAllDocuments, type ToStringOptions } from "yaml";
 
+/**
+ * How manifests are read: `<<` merge keys honoured (as kubectl's go-yaml does), and at most
+ * this many alias expansions per document (yaml's default): more is an alias bomb.
+ */
+export const MANIFEST_YAML = { merge: true, maxAliasCount: 100 } as const;
+
 /** One YAML document of a manifest. */
 export interface ManifestDocument {
   /** Position in the file, from 1. */
@@ -35,10 +41,11 @@ export class ManifestError extends Error {
  * ```ts
  * readManifest("kind: Pod\n---\nkind: Job\n").map((d) => d.doc.get("kind")); // ["Pod", "Job"]
  * ```
- * @throws {ManifestError} on the first document that is not valid YAML
+ * @throws {ManifestError} on the first document that is not valid YAML, or whose value cannot
+ * be built (an alias bomb, a merge key on something not a mapping)
  */
 export function readManifest(text: string): ManifestDocument[] {
-  const docs = parseAllDocuments(text);
+  const docs = parseAllDocuments(text, MANIFEST_YAML);
   // An empty file parses to an empty list (or an EmptyStream): nothing to do.
   if (!Array.isArray(docs)) return [];
   return docs.map((doc, i) => {
@@ -47,12 +54,27 @@ export function readManifest(text: string): ManifestDocument[] {
       const reason = error.message.split("\n")[0].replace(/ at line \d+, column \d+:?$/, "");
       throw new ManifestError(i + 1, error.linePos?.[0].line ?? 1, reason, { cause: error });
     }
+    try {
+      // Built once here, so a document that cannot be built fails as a YAML error, not later.
+      doc.toJS({ maxAliasCount: MANIFEST_YAML.maxAliasCount });
+    } catch (error) {
+      const line = text.slice(0, doc.range[0]).split("\n").length;
+      throw new ManifestError(i + 1, line, valueError(error as Error), { cause: error });
+    }
     // Each document owns the text from its own start (its `---`) to the next one's start; the
     // first also owns whatever precedes it, so the pieces always add up to the whole file.
     const start = i === 0 ? 0 : doc.range[0];
     const end = i + 1 < docs.length ? docs[i + 1].range[0] : text.length;
     return { index: i + 1, doc, source: text.slice(start, end) };
   });
+}
+
+/** Says why a document's value could not be built, in the user's terms. */
+function valueError(error: Error): string {
+  if (/alias count/i.test(error.message)) {
+    return `more than ${MANIFEST_YAML.maxAliasCount} alias expansions (an alias bomb?): refused`;
+  }
+  return error.message.split("\n")[0];
 }
 
 /**

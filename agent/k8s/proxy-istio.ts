@@ -60,7 +60,7 @@ export function istioProxy(spec: Record<string, unknown>, annotations: Record<st
 function proxyConfig(source: string, raw: unknown): Record<string, unknown> {
   if (typeof raw !== "string") return {};
   try {
-    const parsed = YAML.parse(raw);
+    const parsed = YAML.parse(raw, { merge: true });
     return isRecord(parsed) ? parsed : {};
   } catch (error) {
     throw new RangeError(`${source} is not YAML: ${(error as Error).message.split("\n")[0].replace(/ at line \d+, column \d+:?$/, "")}`);

@@ -1,5 +1,7 @@
 // The only module that touches the host process: Node and Deno both provide `node:process`,
 // so the agent stays runtime-neutral by going through here.
+import inspector from "node:inspector";
+import { constants as osConstants } from "node:os";
 import process from "node:process";
 
 // A log reader that goes away (a closed pipe: EPIPE) must not take the proxy down in the middle
@@ -42,24 +44,95 @@ export function exitWith(code: number): never {
   process.exit(code);
 }
 
-/** Signals the agent reacts to. */
-export type StopSignal = "SIGTERM" | "SIGINT" | "SIGHUP";
+/** The signals lastcall gives a meaning to, in every command (docs/operations.md, "Signals"). */
+export const HANDLED_SIGNALS = ["SIGTERM", "SIGINT", "SIGQUIT", "SIGHUP", "SIGUSR1", "SIGUSR2"] as const;
+
+/** One of {@linkcode HANDLED_SIGNALS}. */
+export type HandledSignal = typeof HANDLED_SIGNALS[number];
+
+/** The signals that ask a process to stop. */
+export type StopSignal = "SIGTERM" | "SIGINT" | "SIGQUIT";
+
+/** {@linkcode StopSignal}s, in the order they are documented. */
+export const STOP_SIGNALS: readonly StopSignal[] = ["SIGTERM", "SIGINT", "SIGQUIT"];
+
+/** The exit status of a process stopped by `signal`, the way shells report it: 128 + its number. */
+export function signalStatus(signal: NodeJS.Signals): number {
+  return 128 + ((osConstants.signals as Record<string, number>)[signal] ?? 0);
+}
+
+// One process listener per signal, for the whole life of the process, installed as this module
+// is loaded (main.ts imports it first): no signal ever meets the runtime's default action. The
+// defaults are what hurts: SIGQUIT and SIGUSR2 kill Node; SIGUSR1 opens Node's inspector on
+// 127.0.0.1:9229 (any container of the pod could then run code inside lastcall); and as PID 1
+// a signal without a handler is dropped. A listener is never removed either: removing Node's
+// last one puts the default action back. Commands add handlers with onSignal; a signal no
+// command handles is dealt with by unhandled().
+const handlers = new Map<HandledSignal, Array<() => void>>(HANDLED_SIGNALS.map((signal) => [signal, []]));
+
+/** A signal no command handles: a stop signal ends the process (nothing runs yet, or any more); the others are ignored. */
+function unhandled(signal: HandledSignal): void {
+  if (!(STOP_SIGNALS as readonly string[]).includes(signal)) return;
+  writeErr(`lastcall: stopped by ${signal}`);
+  exitWith(signalStatus(signal));
+}
+
+/** How long after a SIGUSR1 lastcall looks out for an inspector a runtime opened anyway. */
+const INSPECTOR_WATCH_MS = 1000;
+
+// Node opens no inspector once a SIGUSR1 listener exists. Deno (2.9.2 and later) opens its
+// inspector on SIGUSR1 whatever listeners there are, a moment after they ran: it is closed as
+// soon as it is seen. Only one opened by the signal: a `--inspect` of the operator stays open.
+function closeInspectorOpenedBySignal(): void {
+  if (inspector.url()) return;
+  const until = Date.now() + INSPECTOR_WATCH_MS;
+  const look = () => {
+    if (inspector.url()) {
+      inspector.close();
+      writeErr("lastcall: closed the inspector the runtime opened on SIGUSR1");
+    } else if (Date.now() < until) {
+      setTimeout(look, 1);
+    }
+  };
+  setTimeout(look, 0);
+}
+
+for (const signal of HANDLED_SIGNALS) {
+  process.on(signal, () => {
+    if (signal === "SIGUSR1") closeInspectorOpenedBySignal();
+    const list = handlers.get(signal)!;
+    if (list.length === 0) return unhandled(signal);
+    for (const handler of [...list]) handler();
+  });
+}
 
 /**
  * Calls `handler` on each delivery of `signal`; returns a function that removes the handler.
+ * While a signal has handlers, they are all it does.
  *
  * @example
  * ```ts
  * const off = onSignal("SIGHUP", () => reload());
  * ```
  */
-export function onSignal(signal: StopSignal, handler: () => void): () => void {
-  process.on(signal, handler);
-  return () => process.off(signal, handler);
+export function onSignal(signal: HandledSignal, handler: () => void): () => void {
+  const list = handlers.get(signal)!;
+  list.push(handler);
+  return () => {
+    const at = list.indexOf(handler);
+    if (at >= 0) list.splice(at, 1);
+  };
 }
 
-/** Resolves with the first of `signals` delivered to the agent. */
-export function nextSignal(signals: readonly StopSignal[]): Promise<StopSignal> {
+/**
+ * Resolves with the first of `signals` delivered to the agent.
+ *
+ * @example
+ * ```ts
+ * const signal = await nextSignal(STOP_SIGNALS);
+ * ```
+ */
+export function nextSignal<S extends HandledSignal>(signals: readonly S[]): Promise<S> {
   return new Promise((resolve) => {
     const offs = signals.map((signal) => onSignal(signal, () => {
       for (const off of offs) off();

@@ -1,16 +1,25 @@
 // The status server: probes, state, metrics, and the filter's reports. Routes read the agent
 // through a small interface, so tests can call `app.request(url)` without a server.
 // Probes, /metrics and /v1/state are open to whoever reaches the port (kubelet, scrapers);
-// stopping and draining are for loopback callers; reports need the agent's secret.
+// stopping, draining and app news are for loopback callers that are not Envoy (a route of the
+// user's config could carry a remote client there); reports need the agent's secret. Every body
+// is capped.
 import { Hono } from "hono";
-import { bodyLimit } from "hono/body-limit";
 import { type InflightReport, parseReport } from "../drain/in-flight.ts";
 import type { AgentState } from "../state.ts";
+import { bodyCap } from "./body-cap.ts";
 import { loopbackOnly } from "./loopback-only.ts";
+import { type ConnectionMaker, type ConnectionPorts, notThroughEnvoy } from "./not-through-envoy.ts";
 import { requireReportToken } from "./report-token.ts";
 
 /** The largest report body accepted; a real report is about 150 bytes. */
 export const REPORT_MAX_BYTES = 4096;
+
+/** The largest body of any other request (`POST /v1/app` sends about 80 bytes). */
+export const REQUEST_MAX_BYTES = 4096;
+
+/** The route of the filter's reports (its body is capped after the token is checked). */
+const REPORT_PATH = "/v1/inflight";
 
 /** Response header of `POST /v1/inflight`: `1` when the agent is draining, else `0`. */
 export const DRAINING_HEADER = "x-lastcall-draining";
@@ -62,6 +71,11 @@ export interface StatusControls {
   quit(): void;
   /** `POST /drain` from loopback: drain without exiting. */
   drain(): void;
+  /**
+   * Who made the connection a control request (`/quitquitquit`, `/drain`, `/v1/app`) came on:
+   * one made by an Envoy lastcall supervises is refused (see `connectionMaker`).
+   */
+  connectionMaker(ports: ConnectionPorts): Promise<ConnectionMaker>;
 }
 
 /**
@@ -78,6 +92,9 @@ export interface StatusControls {
  */
 export function createStatusApp(controls: StatusControls): Hono {
   const app = new Hono();
+  const control = () => [loopbackOnly(), notThroughEnvoy((ports) => controls.connectionMaker(ports))] as const;
+  const capped = bodyCap({ maxBytes: REQUEST_MAX_BYTES });
+  app.use("*", (c, next) => (c.req.path === REPORT_PATH ? next() : capped(c, next)));
   app.get("/healthz/ready", async function ready(c) {
     const answer = await controls.readiness();
     return c.json(answer, answer.ready ? 200 : 503);
@@ -88,10 +105,10 @@ export function createStatusApp(controls: StatusControls): Hono {
     return c.body(await controls.metrics(), 200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });
   });
   app.post(
-    "/v1/inflight",
+    REPORT_PATH,
     // The token first: a stranger's body is not even read.
     requireReportToken(controls.reportToken, () => controls.reportRefused?.()),
-    bodyLimit({ maxSize: REPORT_MAX_BYTES, onError: (c) => c.json({ error: `report body larger than ${REPORT_MAX_BYTES} bytes` }, 413) }),
+    bodyCap({ maxBytes: REPORT_MAX_BYTES, what: "report body" }),
     async function inflight(c) {
       let report: InflightReport;
       try {
@@ -105,11 +122,11 @@ export function createStatusApp(controls: StatusControls): Hono {
       return c.json(probe === undefined ? { draining } : { draining, probe });
     },
   );
-  app.post("/quitquitquit", loopbackOnly(), function quit(c) {
+  app.post("/quitquitquit", ...control(), function quit(c) {
     controls.quit();
     return c.json({ quitting: true });
   });
-  app.post("/v1/app", loopbackOnly(), async function appState(c) {
+  app.post("/v1/app", ...control(), async function appState(c) {
     const body = await c.req.json().catch(() => undefined) as { state?: unknown; id?: unknown; pid?: unknown; status?: unknown } | undefined;
     if (body?.state !== "running" && body?.state !== "exited") {
       return c.json({ error: `app state must be "running" or "exited", not ${JSON.stringify(body?.state)?.slice(0, 40)}` }, 400);
@@ -125,7 +142,7 @@ export function createStatusApp(controls: StatusControls): Hono {
     });
     return taken === false ? c.json({ error: "too many apps reported" }, 429) : c.json({ ok: true });
   });
-  app.post("/drain", loopbackOnly(), function drain(c) {
+  app.post("/drain", ...control(), function drain(c) {
     controls.drain();
     return c.json({ draining: true });
   });

@@ -8,7 +8,7 @@ import YAML from "yaml";
 import type { EventLog } from "../log.ts";
 import { watchFiles } from "../watch.ts";
 import type { EncodedFilters } from "./listener.ts";
-import { insertIntoResponse } from "./listener-json.ts";
+import { insertIntoResponse, type JsonListenerRewrite } from "./listener-json.ts";
 import { rewriteResponse } from "./messages.ts";
 import type { XdsFile, XdsPlan } from "./redirect.ts";
 import type { XdsStats } from "./stats.ts";
@@ -19,13 +19,13 @@ export interface FileRelayContext {
   encoded: EncodedFilters;
   stats: XdsStats;
   log: EventLog;
-  onListeners(listeners: Array<{ name: string; http: number; tcp: number }>): void;
+  onListeners(listeners: JsonListenerRewrite[]): void;
 }
 
 /** The content Envoy gets for the user's file content, and the listeners that got the filter. */
 export function rewriteFile(content: Uint8Array, format: XdsFile["format"], context: Pick<FileRelayContext, "filters" | "encoded">): {
   content: Uint8Array;
-  listeners: Array<{ name: string; http: number; tcp: number }>;
+  listeners: JsonListenerRewrite[];
 } {
   try {
     if (format === "pb") {
@@ -34,7 +34,7 @@ export function rewriteFile(content: Uint8Array, format: XdsFile["format"], cont
     }
     const parsed = YAML.parse(new TextDecoder().decode(content)) as unknown;
     const listeners = insertIntoResponse(parsed, context.filters);
-    if (!listeners.some((l) => l.http + l.tcp > 0)) return { content, listeners };
+    if (!listeners.some((l) => l.http + l.tcp > 0 || l.marked)) return { content, listeners };
     return { content: new TextEncoder().encode(JSON.stringify(parsed, null, 1)), listeners };
   } catch {
     return { content, listeners: [] };
@@ -73,6 +73,7 @@ export async function relayFile(file: XdsFile, context: FileRelayContext): Promi
     context.log("xds_listeners", {
       service: "file", path: file.source, listeners: rewrite.listeners.map((l) => l.name),
       filtered: rewrite.listeners.filter((l) => l.http + l.tcp > 0).map((l) => l.name),
+      counted: rewrite.listeners.map((l) => ({ name: l.name, direction: l.direction, counted: l.counted })),
     });
     context.onListeners(rewrite.listeners);
   };

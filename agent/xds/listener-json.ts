@@ -1,6 +1,7 @@
 // The filter inserted into listeners written as JSON/YAML (LDS files): the same places as the
-// wire-level rewrite (listener.ts) and as static listeners, on parsed JSON. Keys lastcall does
-// not know stay as they are.
+// wire-level rewrite (listener.ts) and as static listeners, on parsed JSON, and an unmarked
+// listener marked INBOUND (agent/envoy/direction.ts). Keys lastcall does not know stay as they are.
+import { type Counting, countingOf, type Direction, directionOf } from "../envoy/direction.ts";
 
 type Json = Record<string, unknown>;
 const isObject = (v: unknown): v is Json => typeof v === "object" && v !== null && !Array.isArray(v);
@@ -12,7 +13,15 @@ const TCP_PROXY_TYPE = "type.googleapis.com/envoy.extensions.filters.network.tcp
 /** What was inserted into one listener. */
 export interface JsonListenerRewrite {
   name: string;
+  /** Its direction as the file wrote it. */
+  direction: Direction;
+  /** Whether lastcall marked it INBOUND (it had no direction). */
+  marked: boolean;
+  /** How it is counted (the filters it got now or already had). */
+  counted: Counting;
+  /** HTTP connection managers that got the filter. */
   http: number;
+  /** Filter chains that got the TCP variant. */
   tcp: number;
 }
 
@@ -20,21 +29,30 @@ const typeOf = (filter: Json) => (isObject(filter.typed_config) ? filter.typed_c
 
 /** Inserts the filters into one listener (modified in place). */
 export function insertIntoListener(listener: Json, filters: { http: Json; tcp: Json }): JsonListenerRewrite {
-  const outbound = listener.traffic_direction === "OUTBOUND";
+  const direction = directionOf(listener.traffic_direction);
+  const outbound = direction === "OUTBOUND";
+  const marked = direction === "unmarked";
+  if (marked) listener.traffic_direction = "INBOUND";
   const chains = Array.isArray(listener.filter_chains) ? listener.filter_chains.filter(isObject) : [];
   if (isObject(listener.default_filter_chain)) chains.push(listener.default_filter_chain);
   let http = 0;
   let tcp = 0;
+  let httpAfter = 0;
+  let tcpAfter = 0;
   for (const chain of chains) {
     const list = Array.isArray(chain.filters) ? chain.filters.filter(isObject) : [];
     const hasHcm = list.some((f) => typeOf(f) === HCM_TYPE);
     const hasTcpProxy = list.some((f) => typeOf(f) === TCP_PROXY_TYPE || f.name === "envoy.filters.network.tcp_proxy");
-    if (!outbound && hasTcpProxy && !hasHcm && !list.some((f) => f.name === filters.tcp.name)) {
+    const hadTcp = list.some((f) => f.name === filters.tcp.name);
+    const addTcp = !outbound && hasTcpProxy && !hasHcm && !hadTcp;
+    if (addTcp) {
       chain.filters = [structuredClone(filters.tcp), ...list];
       tcp++;
     }
+    if (addTcp || hadTcp) tcpAfter++;
     for (const filter of list) {
       if (typeOf(filter) !== HCM_TYPE) continue;
+      httpAfter++;
       const hcm = filter.typed_config as Json;
       const existing = Array.isArray(hcm.http_filters) ? hcm.http_filters : [];
       if (existing.some((f) => isObject(f) && f.name === filters.http.name)) continue;
@@ -42,7 +60,8 @@ export function insertIntoListener(listener: Json, filters: { http: Json; tcp: J
       http++;
     }
   }
-  return { name: String(listener.name ?? ""), http, tcp };
+  const counted = countingOf({ direction, http: httpAfter, tcp: tcpAfter });
+  return { name: String(listener.name ?? ""), direction, marked, counted, http, tcp };
 }
 
 /**

@@ -1,8 +1,11 @@
 // Inserts the filter into one Listener at the wire level: first in the http_filters of every
 // HTTP connection manager (every filter chain and the default one), and the TCP variant in front
-// of tcp_proxy in chains without an HTTP connection manager. Every other byte is copied as it
-// came, so fields lastcall does not know (a newer Envoy's) reach Envoy unchanged.
-import { concat, lenField, readFields, stringOf, WIRE, type WireField } from "./wire.ts";
+// of tcp_proxy in chains without an HTTP connection manager. A listener without a traffic
+// direction is marked INBOUND (appended `traffic_direction`), as static ones are: Envoy's
+// inbound-only drain drains only listeners so marked. Every other byte is copied as it came, so
+// fields lastcall does not know (a newer Envoy's) reach Envoy unchanged.
+import { type Counting, countingOf, type Direction, TRAFFIC_DIRECTION } from "../envoy/direction.ts";
+import { concat, lenField, readFields, stringOf, varintField, WIRE, type WireField } from "./wire.ts";
 
 const HCM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const TCP_PROXY_TYPE = "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy";
@@ -16,8 +19,6 @@ const F = {
   hcm: { httpFilters: 5 },
   httpFilter: { name: 1 },
 } as const;
-/** `envoy.config.core.v3.TrafficDirection.OUTBOUND`. */
-const OUTBOUND = 2;
 
 /** The encoded filters to insert, and their names (to see that a listener already has them). */
 export interface EncodedFilters {
@@ -31,10 +32,16 @@ export interface EncodedFilters {
 
 /** What rewriting one listener did. */
 export interface ListenerRewrite {
-  /** The listener to send: the input itself when nothing was inserted. */
+  /** The listener to send: the input itself when nothing was inserted or marked. */
   bytes: Uint8Array;
   name: string;
   outbound: boolean;
+  /** Its direction as the control plane sent it. */
+  direction: Direction;
+  /** Whether lastcall marked it INBOUND (it had no direction). */
+  marked: boolean;
+  /** How it is counted (the filters it got now or already had). */
+  counted: Counting;
   /** HTTP connection managers that got the filter. */
   http: number;
   /** Filter chains that got the TCP variant. */
@@ -70,6 +77,9 @@ interface ChainRewrite {
   bytes: Uint8Array;
   http: number;
   tcp: number;
+  /** Connection managers and chains with the filter after the rewrite (inserted or already there). */
+  httpAfter: number;
+  tcpAfter: number;
 }
 
 function rewriteChain(bytes: Uint8Array, filters: EncodedFilters, outbound: boolean): ChainRewrite {
@@ -84,28 +94,39 @@ function rewriteChain(bytes: Uint8Array, filters: EncodedFilters, outbound: bool
   const hasTcpProxy = parsed.some((p) => p.any?.typeUrl === TCP_PROXY_TYPE || p.name === "envoy.filters.network.tcp_proxy");
   // Open connections are counted on inbound tcp_proxy only: an app's idle outbound pools would
   // hold every drain until the deadline (as for static listeners).
-  const addTcp = !outbound && hasTcpProxy && !hasHcm && !parsed.some((p) => p.name === filters.tcpName);
+  const hadTcp = parsed.some((p) => p.name === filters.tcpName);
+  const addTcp = !outbound && hasTcpProxy && !hasHcm && !hadTcp;
   let http = 0;
+  let httpAfter = 0;
   const replaced = new Map<WireField, Uint8Array>();
   for (const p of parsed) {
     if (p.any?.typeUrl !== HCM_TYPE || !p.any.value) continue;
+    httpAfter++;
     const hcm = rewriteHcm(p.any.value.value, filters);
     if (!hcm) continue;
     const any = withAnyValue(p.any.fields, hcm);
     replaced.set(p.field, lenField(F.chain.filters, concat(p.own.map((g) => (isLen(g, F.filter.typedConfig) ? lenField(F.filter.typedConfig, any) : g.raw)))));
     http++;
   }
-  if (http === 0 && !addTcp) return { bytes, http: 0, tcp: 0 };
+  const tcpAfter = addTcp || hadTcp ? 1 : 0;
+  if (http === 0 && !addTcp) return { bytes, http: 0, tcp: 0, httpAfter, tcpAfter };
   const tcpEntry = lenField(F.chain.filters, filters.tcp);
   const out = fields.map((f) => {
     const body = replaced.get(f) ?? f.raw;
     return addTcp && f === filterFields[0] ? concat([tcpEntry, body]) : body;
   });
-  return { bytes: concat(out), http, tcp: addTcp ? 1 : 0 };
+  return { bytes: concat(out), http, tcp: addTcp ? 1 : 0, httpAfter, tcpAfter };
+}
+
+/** The direction a Listener's fields say (the last `traffic_direction` wins, as in protobuf). */
+function directionOfFields(fields: WireField[]): Direction {
+  const value = fields.filter((f) => f.number === F.listener.trafficDirection && f.wireType === WIRE.varint).at(-1)?.varint;
+  return value === TRAFFIC_DIRECTION.OUTBOUND ? "OUTBOUND" : value === TRAFFIC_DIRECTION.INBOUND ? "INBOUND" : "unmarked";
 }
 
 /**
- * Inserts the filter into every filter chain of an encoded `envoy.config.listener.v3.Listener`.
+ * Inserts the filter into every filter chain of an encoded `envoy.config.listener.v3.Listener`,
+ * and marks an unmarked listener INBOUND.
  *
  * @example
  * ```ts
@@ -116,16 +137,24 @@ function rewriteChain(bytes: Uint8Array, filters: EncodedFilters, outbound: bool
 export function rewriteListener(bytes: Uint8Array, filters: EncodedFilters): ListenerRewrite {
   const fields = readFields(bytes);
   const name = stringOf(fields, F.listener.name) ?? "";
-  const outbound = fields.some((f) => f.number === F.listener.trafficDirection && f.wireType === WIRE.varint && f.varint === OUTBOUND);
+  const direction = directionOfFields(fields);
+  const outbound = direction === "OUTBOUND";
+  const marked = direction === "unmarked";
   let http = 0;
   let tcp = 0;
+  let httpAfter = 0;
+  let tcpAfter = 0;
   const out = fields.map((f) => {
     if (!isLen(f, F.listener.filterChains) && !isLen(f, F.listener.defaultFilterChain)) return f.raw;
     const chain = rewriteChain(f.value, filters, outbound);
     http += chain.http;
     tcp += chain.tcp;
+    httpAfter += chain.httpAfter;
+    tcpAfter += chain.tcpAfter;
     return chain.bytes === f.value ? f.raw : lenField(f.number, chain.bytes);
   });
-  return { bytes: http + tcp > 0 ? concat(out) : bytes, name, outbound, http, tcp };
+  if (marked) out.push(varintField(F.listener.trafficDirection, TRAFFIC_DIRECTION.INBOUND));
+  const counted = countingOf({ direction, http: httpAfter, tcp: tcpAfter });
+  return { bytes: http + tcp > 0 || marked ? concat(out) : bytes, name, outbound, direction, marked, counted, http, tcp };
 }
 

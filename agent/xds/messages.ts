@@ -44,7 +44,7 @@ function rewriteAny(bytes: Uint8Array, filters: EncodedFilters, found: ListenerR
   if (typeUrl === LISTENER_TYPE) {
     const rewrite = rewriteListener(value.value, filters);
     found.push(rewrite);
-    if (rewrite.http + rewrite.tcp > 0) inner = rewrite.bytes;
+    if (rewrite.bytes !== value.value) inner = rewrite.bytes; // a filter inserted, or marked INBOUND
   } else if (typeUrl === RESOURCE_TYPE) {
     inner = rewriteResource(value.value, filters, found);
   }

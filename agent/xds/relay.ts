@@ -76,10 +76,11 @@ export function relayStream(down: grpc.ServerDuplexStream<Buffer, Buffer>, metho
         if (rewrite.typeUrl === LISTENER_TYPE) {
           const filtered = rewrite.listeners.filter((l) => l.http + l.tcp > 0);
           stats.listenersRewritten += filtered.length;
-          if (filtered.length > 0) changed.add(rewrite.nonce);
+          if (filtered.length > 0 || rewrite.listeners.some((l) => l.marked)) changed.add(rewrite.nonce);
           log("xds_listeners", {
             service: method.service, variant: method.variant, nonce: rewrite.nonce,
             listeners: rewrite.listeners.map((l) => l.name), filtered: filtered.map((l) => l.name),
+            counted: rewrite.listeners.map((l) => ({ name: l.name, direction: l.direction, counted: l.counted })),
           });
           context.onListeners(rewrite.listeners);
         }

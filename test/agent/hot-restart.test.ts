@@ -13,7 +13,6 @@ beforeAll(async () => (app = await startUpstreamApp()));
 afterAll(() => app.close());
 afterEach(stopAllLastcalls);
 
-const FAST_RELOAD = ["--drain-time", "1s", "--parent-shutdown", "2s"];
 
 /**
  * The inbound config on a fixed port (a hot restart hands the parent's listen sockets to the
@@ -100,7 +99,7 @@ describe("hot restart", () => {
   it("starts the next epoch on a watched config change, drains the old one, fails 0 requests under load", async () => {
     const port = await freePort();
     const configPath = writeConfig(taggedConfig(port, "v1"));
-    const lc = startLastcall(configPath, { args: ["--watch", configPath, ...FAST_RELOAD] });
+    const lc = startLastcall(configPath, { args: ["--watch", configPath] });
     const first = await lc.event("ready");
     const load = startLoad(port);
     try {
@@ -144,7 +143,7 @@ describe("hot restart", () => {
   it("rejects a config Envoy refuses and keeps the old epoch serving", async () => {
     const port = await freePort();
     const configPath = writeConfig(taggedConfig(port, "v1"));
-    const lc = startLastcall(configPath, { args: ["--watch", configPath, ...FAST_RELOAD] });
+    const lc = startLastcall(configPath, { args: ["--watch", configPath] });
     const first = await lc.event("ready");
     const status = await lc.statusUrl();
 
@@ -185,7 +184,7 @@ describe("hot restart", () => {
 
   it("takes a second reload while the first parent still drains, failing 0 requests", async () => {
     const port = await freePort();
-    const lc = startLastcall(taggedConfig(port, "v1"), { args: FAST_RELOAD });
+    const lc = startLastcall(taggedConfig(port, "v1"), {});
     const first = await lc.event("ready");
     const load = startLoad(port);
     try {
@@ -208,7 +207,7 @@ describe("hot restart", () => {
 
   it("starts the next epoch on SIGHUP", async () => {
     const port = await freePort();
-    const lc = startLastcall(taggedConfig(port, "v1"), { args: FAST_RELOAD });
+    const lc = startLastcall(taggedConfig(port, "v1"), {});
     await lc.event("ready");
     lc.signal("SIGHUP");
     expect(await lc.event("reload")).toMatchObject({ reason: "SIGHUP" });

@@ -6,10 +6,12 @@ import { request } from "node:http";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { createStatusApp, type StatusControls } from "../../agent/server/app.ts";
 import { listen, type StatusServer } from "../../agent/server/listen.ts";
+import { connectionMaker } from "../../agent/server/not-through-envoy.ts";
 
 const TOKEN = "0123456789abcdef-status-server";
 
-function fakeControls() {
+/** Controls whose "Envoys" are `envoyPids`: who made each connection is read from the real /proc. */
+function fakeControls(envoyPids: number[] = []) {
   return {
     readiness: vi.fn(async () => ({ ready: true, reason: "running" })),
     state: vi.fn(() => ({ phase: "running", epochs: [], restarts: 0, hotRestarts: 0, reloadsRejected: 0, inflight: 0, filter: "reporting" }) as ReturnType<StatusControls["state"]>),
@@ -18,6 +20,7 @@ function fakeControls() {
     report: vi.fn(async () => ({ draining: true, probe: 5 })),
     quit: vi.fn(),
     drain: vi.fn(),
+    connectionMaker: vi.fn((ports: { clientPort: number; serverPort: number }) => connectionMaker(ports, envoyPids)),
   } satisfies StatusControls;
 }
 
@@ -27,8 +30,8 @@ afterEach(async () => {
   server = undefined;
 });
 
-async function serve() {
-  const controls = fakeControls();
+async function serve(envoyPids: number[] = []) {
+  const controls = fakeControls(envoyPids);
   server = await listen(createStatusApp(controls), "0.0.0.0", 0);
   return { controls, url: (host: string) => `http://${host}:${server!.port}` };
 }
@@ -40,6 +43,19 @@ describe("bound to 0.0.0.0", () => {
     expect((await fetch(`${url("127.0.0.1")}/drain`, { method: "POST" })).status).toBe(200);
     expect(controls.quit).toHaveBeenCalledOnce();
     expect(controls.drain).toHaveBeenCalledOnce();
+  });
+
+  it.runIf(process.platform === "linux")("POST /quitquitquit and /drain from a process the agent supervises as Envoy: 403, told by /proc", async () => {
+    // This test process plays the Envoy: the client socket of its own fetch is one of its fds.
+    const { controls, url } = await serve([process.pid]);
+    for (const path of ["/quitquitquit", "/drain"]) {
+      const res = await fetch(`${url("127.0.0.1")}${path}`, { method: "POST" });
+      expect(res.status).toBe(403);
+      expect(await res.json()).toEqual({ error: `POST ${path} is not accepted through Envoy: the connection comes from Envoy pid ${process.pid}` });
+    }
+    expect(controls.quit).not.toHaveBeenCalled();
+    expect(controls.drain).not.toHaveBeenCalled();
+    expect((await fetch(`${url("127.0.0.1")}/healthz/ready`)).status).toBe(200);
   });
 
 });

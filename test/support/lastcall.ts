@@ -41,6 +41,8 @@ export interface StartOptions {
   /** Extra Envoy arguments (after `--`). @default ["-l", "warning"] */
   envoyArgs?: string[];
   env?: Record<string, string>;
+  /** A command lastcall runs under, e.g. `unshare --pid --fork --mount-proc` (then `pid` is that command's). */
+  wrap?: string[];
 }
 
 /** A running `lastcall run`. */
@@ -98,7 +100,8 @@ export function startLastcall(config: unknown, options: StartOptions = {}): Test
     ...prefix, "run", "--config", configPath, "--admin-port", "0", "--status-port", "0",
     ...(options.args ?? []), "--", ...(options.envoyArgs ?? ["-l", "warning"]),
   ];
-  const child: ChildProcess = spawn(command, args, {
+  const wrapped = [...(options.wrap ?? []), command, ...args];
+  const child: ChildProcess = spawn(wrapped[0], wrapped.slice(1), {
     stdio: ["ignore", "pipe", "pipe"],
     env: { ...process.env, ...options.env },
   });

@@ -2,6 +2,7 @@
 //   GET /delay?ms=N                  answers after N ms
 //   GET /hold                        answers only when the test calls release()
 //   GET /stream?chunks=N&interval=ms streams N chunks, one every interval
+//   GET /bytes?n=N                   N bytes (content-length), as fast as the reader takes them
 //   WebSocket upgrade on any path    echo; in flight while the socket is open
 //   anything else                    200 "ok" at once
 import { EventEmitter } from "node:events";
@@ -83,6 +84,20 @@ export async function startUpstreamApp(): Promise<UpstreamApp> {
         changed();
       });
       changed();
+    } else if (url.pathname === "/bytes") {
+      const total = number("n", 0);
+      response.writeHead(200, { "content-type": "application/octet-stream", "content-length": String(total) });
+      const chunk = Buffer.alloc(64 * 1024, 120);
+      let left = total;
+      const pump = () => {
+        while (left > 0) {
+          const piece = left >= chunk.length ? chunk : chunk.subarray(0, left);
+          left -= piece.length;
+          if (!response.write(piece)) return void response.once("drain", pump);
+        }
+        response.end();
+      };
+      pump();
     } else if (url.pathname === "/stream") {
       let left = number("chunks", 3);
       response.writeHead(200, { "content-type": "text/plain" });

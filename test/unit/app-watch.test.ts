@@ -1,6 +1,6 @@
 // What lastcall knows of the apps beside it: each `lastcall exec` reports under its own id.
 import { describe, expect, it } from "vitest";
-import { AppWatch, MAX_APPS } from "../../agent/app-watch.ts";
+import { APP_LEASE_MS, APP_RENEW_MS, AppWatch, MAX_APPS } from "../../agent/app-watch.ts";
 
 const quiet = () => {};
 
@@ -43,5 +43,78 @@ describe("AppWatch", () => {
     expect(await watch.running()).toBe(true);
     watch.report({ state: "exited", id: "a" });
     expect(await watch.running()).toBe(false);
+  });
+
+  describe("leases: an app not heard of for a while is taken as gone", () => {
+    /** A clock the test moves by hand. */
+    const clock = () => {
+      let now = 1_000_000;
+      return { now: () => now, advance: (ms: number) => (now += ms) };
+    };
+
+    it(`keeps an app whose lastcall exec renews every ${APP_RENEW_MS} ms, for as long as it does`, async () => {
+      const time = clock();
+      const events: string[] = [];
+      const watch = new AppWatch({ now: time.now }, (event) => events.push(event));
+      watch.report({ state: "running", id: "a", pid: 7 });
+      for (let i = 0; i < 20; i++) {
+        time.advance(APP_RENEW_MS);
+        watch.report({ state: "running", id: "a", pid: 7 });
+        expect(await watch.running()).toBe(true);
+      }
+      expect(events).toEqual(["app_running"]);
+    });
+
+    it(`forgets an app silent for ${APP_LEASE_MS} ms (its lastcall exec was killed), saying which and for how long`, async () => {
+      const time = clock();
+      const events: Array<[string, Record<string, unknown> | undefined]> = [];
+      const watch = new AppWatch({ now: time.now }, (event, fields) => events.push([event, fields]));
+      watch.report({ state: "running", id: "killed", pid: 41 });
+      watch.report({ state: "running", id: "alive", pid: 42 });
+      time.advance(APP_LEASE_MS - 1);
+      watch.report({ state: "running", id: "alive", pid: 42 });
+      expect(await watch.running()).toBe(true);
+      expect(events.map(([event]) => event)).not.toContain("app_expired");
+      time.advance(1);
+      expect(await watch.running()).toBe(true); // "alive" renewed
+      expect(events.at(-1)).toEqual(["app_expired", { id: "killed", pid: 41, silent_ms: APP_LEASE_MS, via: "lastcall exec", running: 1 }]);
+      time.advance(APP_LEASE_MS + 500);
+      expect(await watch.running()).toBe(false);
+      expect(events.at(-1)).toEqual(["app_expired", { id: "alive", pid: 42, silent_ms: APP_LEASE_MS + 501, via: "lastcall exec", running: 0 }]);
+      // Its late "exited" is taken quietly.
+      expect(watch.report({ state: "exited", id: "killed", status: 137 })).toBe(true);
+      expect(events.filter(([event]) => event === "app_exited")).toEqual([]);
+    });
+
+    it(`frees the slots of expired apps: after ${MAX_APPS} killed ones, a new app is taken`, async () => {
+      const time = clock();
+      const watch = new AppWatch({ now: time.now }, quiet);
+      for (let i = 0; i < MAX_APPS; i++) expect(watch.report({ state: "running", id: `killed-${i}` })).toBe(true);
+      expect(watch.report({ state: "running", id: "new" })).toBe(false);
+      time.advance(APP_LEASE_MS);
+      expect(watch.report({ state: "running", id: "new" })).toBe(true);
+      expect(await watch.running()).toBe(true);
+    });
+
+    it("ends a drain's wait for a killed app when its lease runs out", async () => {
+      const time = clock();
+      const watch = new AppWatch({ now: time.now }, quiet);
+      watch.report({ state: "running", id: "killed" });
+      const waiting = watch.waitGone(AbortSignal.timeout(10_000));
+      time.advance(APP_LEASE_MS);
+      expect(await waiting).toBe(true);
+    });
+
+    it("takes an app back when its lastcall exec speaks again after the lease ran out", async () => {
+      const time = clock();
+      const events: string[] = [];
+      const watch = new AppWatch({ now: time.now, leaseMs: 100 }, (event) => events.push(event));
+      watch.report({ state: "running", id: "a" });
+      time.advance(100);
+      expect(await watch.running()).toBe(false);
+      watch.report({ state: "running", id: "a" });
+      expect(await watch.running()).toBe(true);
+      expect(events).toEqual(["app_running", "app_expired", "app_running"]);
+    });
   });
 });

@@ -1,3 +1,4 @@
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { AGENT_CLUSTER, BootstrapError, deriveBootstrap, FILTER_NAME } from "../../agent/envoy/bootstrap.ts";
 
@@ -75,13 +76,29 @@ describe("deriveBootstrap", () => {
     expect(() => deriveBootstrap({ static_resources: { clusters: [{ name: AGENT_CLUSTER }] } }, options)).toThrow(/already has a cluster named lastcall_agent/);
   });
 
-  it("inserts the filter first into INBOUND listeners and (counted, not drained) OUTBOUND ones when some are marked", () => {
+  it("counts every listener not marked OUTBOUND: an unmarked one beside an INBOUND one gets the filter and is marked INBOUND", () => {
     const input = { static_resources: { listeners: [listener("in", "INBOUND"), listener("out", "OUTBOUND"), listener("plain")] } };
     const result = deriveBootstrap(input, withFilter);
     expect(httpFilterNames(result.config, 0)).toEqual([FILTER_NAME, router.name]);
     expect(httpFilterNames(result.config, 1)).toEqual([FILTER_NAME, router.name]);
-    expect(httpFilterNames(result.config, 2)).toEqual([router.name]);
-    expect(result).toMatchObject({ inboundListeners: ["in"], inboundStatPrefixes: ["in"], filteredListeners: ["in"], outboundListeners: ["out"] });
+    expect(httpFilterNames(result.config, 2)).toEqual([FILTER_NAME, router.name]);
+    // Envoy's drain_listeners?inboundonly drains only listeners marked INBOUND.
+    expect(result.config.static_resources.listeners.map((l: Json) => l.traffic_direction)).toEqual(["INBOUND", "OUTBOUND", "INBOUND"]);
+    expect(input.static_resources.listeners[2].traffic_direction).toBeUndefined();
+    expect(result).toMatchObject({ inboundListeners: ["in", "plain"], inboundStatPrefixes: ["in", "plain"], filteredListeners: ["in", "plain"], outboundListeners: ["out"] });
+    expect(result.listeners).toEqual([
+      { name: "in", direction: "INBOUND", counted: "filter" },
+      { name: "out", direction: "OUTBOUND", counted: "filter_outbound" },
+      { name: "plain", direction: "unmarked", counted: "filter" },
+    ]);
+  });
+
+  it("keeps OUTBOUND listeners outbound when no listener is marked INBOUND, and reads the enum's numbers", () => {
+    const input = { static_resources: { listeners: [listener("out", "OUTBOUND", [tcpProxy]), listener("plain"), { ...listener("two", undefined, [tcpProxy]), traffic_direction: 2 }] } };
+    const result = deriveBootstrap(input, withFilter);
+    expect(result.inboundListeners).toEqual(["plain"]);
+    expect(result.tcpListeners).toEqual([]);
+    expect(result.listeners.map((l) => [l.name, l.direction, l.counted])).toEqual([["out", "OUTBOUND", "not_counted"], ["plain", "unmarked", "filter"], ["two", "OUTBOUND", "not_counted"]]);
   });
 
   it("counts connections (TCP variant) on inbound tcp_proxy only, not on outbound pools", () => {
@@ -92,8 +109,34 @@ describe("deriveBootstrap", () => {
   });
 
   it("treats every listener as inbound when none is marked", () => {
-    const result = deriveBootstrap({ static_resources: { listeners: [listener("a"), listener("b")] } }, withFilter);
-    expect(result).toMatchObject({ inboundListeners: ["a", "b"], inboundStatPrefixes: ["a", "b"], filteredListeners: ["a", "b"] });
+    const result = deriveBootstrap({ static_resources: { listeners: [listener("a"), listener("b", undefined, [tcpProxy])] } }, withFilter);
+    expect(result).toMatchObject({ inboundListeners: ["a", "b"], inboundStatPrefixes: ["a"], filteredListeners: ["a"], tcpListeners: ["b"] });
+    expect(result.listeners).toEqual([{ name: "a", direction: "unmarked", counted: "filter" }, { name: "b", direction: "unmarked", counted: "filter_tcp" }]);
+  });
+
+  it("counts a listener unless it is explicitly OUTBOUND, whatever the mix (property)", () => {
+    const direction = fc.constantFrom<string | number | undefined>("INBOUND", "OUTBOUND", undefined, 1, 2, "UNSPECIFIED", 0);
+    const kind = fc.constantFrom("http", "tcp", "other");
+    const other = { name: "envoy.filters.network.echo", typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.network.echo.v3.Echo" } };
+    fc.assert(fc.property(fc.array(fc.tuple(direction, kind), { maxLength: 6 }), fc.boolean(), (specs, filtered) => {
+      const input = { static_resources: { listeners: specs.map(([d, k], i) => ({ ...listener(`l${i}`, undefined, [k === "http" ? hcm(`l${i}`) : k === "tcp" ? tcpProxy : other]), ...(d === undefined ? {} : { traffic_direction: d }) })) } };
+      const result = deriveBootstrap(input, filtered ? withFilter : options);
+      specs.forEach(([d, k], i) => {
+        const out = d === "OUTBOUND" || d === 2;
+        const written = result.config.static_resources.listeners[i];
+        const seen = result.listeners[i];
+        expect(seen.name).toBe(`l${i}`);
+        expect(result.inboundListeners.includes(`l${i}`)).toBe(!out);
+        // Every non-OUTBOUND listener is drained by Envoy's inbound-only drain: marked INBOUND.
+        if (!out) expect(["INBOUND", 1]).toContain(written.traffic_direction);
+        else expect(written.traffic_direction).toBe(d);
+        const expected = k === "other" ? "not_counted"
+          : !filtered ? (k === "http" && !out ? "stats" : "not_counted")
+          : k === "http" ? (out ? "filter_outbound" : "filter")
+          : out ? "not_counted" : "filter_tcp";
+        expect(seen.counted).toBe(expected);
+      });
+    }));
   });
 
   it("configures the wasm filter to fail open with the plugin configuration as JSON", () => {
@@ -111,6 +154,7 @@ describe("deriveBootstrap", () => {
     const result = deriveBootstrap({ static_resources: { listeners: [listener("in", "INBOUND")] } }, options);
     expect(httpFilterNames(result.config, 0)).toEqual([router.name]);
     expect(result).toMatchObject({ inboundStatPrefixes: ["in"], filteredListeners: [] });
+    expect(result.listeners).toEqual([{ name: "in", direction: "INBOUND", counted: "stats" }]);
   });
 
   it("puts the connection-counting variant before tcp_proxy, with its own VM and instance", () => {

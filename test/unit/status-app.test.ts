@@ -18,11 +18,13 @@ function fakeControls(answer: ReportAnswer = { draining: false }) {
     report: vi.fn(async () => answer),
     quit: vi.fn(),
     drain: vi.fn(),
+    // A caller that is not Envoy (test/unit/status-control.test.ts covers the others).
+    connectionMaker: vi.fn(async () => ({ kind: "other" }) as const),
   } satisfies StatusControls;
 }
 
 /** The bindings @hono/node-server gives a request that came from `address`. */
-const from = (address: string) => ({ incoming: { socket: { remoteAddress: address, remotePort: 40000, remoteFamily: address.includes(":") ? "IPv6" : "IPv4" } } });
+const from = (address: string) => ({ incoming: { socket: { remoteAddress: address, remotePort: 40000, localPort: 15020, remoteFamily: address.includes(":") ? "IPv6" : "IPv4" } } });
 
 const validReport = { instance: "a", epoch: 0, seq: 1, inflight: 0, draining: false, reason: "heartbeat" };
 

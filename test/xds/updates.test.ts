@@ -114,7 +114,7 @@ describe.each<XdsVariant>(["sotw", "delta"])("ADS (%s)", (variant) => {
 });
 
 it("gives a hot-restart child its own proxy: its listeners report under its own instance", async () => {
-  const { lc, port } = await started("delta", ["--drain-time", "1s", "--parent-shutdown", "2s"]);
+  const { lc, port } = await started("delta", []);
   const parentInstance = JSON.parse((await dumpedHttpFilters(lc.adminUrl(), "ingress"))[0][0].typed_config.config.configuration.value).instance;
   expect(parentInstance).toMatch(/-1-0$/);
   lc.signal("SIGHUP");

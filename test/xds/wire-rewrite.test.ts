@@ -28,9 +28,10 @@ describe("rewriteListener", () => {
   it("inserts the HttpFilter first and copies every other byte, unknown fields included", () => {
     const input = listener([chain(networkFilter(HCM, hcm()))]);
     const out = rewriteListener(input, encoded);
-    const expected = listener([chain(networkFilter(HCM, concat([stringField(2, "ingress"), unknown, lenField(5, encoded.http), lenField(5, router), varintField(9998, 5)])))]);
+    // The listener had no traffic_direction: lastcall's copy ends with INBOUND (field 16 = 1).
+    const expected = listener([chain(networkFilter(HCM, concat([stringField(2, "ingress"), unknown, lenField(5, encoded.http), lenField(5, router), varintField(9998, 5)])))], [varintField(16, 1)]);
     expect(Buffer.from(out.bytes).equals(Buffer.from(expected))).toBe(true);
-    expect(out).toMatchObject({ name: "l", http: 1, tcp: 0, outbound: false });
+    expect(out).toMatchObject({ name: "l", http: 1, tcp: 0, outbound: false, direction: "unmarked", marked: true, counted: "filter" });
   });
 
   it("rewrites every filter chain and the default filter chain", () => {
@@ -48,7 +49,27 @@ describe("rewriteListener", () => {
 
   it("appends the filter to an HCM without http_filters", () => {
     const out = rewriteListener(listener([chain(networkFilter(HCM, stringField(2, "p")))]), encoded);
-    expect(Buffer.from(out.bytes).equals(Buffer.from(listener([chain(networkFilter(HCM, concat([stringField(2, "p"), lenField(5, encoded.http)])))])))).toBe(true);
+    expect(Buffer.from(out.bytes).equals(Buffer.from(listener([chain(networkFilter(HCM, concat([stringField(2, "p"), lenField(5, encoded.http)])))], [varintField(16, 1)])))).toBe(true);
+  });
+
+  it("counts an unmarked listener like an INBOUND one and marks it INBOUND; a marked one keeps its direction", () => {
+    const tcpChain = chain(networkFilter(TCP_PROXY, stringField(1, "tcp")));
+    const unmarked = rewriteListener(listener([tcpChain]), encoded);
+    expect(unmarked).toMatchObject({ tcp: 1, direction: "unmarked", marked: true, counted: "filter_tcp" });
+    const fields = readFields(unmarked.bytes).filter((f) => f.number === 16);
+    expect(fields.map((f) => f.varint)).toEqual([1]);
+    // An explicit UNSPECIFIED (0) is unmarked too: the appended INBOUND is the last, so it wins.
+    const zero = rewriteListener(listener([chain(networkFilter(HCM, hcm()))], [varintField(16, 0)]), encoded);
+    expect(zero).toMatchObject({ marked: true, counted: "filter" });
+    expect(readFields(zero.bytes).filter((f) => f.number === 16).map((f) => f.varint)).toEqual([0, 1]);
+    const inbound = rewriteListener(listener([chain(networkFilter(HCM, hcm()))], [varintField(16, 1)]), encoded);
+    expect(inbound).toMatchObject({ direction: "INBOUND", marked: false, counted: "filter" });
+    expect(readFields(inbound.bytes).filter((f) => f.number === 16).map((f) => f.varint)).toEqual([1]);
+    // A listener that needs neither (marked, filter there) is sent as it came.
+    expect(rewriteListener(inbound.bytes, encoded).bytes).toBe(inbound.bytes);
+    expect(rewriteListener(inbound.bytes, encoded).counted).toBe("filter");
+    // Nothing to count: still marked, so Envoy's inbound-only drain drains it.
+    expect(rewriteListener(listener([chain(networkFilter("type.googleapis.com/x.Echo", new Uint8Array()))]), encoded)).toMatchObject({ http: 0, tcp: 0, marked: true, counted: "not_counted" });
   });
 
   it("puts the TCP variant before tcp_proxy in inbound chains only", () => {
@@ -58,12 +79,12 @@ describe("rewriteListener", () => {
     const chainOut = readFields(readFields(inbound.bytes).filter((f) => f.number === 3)[0].value).filter((f) => f.number === 3);
     expect(Buffer.from(chainOut[0].value).equals(Buffer.from(encoded.tcp))).toBe(true);
     const outbound = rewriteListener(listener([tcpChain], [varintField(16, 2)]), encoded);
-    expect(outbound).toMatchObject({ tcp: 0, outbound: true });
+    expect(outbound).toMatchObject({ tcp: 0, outbound: true, marked: false, counted: "not_counted" });
     expect(outbound.bytes).toEqual(listener([tcpChain], [varintField(16, 2)]));
   });
 
   it("gives outbound HTTP listeners the filter (counted, not drained)", () => {
-    expect(rewriteListener(listener([chain(networkFilter(HCM, hcm()))], [varintField(16, 2)]), encoded).http).toBe(1);
+    expect(rewriteListener(listener([chain(networkFilter(HCM, hcm()))], [varintField(16, 2)]), encoded)).toMatchObject({ http: 1, counted: "filter_outbound" });
   });
 
   it("refuses bytes that are not protobuf", () => {

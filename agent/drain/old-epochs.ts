@@ -1,0 +1,115 @@
+// The old Envoys of a reload (SIGHUP, a watched file): a hot restart's parent once its child
+// serves, or the Envoy a cold reload replaces. lastcall ends them, not Envoy's parent-shutdown
+// timer: when their filter counts a confirmed zero and their connections have delivered every
+// response byte, or at `--parent-shutdown` (generous by default), saying what it cut.
+import type { LiveEnvoy } from "../envoys.ts";
+import type { Undelivered } from "../envoy/sockets.ts";
+import type { EventLog } from "../log.ts";
+import type { RunOptions } from "../options.ts";
+import type { InflightTracker } from "./in-flight.ts";
+import type { ModeContext } from "./modes/context.ts";
+import { DELIVERY_POLL_MS, DrainEnded, drainListeners, type DrainPlan, stopEnvoys, waitDrained } from "./shutdown.ts";
+import { delay } from "../async.ts";
+
+/** What finishing old Envoys needs from the drainer. */
+export interface OldEpochDeps {
+  options: RunOptions;
+  log: EventLog;
+  tracker: InflightTracker;
+  /** Envoys stopped on purpose: their exit is no crash. */
+  retiring: Set<string>;
+  /** Tells the filters reporting under `ids` that they drain (they then push their zero). */
+  markDraining(ids: readonly string[]): void;
+  /** The mode context over the given reporters. */
+  modeContext(instances: () => string[]): ModeContext;
+  /** Requests in flight in the given Envoys, from Envoy's admin (a cold reload's old Envoy). */
+  measure(signal: AbortSignal): Promise<number | undefined>;
+  undelivered(live: readonly LiveEnvoy[]): Promise<Undelivered | undefined>;
+}
+
+/** How an old Envoy's drain is run. */
+export interface OldEpochRequest {
+  /**
+   * `hot`: a hot restart's parent, whose listeners the child already drained and whose admin is
+   * gone; `cold`: the Envoy a cold reload replaces, still serving with its admin.
+   */
+  kind: "hot" | "cold";
+  /** Aborts the wait (a terminate takes over; lastcall closes). */
+  signal: AbortSignal;
+}
+
+/**
+ * Drains `old` until nothing is in flight in it and every response byte is delivered (or
+ * `--parent-shutdown` passed), then stops it. Its `epoch_exit` line says what it cut.
+ *
+ * @returns Why the drain ended: `inflight_zero`, `requests_zero`, `connections_closed`,
+ * `deadline` (the limit), or `aborted` (a terminate took over: nothing was stopped)
+ * @example
+ * ```ts
+ * await finishOldEpochs([parent], deps, { kind: "hot", signal });
+ * ```
+ */
+export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, request: OldEpochRequest): Promise<string> {
+  const o = deps.options;
+  const reporters = old.flatMap((l) => l.reporters);
+  const startedAt = Date.now();
+  const plan: DrainPlan = {
+    mode: reporters.length > 0 ? "inflight" : "requests",
+    scope: o.drainScope,
+    failHealthcheck: false,
+    drainDelayMs: 0,
+    minDrainMs: 0,
+    startedAt,
+    deadline: startedAt + o.parentShutdownMs,
+  };
+  deps.markDraining(reporters);
+  const ended = new AbortController();
+  const timer = setTimeout(() => ended.abort(new DrainEnded("deadline")), o.parentShutdownMs);
+  const onAbort = () => ended.abort(request.signal.reason);
+  request.signal.addEventListener("abort", onAbort, { once: true });
+  const epochs = old.map((l) => l.info.epoch);
+  deps.log("epoch_draining", { epochs, kind: request.kind, limit_ms: o.parentShutdownMs, counted_by: reporters.length > 0 ? "filter" : request.kind === "cold" ? "stats" : "connections" });
+  let reason: string;
+  try {
+    if (request.kind === "cold") {
+      for (const l of old) if (l.admin && !l.adminHandedOver) void drainListeners(plan, l.admin, deps.log, ended.signal);
+    }
+    // Listeners only Envoy's stats could count have no admin to be read by in a hot parent:
+    // there the parent is done once it holds no connection at all.
+    const byConnections = request.kind === "hot" && (reporters.length === 0 || old.some((l) => l.bootstrap.unseenListeners.length > 0));
+    if (reporters.length > 0 || request.kind === "cold") {
+      const context = deps.modeContext(() => reporters);
+      reason = await waitDrained(plan, {
+        ...context,
+        ...(request.kind === "hot" ? { statsCounted: [] } : {}),
+        measure: request.kind === "hot" ? () => Promise.resolve(deps.tracker.inflight(reporters)) : (s) => deps.measure(s),
+        undelivered: () => deps.undelivered(old),
+      }, ended.signal);
+    } else {
+      reason = "connections_closed";
+    }
+    if (byConnections && !ended.signal.aborted) {
+      while ((await deps.undelivered(old))?.connections ?? 0) await delay(DELIVERY_POLL_MS, ended.signal);
+    }
+  } catch (error) {
+    const cause = ended.signal.aborted ? ended.signal.reason : error;
+    if (!(cause instanceof DrainEnded)) {
+      if (request.signal.aborted) return "aborted";
+      throw error;
+    }
+    reason = cause.reason;
+  } finally {
+    clearTimeout(timer);
+    request.signal.removeEventListener("abort", onAbort);
+  }
+  if (request.signal.aborted) return "aborted";
+  const left = await deps.undelivered(old);
+  const inflight = deps.tracker.inflight(reporters);
+  for (const l of old) {
+    l.stopped = { drain_reason: reason, inflight_at_stop: inflight, ...(left ? { bytes_unsent_at_stop: left.bytes } : {}) };
+    deps.retiring.add(l.info.instance);
+  }
+  deps.log("epoch_drained", { epochs, reason, ms: Date.now() - startedAt, inflight_at_stop: inflight, ...(left ? { bytes_unsent_at_stop: left.bytes } : {}) });
+  await stopEnvoys(old.map((l) => ({ process: l.process, admin: l.adminHandedOver ? undefined : l.admin })), deps.log, 3000);
+  return reason;
+}

@@ -1,0 +1,142 @@
+// An Envoy process's TCP sockets as the kernel sees them (Linux /proc): which connections it
+// accepted on its listeners, and how many response bytes each still has to deliver. A response
+// is over for Envoy when its last byte is written into the socket; it is over for the client
+// when the kernel's send queue of that socket is empty (every byte acknowledged). Envoy's own
+// write buffer fills only once the kernel's is full, so an empty kernel queue on every accepted
+// socket also means Envoy buffers nothing. Reading this is a few file reads, independent of
+// Envoy's config (no stats walk). Where /proc is not there (not Linux), the answers are undefined.
+import { readdir, readFile, readlink } from "node:fs/promises";
+
+/** TCP states of /proc/net/tcp (include/net/tcp_states.h). */
+export const TCP_STATE = { established: 0x01, finWait1: 0x04, closeWait: 0x08, lastAck: 0x09, listen: 0x0a, closing: 0x0b } as const;
+
+/** One row of /proc/net/tcp or /proc/net/tcp6. */
+export interface TcpSocket {
+  localAddress: string;
+  localPort: number;
+  remoteAddress: string;
+  remotePort: number;
+  state: number;
+  /** Bytes written and not yet acknowledged by the peer (for a listening socket: the accept backlog). */
+  txQueue: number;
+  rxQueue: number;
+  inode: number;
+}
+
+/** Decodes /proc's hex address: IPv4 as one little-endian word, IPv6 as four. */
+function decodeAddress(hex: string): string {
+  const words = hex.match(/.{8}/g) ?? [];
+  const bytes = words.flatMap((w) => [6, 4, 2, 0].map((i) => parseInt(w.slice(i, i + 2), 16)));
+  if (bytes.length === 4) return bytes.join(".");
+  if (bytes.slice(0, 10).every((b) => b === 0) && bytes[10] === 0xff && bytes[11] === 0xff) return `::ffff:${bytes.slice(12).join(".")}`;
+  const groups: string[] = [];
+  for (let i = 0; i < 16; i += 2) groups.push(((bytes[i] << 8) | bytes[i + 1]).toString(16));
+  return groups.join(":").replace(/(^|:)0(:0)+(:|$)/, "::");
+}
+
+/**
+ * Parses the text of /proc/net/tcp or /proc/net/tcp6.
+ *
+ * @example
+ * ```ts
+ * parseTcpTable(await readFile("/proc/net/tcp", "utf8"))[0].localPort;
+ * ```
+ */
+export function parseTcpTable(text: string): TcpSocket[] {
+  const rows: TcpSocket[] = [];
+  for (const line of text.split("\n").slice(1)) {
+    const f = line.trim().split(/\s+/);
+    if (f.length < 10) continue;
+    const [local, remote, state, queues, inode] = [f[1], f[2], f[3], f[4], f[9]];
+    const [la, lp] = local.split(":");
+    const [ra, rp] = remote.split(":");
+    const [tx, rx] = queues.split(":");
+    rows.push({
+      localAddress: decodeAddress(la),
+      localPort: parseInt(lp, 16),
+      remoteAddress: decodeAddress(ra),
+      remotePort: parseInt(rp, 16),
+      state: parseInt(state, 16),
+      txQueue: parseInt(tx, 16),
+      rxQueue: parseInt(rx, 16),
+      inode: Number(inode),
+    });
+  }
+  return rows;
+}
+
+/** Every TCP socket of this network namespace; undefined without /proc. */
+export async function readTcpTable(proc = "/proc"): Promise<TcpSocket[] | undefined> {
+  const texts = await Promise.all(["tcp", "tcp6"].map((name) => readFile(`${proc}/net/${name}`, "utf8").catch(() => undefined)));
+  if (texts.every((t) => t === undefined)) return undefined;
+  return texts.flatMap((t) => (t === undefined ? [] : parseTcpTable(t)));
+}
+
+/** Inodes of the sockets process `pid` holds open; undefined when its fds cannot be read. */
+export async function socketInodes(pid: number, proc = "/proc"): Promise<Set<number> | undefined> {
+  let fds: string[];
+  try {
+    fds = await readdir(`${proc}/${pid}/fd`);
+  } catch {
+    return undefined;
+  }
+  const inodes = new Set<number>();
+  await Promise.all(fds.map(async (fd) => {
+    const target = await readlink(`${proc}/${pid}/fd/${fd}`).catch(() => "");
+    const m = /^socket:\[(\d+)\]$/.exec(target);
+    if (m) inodes.add(Number(m[1]));
+  }));
+  return inodes;
+}
+
+/** What one Envoy process still has to deliver on the connections it accepted. */
+export interface Undelivered {
+  /** Accepted connections it holds open. */
+  connections: number;
+  /** Of those, the ones with bytes not yet acknowledged by the client. */
+  sending: number;
+  /** Bytes in those connections' kernel send queues. */
+  bytes: number;
+}
+
+/**
+ * The connections `pid` accepted on its listening sockets (shared with a hot-restart parent or
+ * child) and the response bytes still queued on them. Envoy closes a draining listener after
+ * its drain time while connections it accepted live on: pass the same `listenPorts` set on every
+ * call for one process (it gathers the ports seen listening), and call once while it serves.
+ *
+ * @returns undefined where /proc cannot tell (not Linux, or another user's process)
+ * @example
+ * ```ts
+ * const ports = new Set<number>();
+ * const u = await undelivered(envoy.pid, ports); // { connections: 3, sending: 1, bytes: 1_600_000 }
+ * ```
+ */
+export async function undelivered(pid: number, listenPorts = new Set<number>(), proc = "/proc"): Promise<Undelivered | undefined> {
+  const [inodes, table] = await Promise.all([socketInodes(pid, proc), readTcpTable(proc)]);
+  if (!inodes || !table) return undefined;
+  const own = table.filter((s) => inodes.has(s.inode));
+  for (const s of own) if (s.state === TCP_STATE.listen) listenPorts.add(s.localPort);
+  const listening = listenPorts;
+  const result: Undelivered = { connections: 0, sending: 0, bytes: 0 };
+  for (const s of own) {
+    if (s.state === TCP_STATE.listen || !listening.has(s.localPort)) continue;
+    result.connections++;
+    if (s.txQueue > 0) {
+      result.sending++;
+      result.bytes += s.txQueue;
+    }
+  }
+  return result;
+}
+
+/**
+ * The inode of the client end of a loopback connection to `serverPort` from `clientPort`, so
+ * the caller can ask which process made it.
+ *
+ * @returns undefined when the table has no such socket (or no /proc)
+ */
+export async function clientSocketInode(clientPort: number, serverPort: number, proc = "/proc"): Promise<number | undefined> {
+  const table = await readTcpTable(proc);
+  return table?.find((s) => s.localPort === clientPort && s.remotePort === serverPort && s.state !== TCP_STATE.listen)?.inode;
+}

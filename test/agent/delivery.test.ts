@@ -1,0 +1,37 @@
+// The promise in bytes: "done" is the client's last byte, not the end of Envoy's stream. A slow
+// reader (3 MB/s, a phone on a poor link) downloads 30 MB through Envoy; SIGTERM comes 1 s in,
+// on lastcall's defaults. Envoy finishes the stream long before the client has read it (the
+// rest sits in Envoy's buffer and the kernel's send queue); lastcall waits until it is delivered.
+import { describe, expect, it } from "vitest";
+import { type Serving, serving, upstreamForFile } from "../support/serving.ts";
+import { slowDownload } from "../support/slow-reader.ts";
+
+const app = upstreamForFile();
+const BODY = 30_000_000;
+const RATE = 3_000_000;
+
+async function slowReaderAcrossSigterm({ lc, port }: Serving) {
+  const download = slowDownload(port, `/bytes?n=${BODY}`, RATE);
+  await download.reached(RATE); // about 1 s in
+  lc.signal("SIGTERM");
+  const read = await download.done;
+  const terminated = await lc.event("terminated");
+  expect(read).toEqual({ status: 200, expected: BODY, received: BODY, endedBy: "fin" });
+  expect(terminated).toMatchObject({ inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
+  // The stream ended for Envoy while bytes were still on their way: the drain waited for them.
+  expect(lc.events.map((e) => e.event)).toContain("drain_flushing");
+  expect(await lc.exited).toEqual({ code: 0, signal: null });
+  return terminated;
+}
+
+describe("a slow reader across SIGTERM", () => {
+  it("gets every byte of 30 MB at 3 MB/s, on the defaults (inflight mode)", async () => {
+    const terminated = await slowReaderAcrossSigterm(await serving(app.port, []));
+    expect(terminated).toMatchObject({ mode: "inflight", reason: "inflight_zero" });
+  });
+
+  it("gets every byte in requests mode too", async () => {
+    const terminated = await slowReaderAcrossSigterm(await serving(app.port, ["--drain-mode", "requests"]));
+    expect(terminated).toMatchObject({ mode: "requests", reason: "requests_zero" });
+  });
+});

@@ -1,0 +1,80 @@
+// Issue 14, row 14: an Envoy argument after `--` that clashes with lastcall's own, or an
+// `--envoy` that is not Envoy, used to crash-loop for 56 s printing Envoy's usage 11 times.
+// Both are refused at start: one line naming the value, exit 2, before any Envoy starts.
+import { execFile } from "node:child_process";
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { inboundConfig, lastcallCommand, startLastcall, writeConfig } from "../support/lastcall.ts";
+
+interface Result {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  ms: number;
+}
+
+const dir = mkdtempSync(join(tmpdir(), "lastcall-refused-"));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const config = writeConfig(inboundConfig({ upstreamPort: 9 }), dir);
+
+/** Runs `lastcall run` (ports 0) with `args` before `--` and `envoyArgs` after, to its end. */
+function run(args: string[], envoyArgs: string[] = [], env: Record<string, string> = {}): Promise<Result> {
+  const [command, ...prefix] = lastcallCommand();
+  const all = [...prefix, "run", "--config", config, "--admin-port", "0", "--status-port", "0", ...args, "--", ...envoyArgs];
+  const started = Date.now();
+  return new Promise((resolve) => {
+    execFile(command, all, { timeout: 30_000, env: { ...process.env, ...env } }, (error, stdout, stderr) => {
+      resolve({ code: error ? (error as { code?: number }).code ?? null : 0, stdout, stderr, ms: Date.now() - started });
+    });
+  });
+}
+
+const lines = (stderr: string) => stderr.split("\n").filter(Boolean);
+
+describe("an Envoy argument that clashes with lastcall's own is refused at start", () => {
+  it.each([
+    { args: ["--concurrency", "4"], line: "lastcall: Envoy argument --concurrency clashes with lastcall's own: use lastcall's --concurrency" },
+    { args: ["--concurrency=4"], line: "lastcall: Envoy argument --concurrency=4 clashes with lastcall's own: use lastcall's --concurrency" },
+    { args: ["-l", "warning", "-c", "/etc/envoy.yaml"], line: "lastcall: Envoy argument -c clashes with lastcall's own: use lastcall's --config" },
+    { args: ["--drain-time-s", "3"], line: "lastcall: Envoy argument --drain-time-s clashes with lastcall's own: use lastcall's --drain-time" },
+    { args: ["--parent-shutdown-time-s=20"], line: "lastcall: Envoy argument --parent-shutdown-time-s=20 clashes with lastcall's own: use lastcall's --parent-shutdown" },
+    { args: ["--base-id", "7"], line: "lastcall: Envoy argument --base-id clashes with lastcall's own: lastcall runs Envoy's hot restart itself (use --no-hot-restart to do without)" },
+  ])("-- $args", async ({ args, line }) => {
+    const result = await run([], args);
+    expect(result).toMatchObject({ code: 2, stdout: "" });
+    expect(lines(result.stderr)).toEqual([line]);
+    expect(result.ms).toBeLessThan(5000);
+  });
+});
+
+describe("an --envoy that is not Envoy is refused at start", () => {
+  it("/bin/true: names the path and what --version printed", async () => {
+    const result = await run(["--envoy", "/bin/true"]);
+    expect(result).toMatchObject({ code: 2, stdout: "" });
+    expect(lines(result.stderr)).toHaveLength(1);
+    expect(lines(result.stderr)[0]).toMatch(/^lastcall: Envoy binary \/bin\/true is not Envoy: \/bin\/true --version printed /);
+    expect(result.ms).toBeLessThan(5000);
+  });
+
+  it("a wrapper script that is not Envoy, via ENVOY_BIN as well", async () => {
+    const script = join(dir, "envoy");
+    writeFileSync(script, "#!/bin/sh\necho \"not envoy: $*\"\n");
+    chmodSync(script, 0o755);
+    const line = `lastcall: Envoy binary ${script} is not Envoy: ${script} --version printed "not envoy: --version"`;
+    for (const result of [await run(["--envoy", script]), await run([], [], { ENVOY_BIN: script })]) {
+      expect(result).toMatchObject({ code: 2, stdout: "" });
+      expect(lines(result.stderr)).toEqual([line]);
+    }
+  });
+
+  it("the real Envoy passes the check and serves (the default path)", async () => {
+    const lc = startLastcall(config);
+    try {
+      expect(await lc.event("ready")).toMatchObject({ epoch: 0 });
+    } finally {
+      await lc.stop();
+    }
+  });
+});
