@@ -12,6 +12,7 @@ export default defineConfig({
     globalSetup: ["test/support/global-setup.ts"],
     // Logs of passing tests are noise in CI; a failing test keeps its own (and lastcall's).
     silent: "passed-only",
-    setupFiles: ["test/support/on-failure.ts"],
+    // Every file writes its temporary files in a folder of its own, removed after it (temp.ts).
+    setupFiles: ["test/support/temp-setup.ts", "test/support/on-failure.ts"],
   },
 });

@@ -11,6 +11,7 @@ import { RestartBudget, restartDelay } from "./backoff.ts";
 import { prepareBootstrap } from "./bootstrap-file.ts";
 import { InflightTracker } from "./drain/in-flight.ts";
 import { Drainer, undeliveredBy } from "./drain/drainer.ts";
+import { DrainEnded } from "./drain/shutdown.ts";
 import { bindFailure, describeExit, type EnvoyExit } from "./envoy/process.ts";
 import { identifyEnvoy } from "./envoy/identify.ts";
 import { Envoys, type LiveEnvoy, startFields } from "./envoys.ts";
@@ -151,7 +152,14 @@ export class Agent {
             // Steps 1–5 without the stop: the wait is logged (`drain_wait_done`), Envoy runs on.
             if (!this.#drainer.plan && !this.#terminating) {
               // A fault in the wait is the agent's own bug: said, and the termination still stops Envoy.
-              this.#drainer.waitDrained(this.#drainer.start("POST /drain")).catch((error) => this.#log("drain_wait_failed", { error: String(error) }));
+              const plan = this.#drainer.start("POST /drain");
+              this.#drainer.waitDrained(plan).then(
+                // An end the wait did not log itself (the deadline): said, so /drain's caller knows.
+                (reason) => {
+                  if (!this.#terminating && DrainEnded.reasons.includes(reason)) this.#log("drain_wait_done", { mode: plan.mode, reason, ms: Date.now() - plan.startedAt });
+                },
+                (error) => this.#log("drain_wait_failed", { error: String(error) }),
+              );
             }
             break;
           case "terminate":

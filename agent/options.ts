@@ -210,7 +210,7 @@ export function runOptionList(): Option[] {
     option("--filter-wasm <path>", "the in-flight filter module (default: the one shipped with lastcall)"),
     option("--exclude-path <path>", "request path the filter does not count; '*' suffix for a prefix (repeatable or comma-separated)").default([]).argParser(listArg),
     option("--heartbeat <duration>", "filter heartbeat period").default(1000, "1s").argParser(durationArg),
-    option("--run-dir <dir>", "folder for generated bootstraps (default: a new temporary folder)"),
+    option("--run-dir <dir>", "folder for generated bootstraps, lastcall's alone: made fresh (0700) at start (default: a new temporary folder)"),
     option("--drain-time <duration>", "Envoy --drain-time-s, rounded up to whole seconds: how long draining listeners still accept (default: 5s, raised to cover --min-drain)").default(5000, "5s").argParser(durationArg),
     option("--parent-shutdown <duration>", "the longest the old Envoy of a reload may finish its requests; lastcall stops it as soon as it has none and nothing left to send").default(600_000, "10m").argParser(durationArg),
     option("--role <role>", "sidecar or gateway: gateway defaults --fail-healthcheck on and --drain-scope all").default("sidecar").argParser(choiceArg(["sidecar", "gateway"] as const)),

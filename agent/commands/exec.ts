@@ -39,7 +39,7 @@ async function tellAgent(statusUrl: string, body: AppNews): Promise<string | und
       body: JSON.stringify(body),
       signal: AbortSignal.timeout(2000),
     });
-    await response.body?.cancel();
+    await response.text().catch(() => "");
     return response.ok ? undefined : `lastcall exec: ${url} answered ${response.status}`;
   } catch (error) {
     return `lastcall exec: cannot tell the agent at ${url} that the app ${body.state === "running" ? "runs" : "exited"}: ${(error as Error).message}`;

@@ -97,6 +97,9 @@ export function resolveTimings(o: RunOptions, explicit: (key: "minDrainMs" | "dr
     if (explicit("minDrainMs")) {
       throw new UsageError(`--drain-delay ${f(o.drainDelayMs)} must be shorter than --min-drain ${f(o.minDrainMs)}: the drain could end before Envoy's listeners start draining`);
     }
+    if (o.drainDelayMs + o.minDrainMs >= o.graceMs - o.stopMarginMs) {
+      throw new UsageError(`--drain-delay ${f(o.drainDelayMs)} plus the default --min-drain ${f(o.minDrainMs)} does not fit in --grace ${f(o.graceMs)} minus --stop-margin ${f(o.stopMarginMs)}: set --min-drain above --drain-delay`);
+    }
     o.minDrainMs = o.drainDelayMs + o.minDrainMs;
     resolved.push(`--min-drain ${f(o.minDrainMs)} (--drain-delay ${f(o.drainDelayMs)} plus the default floor)`);
   }
@@ -116,17 +119,14 @@ export function checkTimings(o: RunOptions): void {
   const budget = o.graceMs - o.stopMarginMs;
   const f = formatDuration;
   if (budget <= 0) throw new UsageError(`--stop-margin ${f(o.stopMarginMs)} leaves no time within --grace ${f(o.graceMs)}`);
-  if (o.minDrainMs >= budget) {
-    throw new UsageError(`--min-drain ${f(o.minDrainMs)} must be shorter than --grace ${f(o.graceMs)} minus --stop-margin ${f(o.stopMarginMs)}`);
-  }
   if (o.drainDelayMs >= budget) {
     throw new UsageError(`--drain-delay ${f(o.drainDelayMs)} must be shorter than --grace ${f(o.graceMs)} minus --stop-margin ${f(o.stopMarginMs)}`);
   }
+  if (o.minDrainMs >= budget) {
+    throw new UsageError(`--min-drain ${f(o.minDrainMs)} must be shorter than --grace ${f(o.graceMs)} minus --stop-margin ${f(o.stopMarginMs)}`);
+  }
   if (o.drainMode === "sleep" && o.drainDelayMs + o.terminationDrainMs > budget) {
     throw new UsageError(`--termination-drain ${f(o.terminationDrainMs)} does not fit in --grace ${f(o.graceMs)} minus --stop-margin ${f(o.stopMarginMs)}`);
-  }
-  if (o.parentShutdownMs <= o.drainTimeMs) {
-    throw new UsageError(`--parent-shutdown ${f(o.parentShutdownMs)} must be longer than --drain-time ${f(o.drainTimeMs)}`);
   }
   // The filter's heartbeats carry the count outside a drain and the channel for probes in it.
   if (o.heartbeatMs < 100 || o.heartbeatMs > 60_000) {
@@ -182,8 +182,8 @@ export function resolveRunOptions(command: Command, envoyArgs: string[]): RunOpt
   const resolved = resolveTimings(options, (key) =>
     key === "minDrainMs" ? !isDefault("minDrain") || fromIstio("MINIMUM_DRAIN_DURATION") : !isDefault("drainTime")
   );
-  if (resolved.length) createEventLog(options.logFormat)("timings_resolved", { resolved });
   checkTimings(options);
+  if (resolved.length) createEventLog(options.logFormat)("timings_resolved", { resolved });
   refuseEnvoyArgClash(envoyArgs);
   return options;
 }

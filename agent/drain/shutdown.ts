@@ -33,6 +33,8 @@ export interface DrainPlan {
 /** Why waiting ended early, as an abort reason. */
 export class DrainEnded extends Error {
   override name = "DrainEnded";
+  /** Every reason a wait can be ended for (the wait itself logs none of them). */
+  static readonly reasons: readonly string[] = ["deadline", "stopped_now", "envoy_exited"];
   constructor(readonly reason: "deadline" | "stopped_now" | "envoy_exited") {
     super(reason);
   }

@@ -58,7 +58,7 @@ export function readManifest(text: string): ManifestDocument[] {
       // Built once here, so a document that cannot be built fails as a YAML error, not later.
       doc.toJS({ maxAliasCount: MANIFEST_YAML.maxAliasCount });
     } catch (error) {
-      const line = text.slice(0, doc.range[0]).split("\n").length;
+      const line = text.slice(0, doc.contents?.range?.[0] ?? doc.range[0]).split("\n").length;
       throw new ManifestError(i + 1, line, valueError(error as Error), { cause: error });
     }
     // Each document owns the text from its own start (its `---`) to the next one's start; the

@@ -5,7 +5,8 @@
 import { spawn } from "node:child_process";
 import { createServer, type Server } from "node:net";
 import { describe, expect, it, onTestFinished } from "vitest";
-import { inboundConfig, lastcallCommand, type LastcallEvent } from "../support/lastcall.ts";
+import { APP_LEASE_MS } from "../../agent/app-watch.ts";
+import { inboundConfig, isAlive, lastcallCommand, type LastcallEvent } from "../support/lastcall.ts";
 import { serving, upstreamForFile } from "../support/serving.ts";
 
 const app = upstreamForFile();
@@ -109,6 +110,30 @@ describe("an app that calls out while it shuts down", () => {
     expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
     const order = (match: (e: LastcallEvent) => boolean) => lc.events.findIndex(match);
     expect(order((e) => e.event === "drain_wait_done")).toBeGreaterThan(order((e) => e.event === "app_exited" && e.running === 0));
+  });
+
+  it("under lastcall exec, both killed by SIGKILL (the kubelet's kill; default settings): the app's lease expires and the drain ends on zero, long before the deadline", async () => {
+    const { lc, status } = await serving(app.port, []); // --grace 30s, --stop-margin 2s: deadline at 28 s
+    const [command, ...prefix] = lastcallCommand("bundle");
+    const exec = spawn(command, [...prefix, "exec", "--status-url", `${status}/healthz/ready`, "--", process.execPath, "-e", "setInterval(() => {}, 1000); console.log(process.pid)"],
+      { stdio: ["ignore", "pipe", "inherit"] });
+    const appPid = Number(await new Promise((done) => exec.stdout!.once("data", done)));
+    onTestFinished(() => {
+      for (const pid of [exec.pid!, appPid]) if (isAlive(pid)) process.kill(pid, "SIGKILL");
+    });
+    expect(await lc.event("app_running")).toMatchObject({ pid: appPid, running: 1 });
+    // Neither can say the app exited.
+    exec.kill("SIGKILL");
+    process.kill(appPid, "SIGKILL");
+    lc.signal("SIGTERM");
+    const expired = await lc.event("app_expired");
+    expect(expired).toMatchObject({ pid: appPid, via: "lastcall exec", running: 0 });
+    expect(Number(expired.silent_ms)).toBeGreaterThanOrEqual(APP_LEASE_MS);
+    const terminated = await lc.event("terminated");
+    expect(terminated).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+    expect(Number(terminated.drain_ms)).toBeLessThan(APP_LEASE_MS + 5000); // the lease, not the 28 s deadline
+    const order = (name: string) => lc.events.findIndex((e: LastcallEvent) => e.event === name);
+    expect(order("drain_wait_done")).toBeGreaterThan(order("app_expired"));
   });
 
   it("with --app-port: waits while the app's port accepts connections", async () => {

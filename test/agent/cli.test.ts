@@ -135,7 +135,8 @@ describe("contradictory timings are refused with the numbers", () => {
   it.each([
     { args: ["--min-drain", "30s", "--grace", "30s"], line: "lastcall: --min-drain 30s must be shorter than --grace 30s minus --stop-margin 2s" },
     { args: ["--stop-margin", "5s", "--grace", "5s"], line: "lastcall: --stop-margin 5s leaves no time within --grace 5s" },
-    { args: ["--drain-time", "10s", "--parent-shutdown", "10s"], line: "lastcall: --parent-shutdown 10s must be longer than --drain-time 10s" },
+    { args: ["--drain-delay", "3s", "--min-drain", "2s"], line: "lastcall: --drain-delay 3s must be shorter than --min-drain 2s: the drain could end before Envoy's listeners start draining" },
+    { args: ["--min-drain", "12s", "--drain-time", "5s"], line: "lastcall: --drain-time 5s closes Envoy's listeners before --min-drain 12s ends: set --drain-time to at least 12s" },
   ])("$args", async ({ args, line }) => {
     const result = await lastcall(run("--config", someConfig(), ...args));
     expect(result).toMatchObject({ code: 2, stdout: "" });

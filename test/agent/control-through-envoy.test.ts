@@ -127,5 +127,6 @@ describe("control endpoints are unreachable through Envoy, whatever the user's r
     const ready = await fetch(`${s.status}/healthz/ready`);
     expect(ready.status).toBe(503);
     expect(await ready.json()).toEqual({ ready: false, reason: "draining" });
+    expect((await s.lc.stop()).code).toBe(0);
   });
 });

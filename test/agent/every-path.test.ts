@@ -410,7 +410,7 @@ describe("drains that survive what Envoy does", () => {
     expect(isAlive(envoyPid)).toBe(true); // still draining its held request
     app.release();
     expect(await held).toEqual({ status: 200, reset: false });
-    expect(await lc.event("reload_drained")).toMatchObject({ reason: "inflight_zero" });
+    expect(await lc.event("epoch_drained")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
     await lc.event("ready", (e) => e.pid !== envoyPid);
   });
 });

@@ -11,7 +11,7 @@ import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { http1 } from "../filter/clients.ts";
 import { inboundConfig, isAlive, startLastcall, type TestLastcall } from "../support/lastcall.ts";
 import {
-  AS_PID_1, inspectorAnswers, inspectorOpensWithin, killCommands, pid1Of, pid1Unavailable, startCommand, startStatusStandIn, type StatusStandIn,
+  AS_PID_1, type CommandProcess, inspectorAnswers, inspectorOpensWithin, killCommands, pid1Of, pid1Unavailable, startCommand, startStatusStandIn, type StatusStandIn,
 } from "../support/processes.ts";
 import { agentSees, serving, upstreamForFile } from "../support/serving.ts";
 
@@ -27,6 +27,16 @@ const noPid1 = pid1Unavailable();
 
 let standIn: StatusStandIn;
 afterEach(() => standIn?.close());
+
+/** Resolves once `command` has probed `s` `count` times; rejects with its output if it exits first. */
+async function probed(s: StatusStandIn, command: CommandProcess, count = 1): Promise<void> {
+  await Promise.race([
+    s.until((x) => x.probes >= count, `probe ${count}`),
+    command.exited.then((exit) => {
+      throw new Error(`exited (${JSON.stringify(exit)}) before probe ${count}:\n${command.output()}`);
+    }),
+  ]);
+}
 
 /** A stand-in status server for this test (closed after it). */
 async function newStandIn(): Promise<StatusStandIn> {
@@ -57,7 +67,9 @@ describe("Node's inspector (SIGUSR1's default)", () => {
   it.each(["bundle", "binary", "deno"] as const)("%s: SIGUSR1, SIGUSR2 and SIGHUP to lastcall wait: no inspector, the wait goes on and ends ready", async (runtime) => {
     const s = await newStandIn();
     const wait = startCommand(["wait", "--status-url", s.url], { runtime });
-    await s.until((x) => x.probes >= 1, "the first probe");
+    // Probes come every 100 ms: a process that has run for over half a second (Deno arms its
+    // SIGUSR1 inspector 500 ms after start).
+    await probed(s, wait, 8);
     for (const signal of ["SIGUSR1", "SIGUSR2", "SIGHUP"] as const) wait.child.kill(signal);
     if (runtime === "deno") {
       // Deno (2.9.2 and later) opens its inspector on SIGUSR1 whatever listeners there are;
@@ -131,7 +143,7 @@ describe("lastcall wait", () => {
   it.each(STOPS)("%s: stops waiting at once, one line, exit 128 + the signal's number", async (signal) => {
     const s = await newStandIn();
     const wait = startCommand(["wait", "--status-url", s.url]);
-    await s.until((x) => x.probes >= 1, "the first probe");
+    await probed(s, wait);
     wait.child.kill(signal);
     expect(await wait.exited).toEqual({ code: status(signal), signal: null });
     expect(wait.output()).toBe(`lastcall wait: stopped by ${signal} before the proxy was ready (last: stand-in not ready)\n`);
@@ -140,7 +152,7 @@ describe("lastcall wait", () => {
   it.skipIf(noPid1)(`as PID 1 (${noPid1 ?? "unshare"}): SIGHUP is ignored, SIGTERM stops the wait`, async () => {
     const s = await newStandIn();
     const wait = startCommand(["wait", "--status-url", s.url], { pid1: true });
-    await s.until((x) => x.probes >= 1, "the first probe");
+    await probed(s, wait);
     const pid = await wait.pid();
     process.kill(pid, "SIGHUP");
     await s.until((x) => x.probes >= 3, "probes after SIGHUP");
@@ -163,7 +175,7 @@ describe("lastcall exec", () => {
     const s = await newStandIn();
     const marker = join(tmpdir(), `lastcall-test-never-${process.pid}-${signal}`);
     const exec = startCommand(["exec", "--status-url", s.url, "--", process.execPath, "-e", `require("fs").writeFileSync(${JSON.stringify(marker)}, "")`]);
-    await s.until((x) => x.probes >= 1, "the first probe");
+    await probed(s, exec);
     exec.child.kill(signal);
     expect(await exec.exited).toEqual({ code: status(signal), signal: null });
     expect(exec.output()).toBe(`lastcall exec: stopped by ${signal} before the proxy was ready (last: stand-in not ready)\n`);
@@ -174,7 +186,7 @@ describe("lastcall exec", () => {
   it("SIGHUP, SIGUSR1, SIGUSR2 while waiting: ignored; the app starts once ready", async () => {
     const s = await newStandIn();
     const exec = startCommand(["exec", "--no-quit", "--status-url", s.url, "--", process.execPath, "-e", "console.log('app ran')"]);
-    await s.until((x) => x.probes >= 1, "the first probe");
+    await probed(s, exec);
     for (const signal of IGNORED) exec.child.kill(signal);
     expect(await inspectorOpensWithin(INSPECTOR_WINDOW_MS)).toBe(false);
     const probes = s.probes;
@@ -204,7 +216,7 @@ describe("lastcall exec", () => {
   it.skipIf(noPid1)(`as PID 1 (what classic inject writes; ${noPid1 ?? "unshare"}): SIGTERM while waiting for readiness ends it at once`, async () => {
     const s = await newStandIn();
     const exec = startCommand(["exec", "--status-url", s.url, "--", process.execPath, "-e", "console.log('app ran')"], { pid1: true });
-    await s.until((x) => x.probes >= 1, "the first probe");
+    await probed(s, exec);
     const signalledAt = Date.now();
     process.kill(await exec.pid(), "SIGTERM");
     expect(await exec.exited).toEqual({ code: 143, signal: null });

@@ -91,10 +91,11 @@ describe("the status server caps every body (lastcall's defaults)", () => {
   });
 
   it("200 MB to /v1/inflight without the token: 403 before the body is read, lastcall still answers", async () => {
-    const { status } = await serving(app.port, []);
+    const { lc, status } = await serving(app.port, ["--min-drain", "0s"]);
     // No token: refused before the body is read, whatever its size.
     const res = await postLarge(`${status}/v1/inflight`, 200 * MB, false);
     expect(res).toEqual({ status: 403, body: JSON.stringify({ error: "report token missing or wrong" }) });
     expect((await fetch(`${status}/healthz/live`)).status).toBe(200);
+    expect((await lc.stop()).code).toBe(0);
   });
 });

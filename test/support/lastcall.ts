@@ -1,13 +1,13 @@
 // Runs the real lastcall (the bundle, the single executable, or the TypeScript under Deno) as a
 // child process and follows its JSON event lines, so tests wait on events, not on sleeps.
 import { type ChildProcess, spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { createServer } from "node:net";
 import { createInterface } from "node:readline";
 import { resolveDeno } from "../../build/deno.mjs";
 import { localCluster } from "./envoy.ts";
+import { tempDir } from "./temp.ts";
 
 const root = resolve(import.meta.dirname, "../..");
 
@@ -77,8 +77,8 @@ export function startedSince(): TestLastcall[] {
   return recent.splice(0);
 }
 
-/** Writes a config object to a fresh temporary file and returns its path. */
-export function writeConfig(config: unknown, dir = mkdtempSync(join(tmpdir(), "lastcall-test-"))): string {
+/** Writes a config object to a fresh temporary file (removed after the test file) and returns its path. */
+export function writeConfig(config: unknown, dir = tempDir("lastcall-test-")): string {
   const path = join(dir, "envoy.json");
   writeFileSync(path, JSON.stringify(config, null, 2));
   return path;

@@ -1,0 +1,56 @@
+// Reloads never cut: the old Envoy of a reload is stopped by lastcall once it has finished what
+// it serves (its filter's confirmed zero, every response byte delivered), not by Envoy's own
+// parent-shutdown timer (10 s in Envoy's default; Istio sets 60 s), and not after --drain-time.
+// A 12 s request is held across SIGHUP, on lastcall's defaults.
+import { describe, expect, it } from "vitest";
+import { http1 } from "../filter/clients.ts";
+import { isAlive } from "../support/lastcall.ts";
+import { agentSees, serving, upstreamForFile } from "../support/serving.ts";
+
+const app = upstreamForFile();
+const LONG_MS = 12_000;
+
+describe("a long request across a reload", () => {
+  it("hot restart (SIGHUP): the 12 s request gets its 200; the parent is stopped right after it", async () => {
+    const { lc, port, status, envoyPid } = await serving(app.port, []);
+    const startedAt = Date.now();
+    const long = http1(port, `/delay?ms=${LONG_MS}`);
+    await agentSees(status, 1);
+    lc.signal("SIGHUP");
+    await lc.event("ready", (e) => e.epoch === 1);
+    const drained = await lc.event("epoch_drained", undefined, 30_000);
+    expect(await long).toEqual({ status: 200, reset: false });
+    expect(Date.now() - startedAt).toBeGreaterThanOrEqual(LONG_MS);
+    expect(drained).toMatchObject({ epochs: [0], reason: "inflight_zero", inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
+    const exit = await lc.event("epoch_exit", (e) => e.pid === envoyPid);
+    expect(exit).toMatchObject({ epoch: 0, drain_reason: "inflight_zero", inflight_at_stop: 0 });
+    expect(isAlive(envoyPid)).toBe(false);
+    // The child serves on (on a port of its own: the test's listener asks for port 0).
+    expect((await http1(await lc.listenerPort("ingress"), "/")).status).toBe(200);
+    lc.signal("SIGTERM");
+    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+  });
+
+  it("cold reload (--no-hot-restart): the old Envoy finishes the 12 s request before it is replaced", async () => {
+    const { lc, port, status, envoyPid } = await serving(app.port, ["--no-hot-restart"]);
+    const long = http1(port, `/delay?ms=${LONG_MS}`);
+    await agentSees(status, 1);
+    lc.signal("SIGHUP");
+    expect(await long).toEqual({ status: 200, reset: false });
+    expect(await lc.event("epoch_drained", undefined, 30_000)).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+    await lc.event("ready", (e) => e.pid !== envoyPid);
+    expect((await http1(await lc.listenerPort("ingress"), "/")).status).toBe(200);
+  });
+
+  it("a reload drain limit (--parent-shutdown) is said with what it cut", async () => {
+    const { lc, port, status } = await serving(app.port, ["--parent-shutdown", "2s"]);
+    const held = http1(port, "/hold");
+    await app.until((a) => a.held === 1);
+    await agentSees(status, 1);
+    lc.signal("SIGHUP");
+    const drained = await lc.event("epoch_drained", undefined, 30_000);
+    expect(drained).toMatchObject({ epochs: [0], reason: "deadline", inflight_at_stop: 1 });
+    expect(await lc.event("epoch_exit", (e) => e.epoch === 0)).toMatchObject({ drain_reason: "deadline", inflight_at_stop: 1 });
+    expect((await held).reset).toBe(true);
+  });
+});

@@ -1,0 +1,51 @@
+// The report token is a secret of lastcall and its Envoys (issue 14, row 18). At Envoy's
+// default log level (info) neither lastcall nor Envoy prints it, through start, reports, a
+// drain and the stop. At `-l debug` Envoy prints it, as docs/operations.md says: in the plugin
+// configuration it dumps while loading each listener, and in the headers of every report
+// ("router decoding headers"); the second test holds Envoy to that description (and proves the
+// token is read right, so the first cannot pass by looking for the wrong string).
+import { readFileSync } from "node:fs";
+import { describe, expect, it } from "vitest";
+import { http1 } from "../filter/clients.ts";
+import { agentSees, serving, upstreamForFile } from "../support/serving.ts";
+
+const app = upstreamForFile();
+
+/** The report token in the bootstrap Envoy `pid` runs (`-c <file>` on its command line). */
+function reportToken(pid: number): string {
+  const args = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+  const text = readFileSync(args[args.indexOf("-c") + 1], "utf8");
+  const token = /token\\*"\s*:\s*\\*"([A-Za-z0-9_-]+)/.exec(text)?.[1];
+  if (!token) throw new Error(`No report token in Envoy's bootstrap ${args[args.indexOf("-c") + 1]}`);
+  return token;
+}
+
+describe.runIf(process.platform === "linux")("the report token in the logs", () => {
+  it("at Envoy's default log level, neither lastcall nor Envoy prints it, through a drain", async () => {
+    const { lc, port, status, envoyPid } = await serving(app.port, [], { envoyArgs: [] }); // no -l: Envoy's info
+    const token = reportToken(envoyPid);
+    expect(token).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    const held = http1(port, "/hold");
+    await app.until((a) => a.held === 1);
+    await agentSees(status, 1);
+    lc.signal("SIGTERM");
+    await lc.event("listeners_draining");
+    app.release();
+    expect(await held).toEqual({ status: 200, reset: false });
+    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+    await lc.exited;
+    const output = lc.output();
+    expect(output).toContain("][info][main]"); // Envoy's own lines are in it
+    expect(output).not.toContain(token);
+  });
+
+  it("at -l debug, Envoy prints it in the plugin configuration and in each report's headers", async () => {
+    const { lc, status, envoyPid } = await serving(app.port, [], { envoyArgs: ["-l", "debug"] });
+    const token = reportToken(envoyPid);
+    await agentSees(status, 0);
+    await lc.stop();
+    const lines = lc.output().split("\n").filter((l) => l.includes(token));
+    expect(lines.some((l) => l.startsWith(`'x-lastcall-token', '${token}'`))).toBe(true);
+    expect(lines.some((l) => /\]\[debug\]\[(config|wasm)\]/.test(l))).toBe(true);
+  });
+});
