@@ -285,7 +285,7 @@ export class Agent {
     const inflightBefore = this.#tracker.inflight(live?.reporters ?? []);
     for (const id of live?.reporters ?? []) this.#tracker.retire(id);
     this.#syncState();
-    const fields = { epoch: live?.info.epoch, pid: live?.info.pid, exit: describeExit(exit), ...live?.stopped };
+    const fields = { epoch: live?.info.epoch, pid: live?.info.pid, exit: describeExit(exit), ...live?.drained };
     const asked = this.#retiring.delete(instance);
     if (!asked && this.#terminating) {
       // Killed under the drain (the OOM killer, a kill -9): what it held is lost, and said so.
@@ -359,6 +359,10 @@ export class Agent {
     const serving = newest.info.epoch;
     try {
       if (this.#options.hotRestart) {
+        // Envoy ends a grandparent as the next child starts: the last reload's parent finishes first.
+        const finishing = this.#envoys.all().filter((l) => l !== newest && l.drained === undefined).map((l) => l.info.epoch);
+        if (finishing.length > 0) this.#log("reload_waiting", { reason, why: `epochs ${finishing.join(", ")} still finishing their requests` });
+        await unlessAborted(this.#drainer.oldFinished(), signal);
         await this.#startEnvoy("reload", true, signal);
         this.#state.hotRestarts++;
         return;

@@ -43,8 +43,8 @@ export interface LiveEnvoy {
   xds?: XdsProxy;
   /** Ports it was seen listening on (its listeners close before its last connections do). */
   listenPorts: Set<number>;
-  /** How lastcall ended the drain of this old epoch of a reload, for its `epoch_exit` line. */
-  stopped?: { drain_reason: string; inflight_at_stop: number; bytes_unsent_at_stop?: number };
+  /** How the drain of this old epoch of a reload ended, for its `epoch_exit` line. */
+  drained?: { drain_reason: string; inflight_at_stop: number; bytes_unsent_at_stop?: number };
 }
 
 /**
@@ -107,6 +107,8 @@ export class Envoys {
   #configText = "";
   /** Counters of every Envoy's xDS proxy, for `/metrics`. */
   readonly xdsStats = new XdsStats();
+  /** Proxies of removed Envoys still closing (their socket folder removed last): awaited by close(). */
+  readonly #closingProxies = new Set<Promise<void>>();
 
   constructor(options: RunOptions, binary: string, runDir: string) {
     this.#options = options;
@@ -142,13 +144,17 @@ export class Envoys {
   remove(instance: string): LiveEnvoy | undefined {
     const live = this.#live.get(instance);
     this.#live.delete(instance);
-    void live?.xds?.close();
+    const closing = live?.xds?.close().catch(() => {});
+    if (closing) {
+      this.#closingProxies.add(closing);
+      void closing.then(() => this.#closingProxies.delete(closing));
+    }
     return live;
   }
 
-  /** Stops what serves the Envoys besides their processes (the xDS proxies). */
+  /** Stops what serves the Envoys besides their processes (the xDS proxies), and waits for those closing. */
   async close(): Promise<void> {
-    await Promise.all(this.all().map((l) => l.xds?.close()));
+    await Promise.all([...this.all().map((l) => l.xds?.close()), ...this.#closingProxies]);
   }
 
   /**

@@ -82,6 +82,7 @@ export class Drainer {
   /** Reporters of the old Envoys of a reload, being drained. */
   readonly #oldDraining = new Set<string>();
   readonly #finishing = new WeakSet<LiveEnvoy>();
+  readonly #unfinished = new Set<Promise<void>>();
   #plan?: DrainPlan;
 
   constructor(deps: DrainerDeps) {
@@ -112,7 +113,7 @@ export class Drainer {
     const old = all.filter((l) => !this.#finishing.has(l)); // a second reload finds the first's parent already finishing
     if (old.length === 0) return Promise.resolve("already_finishing");
     for (const l of old) this.#finishing.add(l);
-    return finishOldEpochs(old, {
+    const done = finishOldEpochs(old, {
       options: this.#o,
       log: this.#log,
       tracker: this.#tracker,
@@ -125,6 +126,17 @@ export class Drainer {
       measure: (s) => this.measure(s),
       undelivered: (live) => undeliveredBy(live),
     }, { kind, signal: AbortSignal.any([signal, this.#deps.closing]) });
+    const settled = done.catch(() => {}).then(() => void this.#unfinished.delete(settled));
+    this.#unfinished.add(settled);
+    return done;
+  }
+
+  /**
+   * Resolves once every old epoch being finished has finished (or reached its limit). A hot
+   * restart waits for it: Envoy ends a grandparent as soon as the next child starts.
+   */
+  async oldFinished(): Promise<void> {
+    await Promise.all([...this.#unfinished]);
   }
 
   modeContext(instances = () => this.#envoys.reporters()): ModeContext {
@@ -281,10 +293,16 @@ export class Drainer {
       this.measure(AbortSignal.timeout(measureMs)).catch(() => undefined).then((n) => n ?? this.#tracker.inflight(this.#envoys.reporters())),
       undeliveredBy(this.#envoys.all()),
     ]);
-    const stopBudget = Math.max(200, graceEnd - Date.now());
+    const stopBudget = () => Math.max(200, graceEnd - Date.now());
     const targets = this.#envoys.all().filter((l) => l.process.running);
     for (const l of targets) this.#deps.retiring.add(l.info.instance);
-    await stopEnvoys(targets.map((l) => ({ process: l.process, admin: l.adminHandedOver ? undefined : l.admin })), this.#log, stopBudget);
+    // The newest Envoy of each generation first: its shutdown ends its hot-restart parent (which
+    // Envoy requires: a parent stopped first makes the child abort as it shuts down); whatever
+    // still runs after that is stopped next.
+    const newest = targets.filter((l) => !targets.some((o) => o.info.generation === l.info.generation && o.info.epoch > l.info.epoch));
+    const asTarget = (l: LiveEnvoy) => ({ process: l.process, admin: l.adminHandedOver ? undefined : l.admin });
+    await stopEnvoys(newest.map(asTarget), this.#log, stopBudget() / 2);
+    await stopEnvoys(targets.filter((l) => l.process.running).map(asTarget), this.#log, stopBudget());
     return { inflightAtStop, bytesUnsentAtStop: left?.bytes };
   }
 }

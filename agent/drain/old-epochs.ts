@@ -1,7 +1,11 @@
 // The old Envoys of a reload (SIGHUP, a watched file): a hot restart's parent once its child
-// serves, or the Envoy a cold reload replaces. lastcall ends them, not Envoy's parent-shutdown
-// timer: when their filter counts a confirmed zero and their connections have delivered every
-// response byte, or at `--parent-shutdown` (generous by default), saying what it cut.
+// serves, or the Envoy a cold reload replaces. Each may finish what it serves: until its filter
+// counts a confirmed zero and its connections have delivered every response byte, or until
+// `--parent-shutdown` (10 minutes by default), and what is left at that limit is said. The Envoy
+// of a cold reload is then stopped by lastcall. A hot-restart parent is ended by its child (only
+// the child may: it messages its parent when it shuts down, and Envoy aborts when that message
+// finds no parent): at the child's shutdown, the next reload, or Envoy's timer a second after the
+// limit. Finished, it serves nothing meanwhile.
 import type { LiveEnvoy } from "../envoys.ts";
 import type { Undelivered } from "../envoy/sockets.ts";
 import type { EventLog } from "../log.ts";
@@ -40,7 +44,8 @@ export interface OldEpochRequest {
 
 /**
  * Drains `old` until nothing is in flight in it and every response byte is delivered (or
- * `--parent-shutdown` passed), then stops it. Its `epoch_exit` line says what it cut.
+ * `--parent-shutdown` passed); a cold reload's old Envoy is then stopped. `epoch_drained` and the
+ * `epoch_exit` line say what was left at the end.
  *
  * @returns Why the drain ended: `inflight_zero`, `requests_zero`, `connections_closed`,
  * `deadline` (the limit), or `aborted` (a terminate took over: nothing was stopped)
@@ -105,11 +110,11 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
   if (request.signal.aborted) return "aborted";
   const left = await deps.undelivered(old);
   const inflight = deps.tracker.inflight(reporters);
-  for (const l of old) {
-    l.stopped = { drain_reason: reason, inflight_at_stop: inflight, ...(left ? { bytes_unsent_at_stop: left.bytes } : {}) };
-    deps.retiring.add(l.info.instance);
-  }
+  const drained = { drain_reason: reason, inflight_at_stop: inflight, ...(left ? { bytes_unsent_at_stop: left.bytes } : {}) };
+  for (const l of old) l.drained = drained;
   deps.log("epoch_drained", { epochs, reason, ms: Date.now() - startedAt, inflight_at_stop: inflight, ...(left ? { bytes_unsent_at_stop: left.bytes } : {}) });
+  if (request.kind === "hot") return reason; // its child ends it (see above)
+  for (const l of old) deps.retiring.add(l.info.instance);
   await stopEnvoys(old.map((l) => ({ process: l.process, admin: l.adminHandedOver ? undefined : l.admin })), deps.log, 3000);
   return reason;
 }

@@ -16,7 +16,7 @@ export interface EnvoyLaunch {
   adminAddressPath: string;
   /** `--drain-time-s`. */
   drainTimeMs: number;
-  /** lastcall's limit for an old epoch (`--parent-shutdown`); Envoy's own timer is set past it. */
+  /** lastcall's limit for an old epoch (`--parent-shutdown`); Envoy's timer is set a second past it. */
   parentShutdownMs: number;
   /** Passed through after lastcall's own arguments. */
   extraArgs: string[];
@@ -24,12 +24,7 @@ export interface EnvoyLaunch {
 
 const seconds = (ms: number) => String(Math.max(1, Math.ceil(ms / 1000)));
 
-/**
- * How long after lastcall's own limit Envoy's parent-shutdown timer fires: lastcall stops an old
- * epoch when it has finished (or at its limit); Envoy's timer is only the backstop for a
- * lastcall that is gone.
- */
-export const PARENT_SHUTDOWN_BACKSTOP_MS = 60_000;
+
 
 /**
  * Builds Envoy's command line. Every unusual flag says why it is there.
@@ -48,9 +43,12 @@ export function envoyArgs(launch: EnvoyLaunch): string[] {
   // once, so clients move away at their next request instead of over the whole drain time.
   args.push("--drain-strategy", "immediate");
   args.push("--drain-time-s", seconds(launch.drainTimeMs));
-  // Envoy's parent-shutdown timer kills the old epoch of a hot restart whatever it still serves:
-  // lastcall stops that epoch itself when it has finished, so the timer only backs lastcall up.
-  args.push("--parent-shutdown-time-s", seconds(launch.parentShutdownMs + PARENT_SHUTDOWN_BACKSTOP_MS));
+  // The old epoch of a hot restart may finish its requests for as long as lastcall's limit
+  // (`--parent-shutdown`, 10 minutes by default), and a second more: lastcall says what is still
+  // in flight at the limit before Envoy's timer ends it. Only the child may end its parent (it
+  // sends the parent a terminate message at shutdown, and Envoy aborts when that send fails, so a
+  // parent stopped behind the child's back breaks the child's own shutdown).
+  args.push("--parent-shutdown-time-s", String(Math.ceil(launch.parentShutdownMs / 1000) + 1));
   if (!launch.hotRestart) {
     args.push("--disable-hot-restart");
   } else if (launch.epoch === 0) {

@@ -116,15 +116,15 @@ describe("hot restart", () => {
       const epoch = await lc.event("epoch", epochOf(1));
       expect(epoch.pid).not.toBe(first.pid);
       const ready = await lc.event("ready", epochOf(1));
-      const exited = await lc.event("epoch_exit", epochOf(0), 15_000);
+      // The parent finishes what it had (the load's requests), then only its child may end it.
+      const finished = await lc.event("epoch_drained", (e) => (e.epochs as number[]).includes(0), 15_000);
       const swapMs = Date.now() - changedAt;
-      expect(exited).toMatchObject({ pid: first.pid, exit: "code 0" });
-      expect(isAlive(Number(first.pid))).toBe(false);
+      expect(finished).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
       await load.succeeded(20);
       const result = await load.stop();
       console.log(
         `hot restart under load: ${result.ok} ok, ${result.failed} failed; change → child ready ${Number(ready.ms)} ms after spawn, ` +
-          `change → parent exited ${swapMs} ms`,
+          `change → parent finished ${swapMs} ms`,
       );
       expect(result.errors).toEqual([]);
       expect(result.lastConfig).toBe("v2");
@@ -134,10 +134,12 @@ describe("hot restart", () => {
 
     expect(lc.events.filter((e) => e.event === "reload")).toHaveLength(1); // the burst coalesced
     const state = await (await fetch(`${await lc.statusUrl()}/v1/state`)).json();
-    expect(state).toMatchObject({ phase: "running", hotRestarts: 1, restarts: 0, current: { epoch: 1 }, epochs: [{ epoch: 1 }] });
+    // The finished parent stays, idle, until its child ends it (its shutdown, the next reload, or
+    // --parent-shutdown): Envoy lets no one else end it.
+    expect(state).toMatchObject({ phase: "running", hotRestarts: 1, restarts: 0, current: { epoch: 1 }, serving: { epoch: 1 }, epochs: [{ epoch: 0 }, { epoch: 1 }] });
     const metrics = await (await fetch(`${await lc.statusUrl()}/metrics`)).text();
     expect(metrics).toMatch(/^lastcall_envoy_epoch 1$/m);
-    expect(metrics).toMatch(/^lastcall_envoy_processes 1$/m);
+    expect(metrics).toMatch(/^lastcall_envoy_processes 2$/m);
   });
 
   it("rejects a config Envoy refuses and keeps the old epoch serving", async () => {
@@ -193,16 +195,21 @@ describe("hot restart", () => {
       const middle = await lc.event("ready", epochOf(1));
       lc.signal("SIGHUP");
       await lc.event("ready", epochOf(2));
-      const exits = await Promise.all([lc.event("epoch_exit", epochOf(0), 15_000), lc.event("epoch_exit", epochOf(1), 15_000)]);
-      expect(exits.map((e) => e.pid)).toEqual([first.pid, middle.pid]);
+      // Epoch 2 started only once epoch 0 had finished (Envoy ends a grandparent as the next
+      // child starts); then epoch 1 finishes in turn.
+      const firstDone = await lc.event("epoch_drained", (e) => (e.epochs as number[]).includes(0), 15_000);
+      const exit0 = await lc.event("epoch_exit", epochOf(0), 15_000);
+      expect(exit0).toMatchObject({ pid: first.pid, drain_reason: "inflight_zero", inflight_at_stop: 0 });
+      expect(Date.parse(String(firstDone.ts))).toBeLessThanOrEqual(Date.parse(String((await lc.event("epoch", epochOf(2))).ts)));
+      expect(await lc.event("epoch_drained", (e) => (e.epochs as number[]).includes(1), 15_000)).toMatchObject({ reason: "inflight_zero" });
       await load.succeeded(20);
       const result = await load.stop();
-      console.log(`two hot restarts in a row under load: ${result.ok} ok, ${result.failed} failed; exits: ${exits.map((e) => `epoch ${e.epoch} ${e.exit}`).join(", ")}`);
+      console.log(`two hot restarts in a row under load: ${result.ok} ok, ${result.failed} failed; epoch 0 ${exit0.exit}, pid ${middle.pid} finished`);
       expect(result.errors).toEqual([]);
     } finally {
       await load.stop();
     }
-    expect(await (await fetch(`${await lc.statusUrl()}/v1/state`)).json()).toMatchObject({ hotRestarts: 2, current: { epoch: 2 }, epochs: [{ epoch: 2 }] });
+    expect(await (await fetch(`${await lc.statusUrl()}/v1/state`)).json()).toMatchObject({ hotRestarts: 2, current: { epoch: 2 }, serving: { epoch: 2 } });
   });
 
   it("starts the next epoch on SIGHUP", async () => {
@@ -212,7 +219,7 @@ describe("hot restart", () => {
     lc.signal("SIGHUP");
     expect(await lc.event("reload")).toMatchObject({ reason: "SIGHUP" });
     await lc.event("ready", epochOf(1));
-    await lc.event("epoch_exit", epochOf(0), 15_000);
+    expect(await lc.event("epoch_drained", (e) => (e.epochs as number[]).includes(0), 15_000)).toMatchObject({ reason: "inflight_zero" });
     expect(await get(port, "/", false)).toEqual({ status: 200, config: "v1" });
   });
 });

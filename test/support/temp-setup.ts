@@ -1,13 +1,21 @@
 // Each test file writes its temporary files in a folder of its own (test/support/temp.ts),
 // removed after its tests, once every lastcall it started is stopped (a lastcall killed by
-// SIGKILL leaves its run folder there).
+// SIGKILL leaves its run folder there). With LASTCALL_TEST_TMP_REPORT=<file>, what each test
+// file left in its folder (what it would leave in /tmp without this) is appended to <file>.
+import { appendFileSync, readdirSync } from "node:fs";
+import { relative } from "node:path";
 import { afterAll } from "vitest";
 import { stopAllLastcalls } from "./lastcall.ts";
 import { removeTempDirs, useFileTempDir } from "./temp.ts";
 
-useFileTempDir();
+const dir = useFileTempDir();
 
-afterAll(async () => {
+afterAll(async ({}, suite) => {
   await stopAllLastcalls();
+  const report = process.env.LASTCALL_TEST_TMP_REPORT;
+  if (report) {
+    const file = relative(process.cwd(), suite.file?.filepath ?? "?");
+    appendFileSync(report, `${JSON.stringify({ file, left: readdirSync(dir).sort() })}\n`);
+  }
   removeTempDirs();
 });

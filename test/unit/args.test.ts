@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { type EnvoyLaunch, envoyArgs, PARENT_SHUTDOWN_BACKSTOP_MS } from "../../agent/envoy/args.ts";
+import { type EnvoyLaunch, envoyArgs } from "../../agent/envoy/args.ts";
 
 const launch = (overrides: Partial<EnvoyLaunch> = {}): EnvoyLaunch => ({
   configPath: "/run/envoy.yaml",
@@ -9,7 +9,7 @@ const launch = (overrides: Partial<EnvoyLaunch> = {}): EnvoyLaunch => ({
   hotRestart: true,
   adminAddressPath: "/run/admin",
   drainTimeMs: 5000,
-  parentShutdownMs: 10_000,
+  parentShutdownMs: 600_000,
   extraArgs: [],
   ...overrides,
 });
@@ -57,12 +57,12 @@ describe("envoyArgs", () => {
     [1, "1"],
     [0, "1"],
   ])("turns %i ms into --drain-time-s %s (whole seconds, at least 1)", (ms, seconds) => {
-    expect(valueOf(envoyArgs(launch({ drainTimeMs: ms, parentShutdownMs: ms })), "--drain-time-s")).toBe(seconds);
+    expect(valueOf(envoyArgs(launch({ drainTimeMs: ms })), "--drain-time-s")).toBe(seconds);
   });
 
-  it("sets Envoy's parent-shutdown timer past lastcall's own limit, as a backstop only", () => {
-    const args = envoyArgs(launch({ parentShutdownMs: 600_000 }));
-    expect(Number(valueOf(args, "--parent-shutdown-time-s"))).toBe((600_000 + PARENT_SHUTDOWN_BACKSTOP_MS) / 1000);
+  it("sets Envoy's parent-shutdown timer a second past lastcall's limit for an old epoch", () => {
+    expect(valueOf(envoyArgs(launch({ parentShutdownMs: 600_000 })), "--parent-shutdown-time-s")).toBe("601");
+    expect(valueOf(envoyArgs(launch({ parentShutdownMs: 1500 })), "--parent-shutdown-time-s")).toBe("3");
   });
 
   it("puts extra Envoy arguments last", () => {

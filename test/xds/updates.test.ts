@@ -121,7 +121,7 @@ it("gives a hot-restart child its own proxy: its listeners report under its own 
   await lc.event("ready", (e) => e.epoch === 1);
   const [filters] = await dumpedHttpFilters(lc.adminUrl(), "ingress");
   expect(JSON.parse(filters[0].typed_config.config.configuration.value).instance).toBe(parentInstance.replace(/-0$/, "-1"));
-  await lc.event("epoch_exit", (e) => e.epoch === 0);
+  await lc.event("epoch_drained", (e) => (e.epochs as number[]).includes(0));
   const held = get(port, "/hold");
   await app.until((a) => a.held === 1);
   lc.signal("SIGTERM");
