@@ -3,6 +3,8 @@
 // on lastcall's defaults. Envoy finishes the stream long before the client has read it (the
 // rest sits in Envoy's buffer and the kernel's send queue); lastcall waits until it is delivered.
 import { describe, expect, it } from "vitest";
+import { undelivered } from "../../agent/envoy/sockets.ts";
+import { httpBootstrap, startEnvoy, waitFor } from "../support/envoy.ts";
 import { type Serving, serving, upstreamForFile } from "../support/serving.ts";
 import { slowDownload } from "../support/slow-reader.ts";
 
@@ -33,5 +35,28 @@ describe("a slow reader across SIGTERM", () => {
   it("gets every byte in requests mode too", async () => {
     const terminated = await slowReaderAcrossSigterm(await serving(app.port, ["--drain-mode", "requests"]));
     expect(terminated).toMatchObject({ mode: "requests", reason: "requests_zero" });
+  });
+});
+
+// What docs/filter.md says of bytes still in the kernel's send queue when Envoy exits, measured:
+// Envoy's exit closes the socket; the kernel keeps sending what it holds (the socket lingers in
+// FIN_WAIT1) and ends with FIN after the last byte. What Envoy itself still buffered is lost.
+describe("bytes in the kernel's send queue when Envoy exits", () => {
+  it("are delivered by the kernel after Envoy is gone; Envoy's own buffer was empty", async () => {
+    const envoy = await startEnvoy(httpBootstrap({ upstreamPort: app.port }));
+    const download = slowDownload(envoy.port("ingress"), `/bytes?n=${BODY}`, RATE);
+    await download.reached(RATE);
+    // Wait until Envoy has handed everything to the kernel: the app's response is complete and
+    // Envoy buffers nothing, while the kernel still holds a send queue for the reader.
+    const queued = await waitFor(async () => {
+      const buffered = (await envoy.stats("downstream_cx_tx_bytes_buffered$"))["http.ingress.downstream_cx_tx_bytes_buffered"];
+      const left = await undelivered(envoy.pid);
+      return app.inflight === 0 && buffered === 0 && left && left.bytes > 0 ? left.bytes : undefined;
+    }, { what: "Envoy's buffer empty with bytes in the kernel's queue", timeoutMs: 30_000, intervalMs: 10 });
+    await fetch(`${envoy.adminUrl}/quitquitquit`, { method: "POST" });
+    await envoy.exited;
+    const read = await download.done;
+    console.log(`kernel send queue at Envoy's exit: ${queued} bytes; the reader got ${read.received} of ${read.expected}, ended by ${read.endedBy}`);
+    expect(read).toEqual({ status: 200, expected: BODY, received: BODY, endedBy: "fin" });
   });
 });

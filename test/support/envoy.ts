@@ -21,6 +21,8 @@ export interface EnvoyOptions {
 
 /** A running Envoy started by a test. */
 export interface TestEnvoy {
+  /** Envoy's process id. */
+  readonly pid: number;
   /** Admin base URL, e.g. `http://127.0.0.1:40123`. */
   readonly adminUrl: string;
   /** Port a named listener is bound to (from `/listeners?format=json`). */
@@ -186,6 +188,7 @@ function makeEnvoy(child: ChildProcess, exited: Promise<EnvoyExit>, output: () =
   let ended = false;
   void exited.then(() => { ended = true; });
   const envoy: TestEnvoy = {
+    pid: child.pid as number,
     adminUrl: "",
     port(listener) {
       const port = ports(envoy).get(listener);
