@@ -16,8 +16,12 @@ const ACTIVE = CONTENDERS.map((_, i) => i).filter((i) => !PICKED || PICKED.inclu
 const PARITY: Parity = { graceMs: 10_000, lagMs: 2000, concurrency: 2 };
 const WARM_UP_MS = 1000;
 const STREAM_CHUNKS = 30; // 3 s of chunks, started 0.5 s before the signal
+// A phone on a poor link: 12 MB at 3 MB/s, about 1 s in at the signal; its last bytes reach it
+// seconds after Envoy has finished the stream (they wait in Envoy's and the kernel's buffers).
+const SLOW_READER_BYTES = 12_000_000;
+const SLOW_READER_RATE = 3_000_000;
 const WORKLOADS = [
-  { id: "busy", idle: 0, what: "mixed keep-alive HTTP/1.1 (10 ms–3 s), HTTP/2, a streaming response, a WebSocket, late arrivals" },
+  { id: "busy", idle: 0, what: "mixed keep-alive HTTP/1.1 (10 ms–3 s), HTTP/2, a streaming response, a WebSocket, a slow reader (12 MB at 3 MB/s), late arrivals" },
   { id: "idle", idle: 6, what: "the same plus 6 idle keep-alive connections" },
 ];
 
@@ -50,6 +54,7 @@ async function oneRun(contenderIndex: number, workload: (typeof WORKLOADS)[numbe
     await clients.start();
     await sleep(WARM_UP_MS - 500);
     clients.stream(STREAM_CHUNKS);
+    await clients.slowReader(SLOW_READER_BYTES, SLOW_READER_RATE);
     await sleep(500);
     const signalAt = performance.now();
     clients.signal();

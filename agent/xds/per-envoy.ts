@@ -1,9 +1,9 @@
 // What envoys.ts needs to give one Envoy process its own xDS proxy: where it serves, and the
 // proxy started with a reporter callback.
 import { randomBytes } from "node:crypto";
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
-import { dirname, join } from "node:path";
+import { basename, dirname, join } from "node:path";
 import type { EventLog } from "../log.ts";
 import { loadXdsProxy } from "./load-proxy.ts";
 import type { XdsProxy } from "./proxy.ts";
@@ -20,13 +20,24 @@ export interface XdsHooks {
   onReporter(id: string): void;
 }
 
+/** Prefix of the private folder of a socket whose path in the run folder would be too long. */
+const OWN_FOLDER_PREFIX = "lastcall-xds-";
+
+/** The socket's own folder in the temp folder, when it has one (see xdsRedirectFor). */
+function ownFolderOf(socketPath: string): string | undefined {
+  const folder = dirname(socketPath);
+  return dirname(folder) === tmpdir() && basename(folder).startsWith(OWN_FOLDER_PREFIX) ? folder : undefined;
+}
+
 /**
  * Where the proxy of the Envoy process `name` serves: a socket and files in the run folder
- * (or, when that path is too long for a socket, a private folder in the system's temp folder).
+ * (or, when that path is too long for a socket, a private folder in the system's temp folder,
+ * named here and made only when a proxy serves there: an Envoy without LDS, or one that never
+ * starts, leaves nothing behind).
  */
 export async function xdsRedirectFor(runDir: string, name: string): Promise<XdsRedirectOptions> {
   let socketPath = join(runDir, `${name}.xds.sock`);
-  if (socketPath.length > MAX_SOCKET_PATH) socketPath = join(await mkdtemp(join(tmpdir(), "lastcall-xds-")), "xds.sock");
+  if (socketPath.length > MAX_SOCKET_PATH) socketPath = join(tmpdir(), `${OWN_FOLDER_PREFIX}${randomBytes(6).toString("hex")}`, "xds.sock");
   return { socketPath, token: randomBytes(16).toString("hex"), fileBase: join(runDir, `${name}-lds`) };
 }
 
@@ -36,6 +47,9 @@ export async function xdsRedirectFor(runDir: string, name: string): Promise<XdsR
  */
 export async function startProxyFor(plan: XdsPlan, stats: XdsStats, hooks: XdsHooks, ids: { http: string; tcp: string }, reporters: string[]): Promise<XdsProxy> {
   const { startXdsProxy } = await loadXdsProxy();
+  const ownFolder = ownFolderOf(plan.socketPath);
+  // Made now, 0700, and never one already there (mkdir fails on an existing name).
+  if (ownFolder) await mkdir(ownFolder, { mode: 0o700 });
   const proxy = await startXdsProxy({
     plan,
     stats,
@@ -46,8 +60,10 @@ export async function startProxyFor(plan: XdsPlan, stats: XdsStats, hooks: XdsHo
       reporters.push(id);
       hooks.onReporter(id);
     },
+  }).catch(async (error) => {
+    if (ownFolder) await rm(ownFolder, { recursive: true, force: true });
+    throw error;
   });
-  const ownFolder = dirname(plan.socketPath).startsWith(join(tmpdir(), "lastcall-xds-")) ? dirname(plan.socketPath) : undefined;
   return {
     async close() {
       await proxy.close();

@@ -6,13 +6,16 @@
 //  - stream: a streaming response (3 s of chunks) started before the signal;
 //  - websocket: an echo WebSocket open across the signal, closed by the client 2.5 s after it;
 //  - idle: keep-alive connections that made one request and then stay idle (client pools);
-//  - late: new connections arriving for `lagMs` after the signal (endpoint-removal lag).
+//  - late: new connections arriving for `lagMs` after the signal (endpoint-removal lag);
+//  - slow reader: a 12 MB download read at 3 MB/s (a phone on a poor link) across the signal,
+//    counted good only when every byte arrived.
 // Every client keeps sending new requests for `lagMs` after the signal (the endpoint is still in
 // the load balancers), then stops; what is in flight then must complete.
 import { Agent, type IncomingMessage, request } from "node:http";
 import { type ClientHttp2Session, connect, constants } from "node:http2";
 import WebSocket from "ws";
 import { prng } from "../../test/filter/prng.ts";
+import { slowDownload } from "../../test/support/slow-reader.ts";
 
 /** Options of {@linkcode Workload}. */
 export interface WorkloadOptions {
@@ -217,6 +220,16 @@ export class Workload {
       req.on("error", (error) => { this.#bad(classify(error), `stream ${(error as Error).message}`); done(); });
       req.end();
     }));
+  }
+
+  /** A download of `bytes` read at `bytesPerSecond`; resolves once it is under way (a tenth read). */
+  async slowReader(bytes: number, bytesPerSecond: number): Promise<void> {
+    const download = slowDownload(this.#options.port, `/bytes?n=${bytes}`, bytesPerSecond);
+    void this.#track(download.done.then((read) => {
+      if (read.status === 200 && read.received === read.expected) this.#good();
+      else this.#bad(read.endedBy === "reset" ? "reset" : "other", `slow reader got ${read.received} of ${read.expected} bytes`);
+    }));
+    await Promise.race([download.reached(bytes / 10), download.done]);
   }
 
   /** The signal is being sent now: new requests go on for `lagMs`, late connections arrive. */

@@ -65,6 +65,17 @@ describe("lastcall run leaves nothing in the temp folder", () => {
     expect(readdirSync(tmp)).toEqual([]);
   });
 
+  it("with a --run-dir too long for a socket and no LDS: no socket folder is made at all", async () => {
+    const tmp = tempDir("lastcall-own-");
+    const runDir = join(tempDir("lastcall-run-"), "r".repeat(100));
+    const lc = startLastcall(inboundConfig({ upstreamPort: app.port }), { args: ["--run-dir", runDir, "--min-drain", "0s"], env: { TMPDIR: tmp } });
+    await lc.event("ready");
+    expect(readdirSync(tmp)).toEqual([]);
+    lc.signal("SIGTERM");
+    expect(await lc.exited).toEqual({ code: 0, signal: null });
+    expect(readdirSync(tmp)).toEqual([]);
+  });
+
   it("after a config Envoy rejects (exit 2) and after a usage error (exit 2)", async () => {
     const tmp = tempDir("lastcall-own-");
     const bad = writeConfig({ static_resources: { listeners: [{ name: "x", address: { socket_address: { address: "127.0.0.1", port_value: 0 } }, no_such_field: 1 }] } });
