@@ -1,33 +1,36 @@
-// The agent (SIGTERM path 2/3): owns the one agent state and runs the supervision loop as a
+// The agent (SIGTERM path 2/4): owns the one agent state and runs the supervision loop as a
 // race between what Envoy does (exits, becomes ready) and what lastcall is told (terminate,
 // drain, reload). Long steps (a reload, a crash restart) run as tasks beside the loop, so a
-// terminate is acted on at once and pre-empts them. Starting Envoys lives in envoys.ts, the
-// termination steps in drain/shutdown.ts, the filter's reports in reports.ts.
+// terminate is acted on at once and pre-empts them. The rooms: supervise/ (the Envoy processes,
+// their bootstrap, health, reloads, the app beside them), drain/ (the termination and the drains
+// of old epochs), status/ (the status server, the filter's reports, control), lib/.
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { delay, EventQueue, unlessAborted } from "./async.ts";
-import { RestartBudget, restartDelay } from "./backoff.ts";
-import { prepareBootstrap } from "./bootstrap-file.ts";
+import { delay, EventQueue } from "./lib/async.ts";
+import { RestartBudget, restartDelay } from "./supervise/backoff.ts";
+import { prepareBootstrap } from "./supervise/bootstrap-file.ts";
 import { InflightTracker } from "./drain/in-flight.ts";
 import { Drainer, undeliveredBy } from "./drain/drainer.ts";
 import { DrainEnded } from "./drain/shutdown.ts";
+import { type DiedDraining, terminate } from "./drain/terminate.ts";
+import { reload, type ReloadContext } from "./supervise/reload.ts";
 import { bindFailure, describeExit, type EnvoyExit } from "./envoy/process.ts";
 import { identifyEnvoy } from "./envoy/identify.ts";
-import { Envoys, type LiveEnvoy, startFields } from "./envoys.ts";
-import { EXIT, StartError } from "./errors.ts";
-import { filterWasmPath } from "./filter-asset.ts";
-import { AppWatch } from "./app-watch.ts";
-import { watchHealth } from "./health.ts";
-import type { EventLog } from "./log.ts";
+import { Envoys, type LiveEnvoy, startFields } from "./supervise/envoys.ts";
+import { EXIT, StartError } from "./lib/errors.ts";
+import { filterWasmPath } from "./supervise/filter-asset.ts";
+import { AppWatch } from "./supervise/app-watch.ts";
+import { watchHealth } from "./supervise/health.ts";
+import type { EventLog } from "./lib/log.ts";
 import type { RunOptions } from "./options.ts";
-import { ReportDesk } from "./reports.ts";
-import { prepareRunDir } from "./run-dir.ts";
-import type { StatusServer } from "./server/listen.ts";
-import { createReportToken } from "./server/report-token.ts";
+import { ReportDesk } from "./status/reports.ts";
+import { prepareRunDir } from "./supervise/run-dir.ts";
+import type { StatusServer } from "./status/listen.ts";
+import { createReportToken } from "./status/report-token.ts";
 import { type AgentState, initialState } from "./state.ts";
-import { serveStatus, type StatusView } from "./status.ts";
-import { watchFiles } from "./watch.ts";
+import { serveStatus, type StatusView } from "./status/serve.ts";
+import { watchFiles } from "./supervise/watch.ts";
 
 export { EXIT, StartError };
 
@@ -80,7 +83,7 @@ export class Agent {
   #restartAttempt = 0;
   #failure?: string;
   /** Envoys that exited by themselves during the termination: what they had in flight, and how they ended. */
-  #diedDraining: { inflight: number; exit: string }[] = [];
+  readonly #diedDraining: DiedDraining[] = [];
 
   constructor(options: RunOptions, log: EventLog, envoyBinary: string) {
     this.#options = options;
@@ -146,7 +149,7 @@ export class Agent {
             break;
           case "reload":
             if (this.#terminating) this.#log("reload_skipped", { reason: event.reason, why: "terminating" });
-            else this.#task((s) => this.#reload(event.reason, s));
+            else this.#task((s) => reload(this.#reloadContext(), event.reason, s));
             break;
           case "drain":
             // Steps 1–5 without the stop: the wait is logged (`drain_wait_done`), Envoy runs on.
@@ -211,7 +214,7 @@ export class Agent {
       log: this.#log,
       envoys: this.#envoys,
       tracker: this.#tracker,
-      desk: this.#desk,
+      tellFilters: () => this.#desk.drainStarted(),
       app: this.#app,
       filtered: this.#filterWasm !== undefined,
       retiring: this.#retiring,
@@ -346,86 +349,39 @@ export class Agent {
 
   // ---- reload ------------------------------------------------------------------------------
 
-  async #reload(reason: string, signal: AbortSignal): Promise<void> {
-    const newest = this.#envoys.newest();
-    if (!newest || this.#drainer.plan) {
-      this.#log("reload_skipped", { reason, why: newest ? "draining" : "Envoy not running" });
-      return;
-    }
-    this.#log("reload", { reason });
-    // Envoy refuses a hot restart while the previous epoch is still initializing.
-    if (!newest.ready) this.#log("reload_waiting", { reason, why: `epoch ${newest.info.epoch} is not ready yet` });
-    await unlessAborted(newest.whenReady, signal);
-    const serving = newest.info.epoch;
-    try {
-      if (this.#options.hotRestart) {
-        // Envoy ends a grandparent as the next child starts: the last reload's parent finishes first.
-        const finishing = this.#envoys.all().filter((l) => l !== newest && l.drained === undefined).map((l) => l.info.epoch);
-        if (finishing.length > 0) this.#log("reload_waiting", { reason, why: `epochs ${finishing.join(", ")} still finishing their requests` });
-        await unlessAborted(this.#drainer.oldFinished(), signal);
-        await this.#startEnvoy("reload", true, signal);
-        this.#state.hotRestarts++;
-        return;
-      }
-      // Cold: validate the new config first (the old Envoy keeps serving if it is bad), then
-      // drain the old Envoy, stop it, and start the new one.
-      await prepareBootstrap(this.#envoyBinary, this.#options, {
-        runDir: this.#runDir, name: "validate", epoch: 0, instance: "validate", statusPort: this.#server!.port,
-        filterWasm: this.#filterWasm, reportToken: this.#reportToken, signal,
-      });
-      // Stopped once it has finished (or at --parent-shutdown): a terminate meanwhile takes over.
-      if (await this.#drainer.finishOld(this.#envoys.all(), "cold", signal) === "aborted") signal.throwIfAborted();
-      await this.#startEnvoy("reload", false, signal);
-    } catch (error) {
-      if (signal.aborted) return;
-      this.#state.reloadsRejected++;
-      this.#log("reload_rejected", {
-        reason,
-        error: (error as Error).message,
-        details: (error as StartError).details ?? [],
-        serving_epoch: serving,
-      });
-    }
+  #reloadContext(): ReloadContext {
+    return {
+      options: this.#options,
+      log: this.#log,
+      state: this.#state,
+      envoys: this.#envoys,
+      drainer: this.#drainer,
+      start: (hot, signal) => this.#startEnvoy("reload", hot, signal),
+      validate: (signal) =>
+        prepareBootstrap(this.#envoyBinary, this.#options, {
+          runDir: this.#runDir, name: "validate", epoch: 0, instance: "validate", statusPort: this.#server!.port,
+          filterWasm: this.#filterWasm, reportToken: this.#reportToken, signal,
+        }).then(() => {}),
+    };
   }
 
   // ---- terminate ---------------------------------------------------------------------------
 
-  async #terminate(source: string): Promise<number> {
-    this.#log("terminate", { source });
-    const plan = this.#drainer.start(source, true);
-    // Pre-empt a reload or a crash restart in progress: it gives up at once.
-    this.#taskAbort.abort(new Error("terminating"));
-    await this.#tasks;
-    const hadEnvoy = this.#envoys.all().some((l) => l.process.running);
-    await this.#drainer.stopUnready();
-    this.#syncState();
-    let reason = hadEnvoy ? "envoy_not_ready" : "envoy_not_running";
-    let inflightAtStop = 0;
-    let bytesUnsentAtStop: number | undefined;
-    if (this.#envoys.all().some((l) => l.process.running)) {
-      reason = await this.#drainer.waitDrained(plan);
-      this.#state.phase = "stopping";
-      ({ inflightAtStop, bytesUnsentAtStop } = await this.#drainer.stop(plan));
-    }
-    // Envoys killed under the drain took their requests with them: the last count known of them.
-    const died = this.#diedDraining;
-    inflightAtStop += died.reduce((sum, d) => sum + d.inflight, 0);
-    if (died.length > 0 && reason === "inflight_zero") reason = "envoy_exited";
-    const summary = { mode: this.#options.drainMode, reason, drainMs: Date.now() - plan.startedAt, inflightAtStop };
-    this.#state.termination = summary;
-    this.#state.phase = "stopped";
-    this.#log("terminated", {
-      mode: summary.mode,
-      reason,
-      drain_ms: summary.drainMs,
-      inflight_at_stop: inflightAtStop,
-      ...(bytesUnsentAtStop !== undefined ? { bytes_unsent_at_stop: bytesUnsentAtStop } : {}),
-      ...(died.length > 0 ? { envoy_exits: died.map((d) => d.exit) } : {}),
-    });
-    // An Envoy that died under the drain with requests in flight (or by a signal, or failing) is
-    // not a clean termination: whoever reads the exit status learns it.
-    const clean = died.every((d) => d.inflight === 0 && d.exit === "code 0");
-    return clean ? EXIT.ok : EXIT.envoyGaveUp;
+  #terminate(source: string): Promise<number> {
+    return terminate({
+      options: this.#options,
+      log: this.#log,
+      state: this.#state,
+      envoys: this.#envoys,
+      drainer: this.#drainer,
+      // Pre-empt a reload or a crash restart in progress: it gives up at once.
+      preempt: () => {
+        this.#taskAbort.abort(new Error("terminating"));
+        return this.#tasks;
+      },
+      syncState: () => this.#syncState(),
+      died: this.#diedDraining,
+    }, source);
   }
 
   // ---- status ------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-// Entry point (SIGTERM path 1/3): parse the command line, run the command, map the result to
+// Entry point (SIGTERM path 1/4): parse the command line, run the command, map the result to
 // an exit code. Signals become calls on the agent in commands/run.ts.
 // First of all: loading runtime/process.ts gives every signal a listener (see there).
 import { commandArguments, environment, exitWith, nextSignal, STOP_SIGNALS, writeErr } from "./runtime/process.ts";
@@ -9,8 +9,8 @@ import { shutdownEnvoy, shutdownManager } from "./commands/contour.ts";
 import { execApp } from "./commands/exec.ts";
 import { waitReady } from "./commands/wait.ts";
 import { addKubernetesCommands } from "./commands/k8s.ts";
-import { StartError } from "./errors.ts";
-import { createEventLog } from "./log.ts";
+import { StartError } from "./lib/errors.ts";
+import { createEventLog } from "./lib/log.ts";
 import { durationArg, integerArg, listArg, option, runOptionList, strictBooleanEnvironment, VALUE_SYNTAX_HELP } from "./options.ts";
 import { VERSION } from "./version.ts";
 

@@ -1,7 +1,7 @@
 // Every option of every command in one table: flag, default, environment variable, validation.
 // Commander does the parsing; the parsers here refuse bad values with the flag and the value.
 import { type Command, InvalidArgumentError, Option } from "commander";
-import { DurationTooLongError, MAX_DURATION_TEXT, parseDuration } from "./duration.ts";
+import { DurationTooLongError, MAX_DURATION_TEXT, parseDuration } from "./lib/duration.ts";
 
 /** How the termination sequence decides that draining is over. */
 export type DrainMode = "inflight" | "requests" | "connections" | "sleep";

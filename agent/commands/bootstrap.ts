@@ -1,10 +1,10 @@
 import { Buffer } from "node:buffer";
 import { existsSync } from "node:fs";
-import { readEnvoyConfig } from "../bootstrap-file.ts";
+import { readEnvoyConfig } from "../supervise/bootstrap-file.ts";
 import { AGENT_CLUSTER, BootstrapError, deriveBootstrap } from "../envoy/bootstrap.ts";
 import { statusTarget } from "../envoy/status-target.ts";
-import { StartError } from "../errors.ts";
-import { filterWasmBytes } from "../filter-asset.ts";
+import { StartError } from "../lib/errors.ts";
+import { filterWasmBytes } from "../supervise/filter-asset.ts";
 import { writeOut } from "../runtime/process.ts";
 
 /** Options of {@linkcode printBootstrap}. */

@@ -4,11 +4,11 @@
 // fails Envoy's health check, waits until the open count is low enough, then writes the ready
 // file. With the lastcall filter in Envoy it counts requests in flight, not open connections.
 import { access, writeFile } from "node:fs/promises";
-import { delay, pollUntil } from "../async.ts";
+import { delay, pollUntil } from "../lib/async.ts";
 import { AdminClient } from "../envoy/admin.ts";
 import { parseStatsJson, type Stat } from "../envoy/stats.ts";
-import type { EventLog } from "../log.ts";
-import { listen, type StatusServer } from "../server/listen.ts";
+import type { EventLog } from "../lib/log.ts";
+import { listen, type StatusServer } from "../status/listen.ts";
 import { Hono } from "hono";
 
 /** Options of {@linkcode shutdownManager}. */

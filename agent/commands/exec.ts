@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { randomUUID } from "node:crypto";
-import { APP_RENEW_MS } from "../app-watch.ts";
-import { delay } from "../async.ts";
+import { APP_RENEW_MS } from "../supervise/app-watch.ts";
+import { delay } from "../lib/async.ts";
 import { HANDLED_SIGNALS, onSignal, signalStatus, writeErr } from "../runtime/process.ts";
 import { waitReady } from "./wait.ts";
 

@@ -2,9 +2,9 @@ import { accessSync, constants } from "node:fs";
 import { delimiter, join } from "node:path";
 import type { Command } from "commander";
 import { Agent, EXIT, StartError } from "../agent.ts";
-import { DurationTooLongError, formatDuration, MAX_DURATION_TEXT, parseDuration } from "../duration.ts";
+import { DurationTooLongError, formatDuration, MAX_DURATION_TEXT, parseDuration } from "../lib/duration.ts";
 import { refuseEnvoyArgClash } from "../envoy/arg-clash.ts";
-import { createEventLog } from "../log.ts";
+import { createEventLog } from "../lib/log.ts";
 import { parseBoolean, type RunOptions } from "../options.ts";
 import { environment, onSignal, writeErr } from "../runtime/process.ts";
 

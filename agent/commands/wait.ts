@@ -1,5 +1,5 @@
-import { delay } from "../async.ts";
-import { formatDuration } from "../duration.ts";
+import { delay } from "../lib/async.ts";
+import { formatDuration } from "../lib/duration.ts";
 import { onSignal, signalStatus, STOP_SIGNALS, type StopSignal, writeErr } from "../runtime/process.ts";
 
 /** Options of {@linkcode waitReady}. */

@@ -1,13 +1,12 @@
-// The drain of the live Envoys (SIGTERM path 3/3, with shutdown.ts): fail readiness, drain the
+// The drain of the live Envoys (SIGTERM path 4/4, with shutdown.ts): fail readiness, drain the
 // listeners of every Envoy that can be asked, wait by mode within the deadline, count what is
 // in flight from Envoy itself, and stop. The agent decides when; this does it.
-import type { AppWatch } from "../app-watch.ts";
-import type { LiveEnvoy, Envoys } from "../envoys.ts";
+import type { AppWatch } from "../supervise/app-watch.ts";
+import type { LiveEnvoy, Envoys } from "../supervise/envoys.ts";
 import { activeRequests, parseStatsJson } from "../envoy/stats.ts";
 import { type Undelivered, undelivered } from "../envoy/sockets.ts";
-import type { EventLog } from "../log.ts";
+import type { EventLog } from "../lib/log.ts";
 import type { RunOptions } from "../options.ts";
-import type { ReportDesk } from "../reports.ts";
 import type { InflightTracker } from "./in-flight.ts";
 import type { ModeContext } from "./modes/context.ts";
 import { finishOldEpochs } from "./old-epochs.ts";
@@ -19,7 +18,8 @@ export interface DrainerDeps {
   log: EventLog;
   envoys: Envoys;
   tracker: InflightTracker;
-  desk: ReportDesk;
+  /** Tells the filters of the Envoys being drained at once (answers their held heartbeats). */
+  tellFilters(): void;
   app: AppWatch;
   /** Whether the filter is in Envoy. */
   filtered: boolean;
@@ -77,7 +77,6 @@ export class Drainer {
   readonly #log: EventLog;
   readonly #envoys: Envoys;
   readonly #tracker: InflightTracker;
-  readonly #desk: ReportDesk;
   readonly #filtered: boolean;
   /** Reporters of the old Envoys of a reload, being drained. */
   readonly #oldDraining = new Set<string>();
@@ -91,7 +90,6 @@ export class Drainer {
     this.#log = deps.log;
     this.#envoys = deps.envoys;
     this.#tracker = deps.tracker;
-    this.#desk = deps.desk;
     this.#filtered = deps.filtered;
   }
 
@@ -120,7 +118,7 @@ export class Drainer {
       retiring: this.#deps.retiring,
       markDraining: (ids) => {
         for (const id of ids) this.#oldDraining.add(id);
-        this.#desk.drainStarted();
+        this.#deps.tellFilters();
       },
       modeContext: (instances) => this.modeContext(instances),
       measure: (s) => this.measure(s),
@@ -189,7 +187,7 @@ export class Drainer {
     };
     this.#plan = plan;
     this.#deps.onStart(plan); // step 1: /healthz/ready answers 503 from now on
-    this.#desk.drainStarted();
+    this.#deps.tellFilters();
     const context = this.modeContext();
     this.#log("drain_start", {
       source,
@@ -277,7 +275,7 @@ export class Drainer {
     if (!this.#filtered || only.reporters.length === 0) return activeRequests(stats, context.statPrefixes);
     const gauge = stats.find((s) => s.name === "wasmcustom.lastcall_inflight")?.value ?? 0;
     if (context.statsCounted.length === 0) return gauge;
-    const filtered = new Set(only.bootstrap.inboundStatPrefixes);
+    const filtered = new Set(only.bootstrap.filteredStatPrefixes); // the gauge counts these already
     return gauge + activeRequests(stats) - activeRequests(stats, filtered);
   }
 

@@ -6,14 +6,14 @@
 // the child may: it messages its parent when it shuts down, and Envoy aborts when that message
 // finds no parent): at the child's shutdown, the next reload, or Envoy's timer a second after the
 // limit. Finished, it serves nothing meanwhile.
-import type { LiveEnvoy } from "../envoys.ts";
+import type { LiveEnvoy } from "../supervise/envoys.ts";
 import type { Undelivered } from "../envoy/sockets.ts";
-import type { EventLog } from "../log.ts";
+import type { EventLog } from "../lib/log.ts";
 import type { RunOptions } from "../options.ts";
 import type { InflightTracker } from "./in-flight.ts";
 import type { ModeContext } from "./modes/context.ts";
 import { DELIVERY_POLL_MS, DrainEnded, drainListeners, type DrainPlan, stopEnvoys, waitDrained } from "./shutdown.ts";
-import { delay } from "../async.ts";
+import { delay } from "../lib/async.ts";
 
 /** What finishing old Envoys needs from the drainer. */
 export interface OldEpochDeps {

@@ -1,13 +1,13 @@
-// The termination sequence (SIGTERM path 3/3): fail readiness (done by the caller), fail
+// The termination sequence (SIGTERM path 4/4): fail readiness (done by the caller), fail
 // Envoy's health check, wait for load balancers, drain listeners, wait by mode until a confirmed
 // zero at or after the floor (`--min-drain`) and before the deadline, then stop Envoy with
 // escalation. The rule: an Envoy is stopped only when it has nothing in flight and no response
 // byte left to deliver, or at the deadline.
-import { delay } from "../async.ts";
+import { delay } from "../lib/async.ts";
 import type { AdminClient } from "../envoy/admin.ts";
 import type { EnvoyProcess } from "../envoy/process.ts";
 import type { Undelivered } from "../envoy/sockets.ts";
-import type { EventLog } from "../log.ts";
+import type { EventLog } from "../lib/log.ts";
 import type { DrainMode, DrainScope } from "../options.ts";
 import type { ModeContext } from "./modes/context.ts";
 import { DRAIN_WAITS } from "./modes/index.ts";

@@ -1,7 +1,7 @@
 // Envoy arguments after `--` that lastcall sets itself (envoy/args.ts) or that make Envoy do
 // something else than serve: passed through, Envoy would refuse the duplicate (and print its
 // usage) or exit at once, and lastcall would restart it until its budget is spent.
-import { StartError } from "../errors.ts";
+import { StartError } from "../lib/errors.ts";
 
 /** What a refused Envoy argument means, and the lastcall way to get it. */
 const OWN: ReadonlyArray<{ flags: readonly string[]; instead: string }> = [

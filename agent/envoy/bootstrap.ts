@@ -47,6 +47,8 @@ export interface Bootstrap {
   listeners: ListenerCounting[];
   /** `stat_prefix` of every HTTP connection manager of those listeners. */
   inboundStatPrefixes: string[];
+  /** Stat prefixes of the connection managers the filter is in (inbound and outbound): its gauge counts them. */
+  filteredStatPrefixes: string[];
   /** Inbound listeners whose HTTP connection managers got the filter. */
   filteredListeners: string[];
   /** OUTBOUND listeners whose HTTP connection managers got the filter: counted, not drained. */
@@ -177,6 +179,7 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
   // slowly still calls other services through Envoy, and the drain waits for those calls.
   const outbound = listeners.filter((l) => directions.get(l) === "OUTBOUND");
   const inboundStatPrefixes: string[] = [];
+  const filteredStatPrefixes: string[] = [];
   const filteredListeners: string[] = [];
   const outboundListeners: string[] = [];
   const tcpListeners = new Set<string>();
@@ -209,6 +212,7 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
           continue;
         }
         hcm.http_filters = [wasmFilter(options.filter), ...((hcm.http_filters ?? []) as Json[])];
+        if (typeof hcm.stat_prefix === "string") filteredStatPrefixes.push(hcm.stat_prefix);
         http++;
       }
     }
@@ -227,6 +231,7 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
     inboundListeners: inbound.map((l) => String(l.name ?? "(unnamed)")),
     listeners: listeners.map((l) => counting.get(l)!),
     inboundStatPrefixes,
+    filteredStatPrefixes,
     filteredListeners,
     outboundListeners,
     tcpListeners: [...tcpListeners],

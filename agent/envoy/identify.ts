@@ -3,7 +3,7 @@
 // pass `--mode validate` (exit 0) and then exit at every start until the budget is spent.
 import { spawn } from "node:child_process";
 import process from "node:process";
-import { StartError } from "../errors.ts";
+import { StartError } from "../lib/errors.ts";
 
 /** How long `envoy --version` may take (Envoy 1.40 answers in under 0.1 s). */
 export const VERSION_TIMEOUT_MS = 5000;

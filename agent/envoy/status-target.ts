@@ -3,7 +3,7 @@
 // (`--status-address localhost`) is resolved at start, and a wildcard bind becomes loopback.
 import { lookup } from "node:dns/promises";
 import { isIP } from "node:net";
-import { StartError } from "../errors.ts";
+import { StartError } from "../lib/errors.ts";
 
 /** Wildcard binds and the loopback address of their family. */
 const WILDCARD_TO_LOOPBACK: Record<string, string> = { "0.0.0.0": "127.0.0.1", "::": "::1", "[::]": "::1" };

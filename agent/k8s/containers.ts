@@ -1,6 +1,6 @@
 // Reading timing facts out of container specs: command lines, flags, environment variables,
 // preStop hooks, and the duration spellings of Go, protobuf and lastcall.
-import { parseDuration } from "../duration.ts";
+import { parseDuration } from "../lib/duration.ts";
 import { isRecord } from "./workloads.ts";
 
 /** A container as it appears in a pod spec (only the fields the checks read). */

@@ -1,6 +1,6 @@
 // The vocabulary of the timing checks: a proxy's termination timeline as settings that each
 // know where they were read from and which knob changes them.
-import { formatDuration } from "../duration.ts";
+import { formatDuration } from "../lib/duration.ts";
 import { type ContainerSpec, parseAnyDuration } from "./containers.ts";
 
 /** One timing of a proxy, with the knob that changes it. */

@@ -5,8 +5,8 @@
 import { randomBytes } from "node:crypto";
 import { readFile, rename, rm, writeFile } from "node:fs/promises";
 import YAML from "yaml";
-import type { EventLog } from "../log.ts";
-import { watchFiles } from "../watch.ts";
+import type { EventLog } from "../lib/log.ts";
+import { watchFiles } from "../supervise/watch.ts";
 import type { EncodedFilters } from "./listener.ts";
 import { insertIntoResponse, type JsonListenerRewrite } from "./listener-json.ts";
 import { rewriteResponse } from "./messages.ts";

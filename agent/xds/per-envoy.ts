@@ -4,7 +4,7 @@ import { randomBytes } from "node:crypto";
 import { mkdir, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
-import type { EventLog } from "../log.ts";
+import type { EventLog } from "../lib/log.ts";
 import { loadXdsProxy } from "./load-proxy.ts";
 import type { XdsProxy } from "./proxy.ts";
 import type { XdsPlan, XdsRedirectOptions } from "./redirect.ts";
@@ -35,7 +35,7 @@ function ownFolderOf(socketPath: string): string | undefined {
  * named here and made only when a proxy serves there: an Envoy without LDS, or one that never
  * starts, leaves nothing behind).
  */
-export async function xdsRedirectFor(runDir: string, name: string): Promise<XdsRedirectOptions> {
+export function xdsRedirectFor(runDir: string, name: string): XdsRedirectOptions {
   let socketPath = join(runDir, `${name}.xds.sock`);
   if (socketPath.length > MAX_SOCKET_PATH) socketPath = join(tmpdir(), `${OWN_FOLDER_PREFIX}${randomBytes(6).toString("hex")}`, "xds.sock");
   return { socketPath, token: randomBytes(16).toString("hex"), fileBase: join(runDir, `${name}-lds`) };

@@ -3,7 +3,7 @@
 // files. One per Envoy process, so the filter it inserts carries that process's instance id.
 import { rm } from "node:fs/promises";
 import * as grpc from "@grpc/grpc-js";
-import type { EventLog } from "../log.ts";
+import type { EventLog } from "../lib/log.ts";
 import { encodeFilter } from "./encode-filter.ts";
 import { relayFile } from "./file-lds.ts";
 import type { EncodedFilters } from "./listener.ts";

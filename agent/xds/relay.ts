@@ -3,7 +3,7 @@
 // Listener resources, which get the filter. When the control plane's stream ends, Envoy's ends
 // with the same status, so Envoy retries exactly as it would without lastcall.
 import * as grpc from "@grpc/grpc-js";
-import type { EventLog } from "../log.ts";
+import type { EventLog } from "../lib/log.ts";
 import type { EncodedFilters, ListenerRewrite } from "./listener.ts";
 import { LISTENER_TYPE, rewriteResponse, summarizeRequest, type Variant } from "./messages.ts";
 import { XDS_TOKEN_HEADER, type XdsUpstream } from "./redirect.ts";

@@ -5,7 +5,7 @@
 import { spawn } from "node:child_process";
 import { createServer, type Server } from "node:net";
 import { describe, expect, it, onTestFinished } from "vitest";
-import { APP_LEASE_MS } from "../../agent/app-watch.ts";
+import { APP_LEASE_MS } from "../../agent/supervise/app-watch.ts";
 import { inboundConfig, isAlive, lastcallCommand, type LastcallEvent } from "../support/lastcall.ts";
 import { serving, upstreamForFile } from "../support/serving.ts";
 

@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { prepareBootstrap } from "../../agent/bootstrap-file.ts";
+import { prepareBootstrap } from "../../agent/supervise/bootstrap-file.ts";
 import type { RunOptions } from "../../agent/options.ts";
 
 describe("prepareBootstrap", () => {

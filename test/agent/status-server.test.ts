@@ -4,9 +4,9 @@
 // tests here send traffic to loopback addresses only.
 import { request } from "node:http";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { createStatusApp, type StatusControls } from "../../agent/server/app.ts";
-import { listen, type StatusServer } from "../../agent/server/listen.ts";
-import { connectionMaker } from "../../agent/server/not-through-envoy.ts";
+import { createStatusApp, type StatusControls } from "../../agent/status/routes.ts";
+import { listen, type StatusServer } from "../../agent/status/listen.ts";
+import { connectionMaker } from "../../agent/status/not-through-envoy.ts";
 
 const TOKEN = "0123456789abcdef-status-server";
 

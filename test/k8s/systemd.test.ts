@@ -5,7 +5,7 @@ import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, wr
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { describe, expect, it } from "vitest";
-import { parseDuration } from "../../agent/duration.ts";
+import { parseDuration } from "../../agent/lib/duration.ts";
 import { flagValue } from "../../agent/k8s/containers.ts";
 
 const unitPath = resolve(import.meta.dirname, "../../examples/vm/lastcall.service");

@@ -1,6 +1,6 @@
 // What lastcall knows of the apps beside it: each `lastcall exec` reports under its own id.
 import { describe, expect, it } from "vitest";
-import { APP_LEASE_MS, APP_RENEW_MS, AppWatch, MAX_APPS } from "../../agent/app-watch.ts";
+import { APP_LEASE_MS, APP_RENEW_MS, AppWatch, MAX_APPS } from "../../agent/supervise/app-watch.ts";
 
 const quiet = () => {};
 

@@ -8,7 +8,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { CLASHING_ENVOY_FLAGS, envoyArgClash, refuseEnvoyArgClash } from "../../agent/envoy/arg-clash.ts";
 import { envoyArgs } from "../../agent/envoy/args.ts";
 import { identifyEnvoy } from "../../agent/envoy/identify.ts";
-import { StartError } from "../../agent/errors.ts";
+import { StartError } from "../../agent/lib/errors.ts";
 import { waitFor } from "../support/envoy.ts";
 
 describe("envoyArgClash", () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { RestartBudget, restartDelay } from "../../agent/backoff.ts";
+import { RestartBudget, restartDelay } from "../../agent/supervise/backoff.ts";
 
 describe("restartDelay", () => {
   it("starts at 200 ms and doubles", () => {

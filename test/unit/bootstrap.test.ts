@@ -86,6 +86,7 @@ describe("deriveBootstrap", () => {
     expect(result.config.static_resources.listeners.map((l: Json) => l.traffic_direction)).toEqual(["INBOUND", "OUTBOUND", "INBOUND"]);
     expect(input.static_resources.listeners[2].traffic_direction).toBeUndefined();
     expect(result).toMatchObject({ inboundListeners: ["in", "plain"], inboundStatPrefixes: ["in", "plain"], filteredListeners: ["in", "plain"], outboundListeners: ["out"] });
+    expect(result.filteredStatPrefixes).toEqual(expect.arrayContaining(["in", "plain", "out"]));
     expect(result.listeners).toEqual([
       { name: "in", direction: "INBOUND", counted: "filter" },
       { name: "out", direction: "OUTBOUND", counted: "filter_outbound" },

@@ -8,7 +8,7 @@
 import fc from "fast-check";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { type InflightReport, InflightTracker } from "../../agent/drain/in-flight.ts";
-import { ReportDesk } from "../../agent/reports.ts";
+import { ReportDesk } from "../../agent/status/reports.ts";
 
 beforeEach(() => vi.useFakeTimers());
 afterEach(() => vi.useRealTimers());

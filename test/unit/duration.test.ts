@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { DurationTooLongError, formatDuration, MAX_DURATION_MS, parseDuration } from "../../agent/duration.ts";
+import { DurationTooLongError, formatDuration, MAX_DURATION_MS, parseDuration } from "../../agent/lib/duration.ts";
 
 describe("parseDuration", () => {
   it.each([

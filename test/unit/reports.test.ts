@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { InflightTracker } from "../../agent/drain/in-flight.ts";
-import { ReportDesk } from "../../agent/reports.ts";
+import { ReportDesk } from "../../agent/status/reports.ts";
 
 const heartbeat = (draining: boolean, seq = 1) => ({ instance: "a", epoch: 0, seq, inflight: 0, draining, reason: "heartbeat" });
 

@@ -4,8 +4,8 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, sta
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { StartError } from "../../agent/errors.ts";
-import { isRunDirFile, prepareRunDir, writePrivateFile } from "../../agent/run-dir.ts";
+import { StartError } from "../../agent/lib/errors.ts";
+import { isRunDirFile, prepareRunDir, writePrivateFile } from "../../agent/supervise/run-dir.ts";
 
 const root = mkdtempSync(join(tmpdir(), "lastcall-rundir-unit-"));
 afterAll(() => rmSync(root, { recursive: true, force: true }));

@@ -3,9 +3,9 @@
 // peer, which only a socket knows, is handed in as @hono/node-server's bindings.
 import fc from "fast-check";
 import { describe, expect, it, vi } from "vitest";
-import { createStatusApp, type ReportAnswer, type StatusControls } from "../../agent/server/app.ts";
-import { isLoopbackAddress } from "../../agent/server/loopback-only.ts";
-import { createReportToken, reportTokenMatches } from "../../agent/server/report-token.ts";
+import { createStatusApp, type ReportAnswer, type StatusControls } from "../../agent/status/routes.ts";
+import { isLoopbackAddress } from "../../agent/status/loopback-only.ts";
+import { createReportToken, reportTokenMatches } from "../../agent/status/report-token.ts";
 
 const TOKEN = "s3cret-token-0123456789abcdef";
 

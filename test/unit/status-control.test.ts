@@ -7,8 +7,8 @@ import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { createStatusApp, REQUEST_MAX_BYTES, type StatusControls } from "../../agent/server/app.ts";
-import { type ConnectionMaker, connectionMaker } from "../../agent/server/not-through-envoy.ts";
+import { createStatusApp, REQUEST_MAX_BYTES, type StatusControls } from "../../agent/status/routes.ts";
+import { type ConnectionMaker, connectionMaker } from "../../agent/status/not-through-envoy.ts";
 
 const TOKEN = "s3cret-token-0123456789abcdef";
 const STATUS_PORT = 15020;

@@ -1,5 +1,5 @@
 import type { AdminClient } from "../../envoy/admin.ts";
-import type { EventLog } from "../../log.ts";
+import type { EventLog } from "../../lib/log.ts";
 import type { InflightTracker } from "../in-flight.ts";
 
 /** What a drain-wait mode can look at. Every wait ends with a reason, or rejects when aborted. */

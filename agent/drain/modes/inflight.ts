@@ -1,4 +1,4 @@
-import { pollUntil } from "../../async.ts";
+import { pollUntil } from "../../lib/async.ts";
 import type { DrainWait } from "./context.ts";
 import { waitRequests } from "./requests.ts";
 

@@ -1,4 +1,4 @@
-import { pollUntil } from "../../async.ts";
+import { pollUntil } from "../../lib/async.ts";
 import { activeRequests, parseStatsJson } from "../../envoy/stats.ts";
 import type { DrainWait } from "./context.ts";
 

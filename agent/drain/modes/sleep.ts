@@ -1,4 +1,4 @@
-import { delay } from "../../async.ts";
+import { delay } from "../../lib/async.ts";
 import type { DrainWait } from "./context.ts";
 
 /** Istio's `terminationDrainDuration`: sleep a fixed time whatever is in flight. */

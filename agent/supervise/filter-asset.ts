@@ -17,7 +17,7 @@ async function embedded(): Promise<ArrayBuffer | undefined> {
 
 /** filter.wasm beside the code (the bundle's dist/, or dist/ from the sources). */
 function besideCode(): string {
-  const candidates = [new URL("./filter.wasm", import.meta.url), new URL("../dist/filter.wasm", import.meta.url)]
+  const candidates = [new URL("./filter.wasm", import.meta.url), new URL("../../dist/filter.wasm", import.meta.url)]
     .map((url) => fileURLToPath(url));
   const found = candidates.find((path) => existsSync(path));
   if (!found) throw new Error(`Filter module not found: looked at ${candidates.join(", ")} (run npm run build:filter, or pass --filter-wasm)`);

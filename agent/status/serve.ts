@@ -1,16 +1,16 @@
 // What the status server says of the agent: readiness, `/v1/state`, and the counts behind
 // `/metrics`, computed from the agent's state and its live Envoys at the moment of asking; and
 // the server itself, wired to the agent.
-import type { AppWatch } from "./app-watch.ts";
-import type { InflightTracker } from "./drain/in-flight.ts";
-import type { Envoys, LiveEnvoy } from "./envoys.ts";
-import { StartError } from "./errors.ts";
+import type { AppWatch } from "../supervise/app-watch.ts";
+import type { InflightTracker } from "../drain/in-flight.ts";
+import type { Envoys, LiveEnvoy } from "../supervise/envoys.ts";
+import { StartError } from "../lib/errors.ts";
 import type { ReportDesk } from "./reports.ts";
-import { createStatusApp, type ReadinessAnswer } from "./server/app.ts";
-import { listen, type StatusServer } from "./server/listen.ts";
-import { createMetrics } from "./server/metrics.ts";
-import { connectionMaker } from "./server/not-through-envoy.ts";
-import type { AgentState } from "./state.ts";
+import { createStatusApp, type ReadinessAnswer } from "./routes.ts";
+import { listen, type StatusServer } from "./listen.ts";
+import { createMetrics } from "./metrics.ts";
+import { connectionMaker } from "./not-through-envoy.ts";
+import type { AgentState } from "../state.ts";
 
 /** What the answers are made from. */
 export interface StatusView {

@@ -5,9 +5,8 @@
 // while its port on 127.0.0.1 accepts connections.
 import { connect } from "node:net";
 import { clearInterval, setInterval } from "node:timers";
-import { delay } from "./async.ts";
-import type { EventLog } from "./log.ts";
-import type { AppReport } from "./server/app.ts";
+import { delay } from "../lib/async.ts";
+import type { EventLog } from "../lib/log.ts";
 
 /** How often a waiting drain looks at the app again. */
 const APP_POLL_MS = 100;
@@ -24,6 +23,16 @@ export function accepts(port: number, timeoutMs = 250): Promise<boolean> {
     socket.once("connect", () => done(true));
     socket.once("error", () => done(false));
   });
+}
+
+/** What `lastcall exec` says of the app it runs. */
+export interface AppReport {
+  state: "running" | "exited";
+  /** Which `lastcall exec` reports (one per wrapped container); absent: a single app. */
+  id?: string;
+  pid?: number;
+  /** Exit status, once exited. */
+  status?: number;
 }
 
 /** The most apps `lastcall exec` may report at once; more are refused (a pod has a few). */

@@ -2,7 +2,7 @@
 // hold shorter than the heartbeat period (a long poll): the filter then learns of a drain in one
 // round trip, and the agent always has a call in hand to send a probe down when a zero needs
 // confirming. Every other report is answered at once.
-import type { InflightReport, InflightTracker } from "./drain/in-flight.ts";
+import { type InflightReport, type InflightTracker, reportTimeoutMs } from "../drain/in-flight.ts";
 
 /** The agent's answer to one report. */
 export interface ReportAnswer {
@@ -24,10 +24,6 @@ interface Hold {
   release(probe?: number): void;
 }
 
-/** Timeout of the filter's report calls: longer than the longest heartbeat hold. */
-export function reportTimeoutMs(heartbeatMs: number): number {
-  return heartbeatMs + 1000;
-}
 
 /**
  * Answers reports, holding heartbeats as long polls.

@@ -1,4 +1,4 @@
-import { writeOut } from "./runtime/process.ts";
+import { writeOut } from "../runtime/process.ts";
 
 /** How lastcall's own events are written: one JSON object per line, or `key=value` text. */
 export type LogFormat = "json" | "text";

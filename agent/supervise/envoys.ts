@@ -3,18 +3,18 @@
 // reports under `instance` (and `<instance>/tcp` for the TCP variant).
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
-import { pollUntil } from "./async.ts";
+import { pollUntil } from "../lib/async.ts";
 import { prepareBootstrap } from "./bootstrap-file.ts";
-import { AdminClient, readAdminAddress } from "./envoy/admin.ts";
-import { envoyArgs } from "./envoy/args.ts";
-import { type Bootstrap, TCP_INSTANCE_SUFFIX } from "./envoy/bootstrap.ts";
-import { type EnvoyProcess, spawnEnvoy } from "./envoy/process.ts";
-import type { RunOptions } from "./options.ts";
-import { ownPid } from "./runtime/process.ts";
-import type { EpochInfo } from "./state.ts";
-import { startProxyFor, type XdsHooks, xdsRedirectFor } from "./xds/per-envoy.ts";
-import type { XdsProxy } from "./xds/proxy.ts";
-import { XdsStats } from "./xds/stats.ts";
+import { AdminClient, readAdminAddress } from "../envoy/admin.ts";
+import { envoyArgs } from "../envoy/args.ts";
+import { type Bootstrap, TCP_INSTANCE_SUFFIX } from "../envoy/bootstrap.ts";
+import { type EnvoyProcess, spawnEnvoy } from "../envoy/process.ts";
+import type { RunOptions } from "../options.ts";
+import { ownPid } from "../runtime/process.ts";
+import type { EpochInfo } from "../state.ts";
+import { startProxyFor, type XdsHooks, xdsRedirectFor } from "../xds/per-envoy.ts";
+import type { XdsProxy } from "../xds/proxy.ts";
+import { XdsStats } from "../xds/stats.ts";
 
 /** One live Envoy process. */
 export interface LiveEnvoy {
@@ -170,7 +170,7 @@ export class Envoys {
     const epoch = parent ? parent.info.epoch + 1 : 0;
     const instance = `${ownPid()}-${generation.number}-${epoch}`;
     const name = `envoy-g${generation.number}-epoch${epoch}`;
-    const xdsRedirect = request.filterWasm && request.xds ? await xdsRedirectFor(this.#runDir, name) : undefined;
+    const xdsRedirect = request.filterWasm && request.xds ? xdsRedirectFor(this.#runDir, name) : undefined;
     const prepared = await prepareBootstrap(this.#binary, o, {
       runDir: this.#runDir,
       name,

@@ -7,6 +7,7 @@
 import { Hono } from "hono";
 import { type InflightReport, parseReport } from "../drain/in-flight.ts";
 import type { AgentState } from "../state.ts";
+import type { AppReport } from "../supervise/app-watch.ts";
 import { bodyCap } from "./body-cap.ts";
 import { loopbackOnly } from "./loopback-only.ts";
 import { type ConnectionMaker, type ConnectionPorts, notThroughEnvoy } from "./not-through-envoy.ts";
@@ -42,16 +43,6 @@ export interface ReportAnswer {
 }
 
 /** What the routes need from the agent. */
-/** What `lastcall exec` says of the app it runs. */
-export interface AppReport {
-  state: "running" | "exited";
-  /** Which `lastcall exec` reports (one per wrapped container); absent: a single app. */
-  id?: string;
-  pid?: number;
-  /** Exit status, once exited. */
-  status?: number;
-}
-
 export interface StatusControls {
   readiness(): Promise<ReadinessAnswer>;
   state(): AgentState & { inflight: number; filter: string };

@@ -1,7 +1,7 @@
 // Notices a hung Envoy: its admin is asked once a second; one that has not answered for a few
 // seconds is reported (`envoy_unresponsive`) and fails readiness until it answers again.
 import type { LiveEnvoy } from "./envoys.ts";
-import type { EventLog } from "./log.ts";
+import type { EventLog } from "../lib/log.ts";
 
 /** Options of {@linkcode watchHealth}. */
 export interface HealthOptions {

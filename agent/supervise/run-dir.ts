@@ -5,7 +5,7 @@
 // a folder others use), the folder becomes 0700 and every file lastcall writes into it 0600.
 import { chmod, lstat, mkdir, readdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import { StartError } from "./errors.ts";
+import { StartError } from "../lib/errors.ts";
 
 /**
  * Names of what lastcall and its Envoys write into the run folder: the filter module copy,
