@@ -30,7 +30,7 @@ import type { StatusServer } from "./status/listen.ts";
 import { createReportToken } from "./status/report-token.ts";
 import { type AgentState, initialState } from "./state.ts";
 import { serveStatus, type StatusView } from "./status/serve.ts";
-import { watchFiles } from "./supervise/watch.ts";
+import { watchFiles } from "./lib/watch.ts";
 
 export { EXIT, StartError };
 
@@ -355,7 +355,9 @@ export class Agent {
       log: this.#log,
       state: this.#state,
       envoys: this.#envoys,
-      drainer: this.#drainer,
+      draining: () => this.#drainer.plan !== undefined,
+      finishOld: (old, kind, signal) => this.#drainer.finishOld(old, kind, signal),
+      oldFinished: () => this.#drainer.oldFinished(),
       start: (hot, signal) => this.#startEnvoy("reload", hot, signal),
       validate: (signal) =>
         prepareBootstrap(this.#envoyBinary, this.#options, {

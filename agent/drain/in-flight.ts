@@ -45,11 +45,6 @@ export interface InflightTrackerOptions {
   now?: () => number;
 }
 
-/** Timeout of the filter's report calls: longer than the longest heartbeat hold (the agent's long poll). */
-export function reportTimeoutMs(heartbeatMs: number): number {
-  return heartbeatMs + 1000;
-}
-
 /** Largest value a report's counts may take (a JSON number that is still an exact integer). */
 const MAX_COUNT = Number.MAX_SAFE_INTEGER;
 

@@ -5,6 +5,11 @@
 import { redirectXds, type XdsPlan, type XdsRedirectOptions } from "../xds/redirect.ts";
 import { countingOf, type Direction, directionOf, type ListenerCounting } from "./direction.ts";
 
+/** Timeout of the filter's report calls: longer than the longest heartbeat hold (the agent's long poll). */
+export function reportTimeoutMs(heartbeatMs: number): number {
+  return heartbeatMs + 1000;
+}
+
 /** The agent cluster's name, also the filter's `agent_cluster`. */
 export const AGENT_CLUSTER = "lastcall_agent";
 /** The filter's name, root id and VM id in Envoy. */

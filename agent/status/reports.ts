@@ -2,7 +2,8 @@
 // hold shorter than the heartbeat period (a long poll): the filter then learns of a drain in one
 // round trip, and the agent always has a call in hand to send a probe down when a zero needs
 // confirming. Every other report is answered at once.
-import { type InflightReport, type InflightTracker, reportTimeoutMs } from "../drain/in-flight.ts";
+import type { InflightReport, InflightTracker } from "../drain/in-flight.ts";
+import { reportTimeoutMs } from "../envoy/bootstrap.ts";
 
 /** The agent's answer to one report. */
 export interface ReportAnswer {

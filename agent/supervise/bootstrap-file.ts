@@ -4,12 +4,11 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import YAML from "yaml";
 import { StartError } from "../lib/errors.ts";
-import { AGENT_CLUSTER, type Bootstrap, deriveBootstrap } from "../envoy/bootstrap.ts";
+import { AGENT_CLUSTER, type Bootstrap, deriveBootstrap, reportTimeoutMs } from "../envoy/bootstrap.ts";
 import { statusTarget } from "../envoy/status-target.ts";
 import { validateConfig } from "../envoy/validate.ts";
 import type { RunOptions } from "../options.ts";
 import type { XdsRedirectOptions } from "../xds/redirect.ts";
-import { reportTimeoutMs } from "../drain/in-flight.ts";
 import { writePrivateFile } from "./run-dir.ts";
 
 /** What one bootstrap is for. */

@@ -6,8 +6,7 @@ import type { StartError } from "../lib/errors.ts";
 import type { EventLog } from "../lib/log.ts";
 import type { RunOptions } from "../options.ts";
 import type { AgentState } from "../state.ts";
-import type { Drainer } from "../drain/drainer.ts";
-import type { Envoys } from "./envoys.ts";
+import type { Envoys, LiveEnvoy } from "./envoys.ts";
 
 /** What a reload needs from the agent. */
 export interface ReloadContext {
@@ -15,7 +14,12 @@ export interface ReloadContext {
   log: EventLog;
   state: AgentState;
   envoys: Envoys;
-  drainer: Drainer;
+  /** Whether a drain (termination or `POST /drain`) began: a reload is skipped then. */
+  draining(): boolean;
+  /** Lets old Envoys finish what they serve; stops a cold reload's one (see drain/old-epochs.ts). */
+  finishOld(old: LiveEnvoy[], kind: "cold", signal: AbortSignal): Promise<string>;
+  /** Resolves once every old epoch being finished has finished. */
+  oldFinished(): Promise<void>;
   /** Starts the next Envoy: a hot-restart child, or a fresh generation. */
   start(hot: boolean, signal: AbortSignal): Promise<unknown>;
   /** Validates the new config with Envoy; rejects with Envoy's own lines when it is bad. */
@@ -33,7 +37,7 @@ export interface ReloadContext {
  */
 export async function reload(c: ReloadContext, reason: string, signal: AbortSignal): Promise<void> {
   const newest = c.envoys.newest();
-  if (!newest || c.drainer.plan) {
+  if (!newest || c.draining()) {
     c.log("reload_skipped", { reason, why: newest ? "draining" : "Envoy not running" });
     return;
   }
@@ -47,7 +51,7 @@ export async function reload(c: ReloadContext, reason: string, signal: AbortSign
       // Envoy ends a grandparent as the next child starts: the last reload's parent finishes first.
       const finishing = c.envoys.all().filter((l) => l !== newest && l.drained === undefined).map((l) => l.info.epoch);
       if (finishing.length > 0) c.log("reload_waiting", { reason, why: `epochs ${finishing.join(", ")} still finishing their requests` });
-      await unlessAborted(c.drainer.oldFinished(), signal);
+      await unlessAborted(c.oldFinished(), signal);
       await c.start(true, signal);
       c.state.hotRestarts++;
       return;
@@ -55,7 +59,7 @@ export async function reload(c: ReloadContext, reason: string, signal: AbortSign
     // Cold: validate the new config first (the old Envoy keeps serving if it is bad), then let
     // the old Envoy finish (a terminate meanwhile takes over), stop it, and start the new one.
     await c.validate(signal);
-    if (await c.drainer.finishOld(c.envoys.all(), "cold", signal) === "aborted") signal.throwIfAborted();
+    if (await c.finishOld(c.envoys.all(), "cold", signal) === "aborted") signal.throwIfAborted();
     await c.start(false, signal);
   } catch (error) {
     if (signal.aborted) return;

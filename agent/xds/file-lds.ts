@@ -6,7 +6,7 @@ import { randomBytes } from "node:crypto";
 import { readFile, rename, rm, writeFile } from "node:fs/promises";
 import YAML from "yaml";
 import type { EventLog } from "../lib/log.ts";
-import { watchFiles } from "../supervise/watch.ts";
+import { watchFiles } from "../lib/watch.ts";
 import type { EncodedFilters } from "./listener.ts";
 import { insertIntoResponse, type JsonListenerRewrite } from "./listener-json.ts";
 import { rewriteResponse } from "./messages.ts";

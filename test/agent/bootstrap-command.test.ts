@@ -8,10 +8,9 @@ import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { http1 } from "../filter/clients.ts";
 import { FILTER_WASM } from "../support/envoy.ts";
 import { inboundConfig, lastcallCommand, writeConfig } from "../support/lastcall.ts";
-import { agentSees, serving, upstreamForFile } from "../support/serving.ts";
+import { heldAcrossSigterm, serving, upstreamForFile } from "../support/serving.ts";
 
 interface Result {
   code: number | null;
@@ -137,14 +136,7 @@ describe("lastcall run --status-address localhost", () => {
   it("becomes ready, its filter reports, and a request held across SIGTERM gets its 200", async () => {
     const config = writeConfig(inboundConfig({ upstreamPort: app.port }), mkdtempSync(join(root, "run-")));
     const { lc, port, status } = await serving(app.port, ["--status-address", "localhost"], { config });
-    const held = http1(port, "/hold");
-    await app.until((a) => a.held === 1);
-    await agentSees(status, 1);
-    lc.signal("SIGTERM");
-    await lc.event("listeners_draining");
-    app.release();
-    expect(await held).toEqual({ status: 200, reset: false });
-    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+    await heldAcrossSigterm(app, lc, port, status);
     expect(await lc.exited).toEqual({ code: 0, signal: null });
   });
 });

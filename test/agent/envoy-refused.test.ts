@@ -39,7 +39,7 @@ describe("an Envoy argument that clashes with lastcall's own is refused at start
     { args: ["--concurrency=4"], line: "lastcall: Envoy argument --concurrency=4 clashes with lastcall's own: use lastcall's --concurrency" },
     { args: ["-l", "warning", "-c", "/etc/envoy.yaml"], line: "lastcall: Envoy argument -c clashes with lastcall's own: use lastcall's --config" },
     { args: ["--drain-time-s", "3"], line: "lastcall: Envoy argument --drain-time-s clashes with lastcall's own: use lastcall's --drain-time" },
-    { args: ["--parent-shutdown-time-s=20"], line: "lastcall: Envoy argument --parent-shutdown-time-s=20 clashes with lastcall's own: lastcall stops the old Envoy of a reload itself (use lastcall's --parent-shutdown)" },
+    { args: ["--parent-shutdown-time-s=20"], line: "lastcall: Envoy argument --parent-shutdown-time-s=20 clashes with lastcall's own: lastcall derives it from its own limit for the old Envoy of a reload (use lastcall's --parent-shutdown)" },
     { args: ["--base-id", "7"], line: "lastcall: Envoy argument --base-id clashes with lastcall's own: lastcall runs Envoy's hot restart itself (use --no-hot-restart to do without)" },
   ])("-- $args", async ({ args, line }) => {
     const result = await run([], args);

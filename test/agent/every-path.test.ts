@@ -11,7 +11,7 @@ import { describe, expect, it } from "vitest";
 import { http1, type Outcome } from "../filter/clients.ts";
 import { localCluster, waitFor } from "../support/envoy.ts";
 import { freePort, inboundConfig, isAlive, lastcallCommand, type LastcallEvent, startLastcall, type TestLastcall, writeConfig } from "../support/lastcall.ts";
-import { agentSees, agentState, serving, upstreamForFile } from "../support/serving.ts";
+import { agentSees, heldAcrossSigterm, agentState, serving, upstreamForFile } from "../support/serving.ts";
 
 const app = upstreamForFile();
 
@@ -50,19 +50,6 @@ async function holdOne(port: number, status: string): Promise<{ held: Promise<Ou
   await app.until((a) => a.held === 1);
   await agentSees(status, 1);
   return { held };
-}
-
-/**
- * One request held across SIGTERM: the listeners drain, the request is released and answered,
- * and the drain ends on the filter's confirmed zero with nothing in flight at the stop.
- */
-async function heldAcrossSigterm(lc: TestLastcall, port: number, status: string): Promise<void> {
-  const { held } = await holdOne(port, status);
-  lc.signal("SIGTERM");
-  await lc.event("listeners_draining");
-  app.release();
-  expect(await held).toEqual({ status: 200, reset: false });
-  expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
 }
 
 /** Reads `lastcall_<name>` from `/metrics`. */
@@ -210,7 +197,7 @@ describe("listeners beyond the static ones", () => {
     delete listener.filter_chains;
     const { lc, port, status } = await serving(app.port, ["--min-drain", "0s"], { config });
     expect(await lc.event("start")).toMatchObject({ filter: ["ingress"] });
-    await heldAcrossSigterm(lc, port, status);
+    await heldAcrossSigterm(app, lc, port, status);
   });
 
   it("an LDS listener from a file gets the filter through lastcall's rewritten copy", async () => {
@@ -227,7 +214,7 @@ describe("listeners beyond the static ones", () => {
     }));
     const config = ldsBootstrap(ldsPath);
     const { lc, port, status } = await serving(app.port, ["--min-drain", "0s"], { config: writeConfig(config, dir) });
-    await heldAcrossSigterm(lc, port, status);
+    await heldAcrossSigterm(app, lc, port, status);
     expect(names(lc)).not.toContain("drain_fallback");
   });
 

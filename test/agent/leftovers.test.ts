@@ -10,7 +10,7 @@ import { describe, expect, it } from "vitest";
 import { http1 } from "../filter/clients.ts";
 import { localCluster, waitFor } from "../support/envoy.ts";
 import { inboundConfig, isAlive, lastcallCommand, startLastcall, writeConfig } from "../support/lastcall.ts";
-import { agentSees, upstreamForFile } from "../support/serving.ts";
+import { heldAcrossSigterm, upstreamForFile } from "../support/serving.ts";
 import { tempDir } from "../support/temp.ts";
 
 const app = upstreamForFile();
@@ -34,13 +34,7 @@ describe("lastcall run leaves nothing in the temp folder", () => {
     const status = await lc.statusUrl();
     const port = await lc.listenerPort("ingress");
     await waitFor(async () => ((await http1(port, "/")).status === 200 ? true : undefined), { what: "the listener" });
-    const held = http1(port, "/hold");
-    await app.until((a) => a.held === 1);
-    await agentSees(status, 1);
-    lc.signal("SIGTERM");
-    await lc.event("listeners_draining");
-    app.release();
-    expect(await held).toEqual({ status: 200, reset: false });
+    await heldAcrossSigterm(app, lc, port, status);
     expect(await lc.exited).toEqual({ code: 0, signal: null });
     expect(readdirSync(tmp)).toEqual([]);
   });

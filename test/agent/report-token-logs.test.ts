@@ -6,8 +6,7 @@
 // token is read right, so the first cannot pass by looking for the wrong string).
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { http1 } from "../filter/clients.ts";
-import { agentSees, serving, upstreamForFile } from "../support/serving.ts";
+import { agentSees, heldAcrossSigterm, serving, upstreamForFile } from "../support/serving.ts";
 
 const app = upstreamForFile();
 
@@ -25,14 +24,7 @@ describe.runIf(process.platform === "linux")("the report token in the logs", () 
     const { lc, port, status, envoyPid } = await serving(app.port, [], { envoyArgs: [] }); // no -l: Envoy's info
     const token = reportToken(envoyPid);
     expect(token).toMatch(/^[A-Za-z0-9_-]{43}$/);
-    const held = http1(port, "/hold");
-    await app.until((a) => a.held === 1);
-    await agentSees(status, 1);
-    lc.signal("SIGTERM");
-    await lc.event("listeners_draining");
-    app.release();
-    expect(await held).toEqual({ status: 200, reset: false });
-    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+    await heldAcrossSigterm(app, lc, port, status);
     await lc.exited;
     const output = lc.output();
     expect(output).toContain("][info][main]"); // Envoy's own lines are in it

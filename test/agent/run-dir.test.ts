@@ -7,10 +7,9 @@ import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, wr
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { http1 } from "../filter/clients.ts";
 import { waitFor } from "../support/envoy.ts";
 import { freePort, inboundConfig, isAlive, lastcallCommand, startLastcall, writeConfig } from "../support/lastcall.ts";
-import { agentSees, agentState, upstreamForFile } from "../support/serving.ts";
+import { heldAcrossSigterm, agentState, upstreamForFile } from "../support/serving.ts";
 
 const app = upstreamForFile();
 const root = mkdtempSync(join(tmpdir(), "lastcall-rundir-"));
@@ -52,14 +51,7 @@ describe("a --run-dir reused after lastcall was SIGKILLed, --admin-port 0", () =
     const status = await lc.statusUrl();
     await waitFor(async () => ((await agentState(status)).filter === "reporting" ? true : undefined), { what: "the filter's first report" });
     const port = await lc.listenerPort("ingress");
-    const held = http1(port, "/hold");
-    await app.until((a) => a.held === 1);
-    await agentSees(status, 1);
-    lc.signal("SIGTERM");
-    await lc.event("listeners_draining");
-    app.release();
-    expect(await held).toEqual({ status: 200, reset: false });
-    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+    await heldAcrossSigterm(app, lc, port, status);
     expect(await lc.exited).toEqual({ code: 0, signal: null });
   });
 

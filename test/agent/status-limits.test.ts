@@ -5,8 +5,7 @@
 import { readFileSync } from "node:fs";
 import { connect } from "node:net";
 import { describe, expect, it } from "vitest";
-import { http1 } from "../filter/clients.ts";
-import { agentSees, serving, upstreamForFile } from "../support/serving.ts";
+import { heldAcrossSigterm, serving, upstreamForFile } from "../support/serving.ts";
 
 const app = upstreamForFile();
 
@@ -80,14 +79,7 @@ describe("the status server caps every body (lastcall's defaults)", () => {
     expect((await fetch(`${status}/healthz/ready`)).status).toBe(200);
     expect(lc.events.map((e) => e.event)).not.toContain("drain_start");
     // Still counting and draining as before.
-    const held = http1(port, "/hold");
-    await app.until((a) => a.held === 1);
-    await agentSees(status, 1);
-    lc.signal("SIGTERM");
-    await lc.event("listeners_draining");
-    app.release();
-    expect(await held).toEqual({ status: 200, reset: false });
-    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+    await heldAcrossSigterm(app, lc, port, status);
   });
 
   it("200 MB to /v1/inflight without the token: 403 before the body is read, lastcall still answers", async () => {

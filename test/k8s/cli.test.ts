@@ -1,6 +1,6 @@
 // `lastcall inject`, `check` and `drain` through the built bundle: exit codes, stdout, stderr,
 // standard input, and the examples in examples/k8s staying what the CLI generates.
-import { execFileSync, spawn } from "node:child_process";
+import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { tmpdir } from "node:os";
@@ -9,27 +9,13 @@ import { describe, expect, it } from "vitest";
 import YAML from "yaml";
 import { injectManifest } from "../../agent/k8s/inject.ts";
 import { SIDECAR_DEFAULTS } from "../../agent/k8s/sidecar.ts";
-import { lastcallCommand } from "../support/lastcall.ts";
+import { runLastcall } from "../support/lastcall.ts";
 import { manifest, podSpec, workload } from "./workloads.ts";
 
-interface Result {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-/** Runs `lastcall <args>` to its end, with `input` on standard input. */
-function lastcall(args: string[], input = ""): Promise<Result> {
-  const [command, ...prefix] = lastcallCommand();
-  return new Promise((done) => {
-    const child = spawn(command, [...prefix, ...args], { stdio: ["pipe", "pipe", "pipe"] });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (chunk) => (stdout += chunk));
-    child.stderr.on("data", (chunk) => (stderr += chunk));
-    child.on("close", (code) => done({ code, stdout, stderr }));
-    child.stdin.end(input);
-  });
+/** `lastcall <args>` to its end: exit code and output (the time is not compared). */
+async function lastcall(args: string[], input = "") {
+  const { code, stdout, stderr } = await runLastcall(args, input);
+  return { code, stdout, stderr };
 }
 
 const root = resolve(import.meta.dirname, "../..");

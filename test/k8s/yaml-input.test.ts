@@ -1,37 +1,16 @@
 // Issue 14, row 17: `inject` and `check` given a YAML alias bomb printed a stack trace (exit 1);
 // a Pod written with `<<:` merge keys was skipped (check passed it). Kubernetes' YAML (go-yaml)
 // honours merge keys: so does lastcall now, and a document it cannot build is one line, exit 2.
-import { spawn } from "node:child_process";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import YAML from "yaml";
 import { checkManifest } from "../../agent/k8s/check.ts";
 import { injectManifest } from "../../agent/k8s/inject.ts";
 import { SIDECAR_DEFAULTS } from "../../agent/k8s/sidecar.ts";
-import { lastcallCommand } from "../support/lastcall.ts";
+import { runLastcall } from "../support/lastcall.ts";
 import { KINDS, specOf, workload } from "./workloads.ts";
 
-interface Result {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-  ms: number;
-}
-
-/** Runs `lastcall <args>` with `input` on standard input. */
-function lastcall(args: string[], input: string): Promise<Result> {
-  const [command, ...prefix] = lastcallCommand();
-  const started = Date.now();
-  return new Promise((done) => {
-    const child = spawn(command, [...prefix, ...args], { stdio: ["pipe", "pipe", "pipe"] });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (chunk) => (stdout += chunk));
-    child.stderr.on("data", (chunk) => (stderr += chunk));
-    child.on("close", (code) => done({ code, stdout, stderr, ms: Date.now() - started }));
-    child.stdin.end(input);
-  });
-}
+const lastcall = runLastcall;
 
 /** The "billion laughs": nine levels of nine aliases, 9^9 strings once expanded. */
 function aliasBomb(): string {

@@ -306,3 +306,27 @@ export function isAlive(pid: number): boolean {
     return false;
   }
 }
+
+/** How a `lastcall` command ended. */
+export interface CommandResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+  /** Wall time, ms. */
+  ms: number;
+}
+
+/** Runs `lastcall <args>` (the bundle) to its end, with `input` on standard input. */
+export function runLastcall(args: string[], input = ""): Promise<CommandResult> {
+  const [command, ...prefix] = lastcallCommand();
+  const started = Date.now();
+  return new Promise((done) => {
+    const child = spawn(command, [...prefix, ...args], { stdio: ["pipe", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout!.on("data", (chunk) => (stdout += chunk));
+    child.stderr!.on("data", (chunk) => (stderr += chunk));
+    child.on("close", (code) => done({ code, stdout, stderr, ms: Date.now() - started }));
+    child.stdin!.end(input);
+  });
+}

@@ -1,6 +1,7 @@
 // A lastcall whose Envoy serves and whose filter reports, and what its status server says: the
 // starting point of the termination tests.
-import { afterAll, afterEach, beforeAll } from "vitest";
+import { afterAll, afterEach, beforeAll, expect } from "vitest";
+import { http1 } from "../filter/clients.ts";
 import { waitFor } from "./envoy.ts";
 import { inboundConfig, type StartOptions, startLastcall, stopAllLastcalls, type TestLastcall } from "./lastcall.ts";
 import { startUpstreamApp, type UpstreamApp } from "./upstream-app.ts";
@@ -76,4 +77,19 @@ export async function serving(upstreamPort: number, args: string[], options: Ser
   }
   const port = await lc.listenerPort("ingress");
   return { lc, port, status, envoyPid: Number(ready.pid) };
+}
+
+/**
+ * One request held across SIGTERM: the listeners drain, the request is released and answered,
+ * and the drain ends on the filter's confirmed zero with nothing in flight at the stop.
+ */
+export async function heldAcrossSigterm(app: UpstreamApp, lc: TestLastcall, port: number, status: string): Promise<void> {
+  const held = http1(port, "/hold");
+  await app.until((a) => a.held === 1);
+  await agentSees(status, 1);
+  lc.signal("SIGTERM");
+  await lc.event("listeners_draining");
+  app.release();
+  expect(await held).toEqual({ status: 200, reset: false });
+  expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
 }
