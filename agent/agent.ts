@@ -108,7 +108,7 @@ export class Agent {
     return this.#failure;
   }
 
-  /** SIGTERM, SIGINT, `POST /quitquitquit`: run the termination sequence, then exit. */
+  /** SIGTERM, SIGINT, SIGQUIT, `POST /quitquitquit`: run the termination sequence, then exit. */
   terminate(source: string): void {
     const first = this.#terminateSources.length === 0;
     const secondInterrupt = source === "SIGINT" && this.#terminateSources.includes("SIGINT");
