@@ -13,10 +13,14 @@ import { execFileSync } from "node:child_process";
 import { Agent as HttpAgent, request } from "node:http";
 import { waitFor } from "../test/support/envoy.ts";
 import { inboundConfig, type LastcallEvent, startLastcall, type TestLastcall } from "../test/support/lastcall.ts";
+import { removeTempDirs } from "../test/support/temp.ts";
 import { startUpstreamApp, type UpstreamApp } from "../test/support/upstream-app.ts";
 import { QUICK, progress, sleep, writeResult } from "./lib/context.ts";
 import { summarize } from "./lib/stats.ts";
 import { exitedSince, startTime } from "./lib/proc.ts";
+
+// startLastcall writes each run's config into a temporary folder: removed when the benchmark ends.
+process.on("exit", removeTempDirs);
 
 const TRIALS = QUICK ? 2 : 10;
 const HELD_PER_TRIAL = 3;

@@ -4,20 +4,10 @@
 // configuration it dumps while loading each listener, and in the headers of every report
 // ("router decoding headers"); the second test holds Envoy to that description (and proves the
 // token is read right, so the first cannot pass by looking for the wrong string).
-import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { agentSees, heldAcrossSigterm, serving, upstreamForFile } from "../support/serving.ts";
+import { agentSees, heldAcrossSigterm, reportToken, serving, upstreamForFile } from "../support/serving.ts";
 
 const app = upstreamForFile();
-
-/** The report token in the bootstrap Envoy `pid` runs (`-c <file>` on its command line). */
-function reportToken(pid: number): string {
-  const args = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
-  const text = readFileSync(args[args.indexOf("-c") + 1], "utf8");
-  const token = /token\\*"\s*:\s*\\*"([A-Za-z0-9_-]+)/.exec(text)?.[1];
-  if (!token) throw new Error(`No report token in Envoy's bootstrap ${args[args.indexOf("-c") + 1]}`);
-  return token;
-}
 
 describe.runIf(process.platform === "linux")("the report token in the logs", () => {
   it("at Envoy's default log level, neither lastcall nor Envoy prints it, through a drain", async () => {

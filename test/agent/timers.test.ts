@@ -4,7 +4,7 @@
 import { describe, expect, it } from "vitest";
 import { http1 } from "../filter/clients.ts";
 import { isAlive, type LastcallEvent } from "../support/lastcall.ts";
-import { agentSees, serving, upstreamForFile } from "../support/serving.ts";
+import { agentSees, agentState, reportToken, serving, upstreamForFile } from "../support/serving.ts";
 
 const app = upstreamForFile();
 const time = (e: LastcallEvent) => Date.parse(e.ts);
@@ -64,5 +64,29 @@ describe("timers that agree", () => {
     expect((await lc.exited).code).toBe(1);
     expect((await held).reset).toBe(true);
     expect(isAlive(envoyPid)).toBe(false);
+  });
+
+  it("a filter's first heartbeat after the drain began is answered at once with the drain, not held (--heartbeat 5s)", async () => {
+    const { lc, port, status, envoyPid } = await serving(app.port, ["--heartbeat", "5s"]);
+    const held = http1(port, "/hold");
+    await app.until((a) => a.held === 1);
+    await agentSees(status, 1);
+    lc.signal("SIGTERM");
+    await lc.event("listeners_draining");
+    // What a worker that has not heard of the drain sends next: its periodic heartbeat, saying
+    // draining false (an old seq: it changes nothing the agent knows). Held, it would come back
+    // after 4.5 s (90 % of the period) and the filter would learn of the drain that late.
+    const instance = (await agentState(status)).current!.instance;
+    const answer = fetch(`${status}/v1/inflight`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-lastcall-token": reportToken(envoyPid) },
+      body: JSON.stringify({ instance, epoch: 0, seq: 0, inflight: 1, draining: false, reason: "heartbeat" }),
+    });
+    const first = await Promise.race([answer, new Promise<"held">((done) => setTimeout(() => done("held"), 2000))]);
+    expect(first).not.toBe("held");
+    expect((first as Response).headers.get("x-lastcall-draining")).toBe("1");
+    app.release();
+    expect(await held).toEqual({ status: 200, reset: false });
+    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
   });
 });

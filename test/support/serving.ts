@@ -1,5 +1,6 @@
 // A lastcall whose Envoy serves and whose filter reports, and what its status server says: the
 // starting point of the termination tests.
+import { readFileSync } from "node:fs";
 import { afterAll, afterEach, beforeAll, expect } from "vitest";
 import { http1 } from "../filter/clients.ts";
 import { waitFor } from "./envoy.ts";
@@ -92,4 +93,13 @@ export async function heldAcrossSigterm(app: UpstreamApp, lc: TestLastcall, port
   app.release();
   expect(await held).toEqual({ status: 200, reset: false });
   expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+}
+
+/** The report token in the bootstrap Envoy `pid` runs (`-c <file>` on its command line). */
+export function reportToken(pid: number): string {
+  const args = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
+  const text = readFileSync(args[args.indexOf("-c") + 1], "utf8");
+  const token = /token\\*"\s*:\s*\\*"([A-Za-z0-9_-]+)/.exec(text)?.[1];
+  if (!token) throw new Error(`No report token in Envoy's bootstrap ${args[args.indexOf("-c") + 1]}`);
+  return token;
 }
