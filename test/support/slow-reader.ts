@@ -18,6 +18,8 @@ export interface SlowRead {
 export interface SlowDownload {
   /** Resolves once `bytes` body bytes have arrived. */
   reached(bytes: number): Promise<void>;
+  /** Body bytes received so far. */
+  received(): number;
   done: Promise<SlowRead>;
 }
 
@@ -72,6 +74,7 @@ export function slowDownload(port: number, path: string, bytesPerSecond: number)
   socket.on("error", () => (endedBy = "reset"));
   const done = new Promise<SlowRead>((resolve) => socket.once("close", () => resolve({ status, expected, received, endedBy })));
   return {
+    received: () => received,
     reached: (bytes) => new Promise<void>((resolve) => {
       waiters.push({ bytes, resolve });
       notify();
