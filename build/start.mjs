@@ -36,7 +36,7 @@ process.on("SIGTERM", () => lastcall.kill("SIGTERM"));
 
 const ready = spawn(join(root, "dist/lastcall"), ["wait", "--timeout", "30s"], { stdio: "inherit" });
 ready.on("exit", (code) => {
-  if (code === 0) console.log("\nlastcall: ready. Try:\n  curl http://127.0.0.1:10000/\n  curl 'http://127.0.0.1:10000/slow?ms=5000'   (then Ctrl-C: the drain waits for it)\n  curl http://127.0.0.1:15020/v1/state\n  curl http://127.0.0.1:15020/metrics\n");
+  if (code === 0) console.log("\nlastcall: ready. Try:\n  curl http://127.0.0.1:10000/\n  curl 'http://127.0.0.1:10000/slow?ms=5000'   (then Ctrl-C: the drain waits for it)\n  curl --limit-rate 3M -o /dev/null 'http://127.0.0.1:10000/download?mb=30'   (a slow reader: the drain waits for its last byte)\n  curl http://127.0.0.1:15020/v1/state\n  curl http://127.0.0.1:15020/metrics\n");
 });
 let stopping = false;
 app.on("exit", (code) => {
