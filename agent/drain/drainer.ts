@@ -4,7 +4,7 @@
 import type { AppWatch } from "../supervise/app-watch.ts";
 import type { LiveEnvoy, Envoys } from "../supervise/envoys.ts";
 import { activeRequests, parseStatsJson } from "../envoy/stats.ts";
-import { type Undelivered, undelivered } from "../envoy/sockets.ts";
+import { readTcpTable, type Undelivered, undelivered } from "../envoy/sockets.ts";
 import type { EventLog } from "../lib/log.ts";
 import type { RunOptions } from "../options.ts";
 import type { InflightTracker } from "./in-flight.ts";
@@ -51,7 +51,9 @@ export interface StopOutcome {
  * ```
  */
 export async function undeliveredBy(live: readonly LiveEnvoy[]): Promise<Undelivered | undefined> {
-  const each = await Promise.all(live.filter((l) => l.process.running).map((l) => undelivered(l.process.pid, l.listenPorts)));
+  const table = await readTcpTable(); // once for all of them
+  if (!table) return undefined;
+  const each = await Promise.all(live.filter((l) => l.process.running).map((l) => undelivered(l.process.pid, { listenPorts: l.listenPorts, table })));
   if (each.some((u) => u === undefined)) return undefined;
   return each.reduce<Undelivered>((sum, u) => ({
     connections: sum.connections + u!.connections,

@@ -99,28 +99,40 @@ export interface Undelivered {
   bytes: number;
 }
 
+/** Options of {@linkcode undelivered}. */
+export interface UndeliveredOptions {
+  /**
+   * The ports seen listening so far: Envoy closes a draining listener after its drain time while
+   * connections it accepted live on. Pass the same set on every call for one process (it gathers
+   * the ports), and call once while the process serves.
+   */
+  listenPorts?: Set<number>;
+  /** The table to look in, when the caller read it once for several processes. */
+  table?: TcpSocket[];
+  /** Where procfs is mounted. @default "/proc" */
+  proc?: string;
+}
+
 /**
  * The connections `pid` accepted on its listening sockets (shared with a hot-restart parent or
- * child) and the response bytes still queued on them. Envoy closes a draining listener after
- * its drain time while connections it accepted live on: pass the same `listenPorts` set on every
- * call for one process (it gathers the ports seen listening), and call once while it serves.
+ * child) and the response bytes still queued on them.
  *
  * @returns undefined where /proc cannot tell (not Linux, or another user's process)
  * @example
  * ```ts
- * const ports = new Set<number>();
- * const u = await undelivered(envoy.pid, ports); // { connections: 3, sending: 1, bytes: 1_600_000 }
+ * const listenPorts = new Set<number>();
+ * const u = await undelivered(envoy.pid, { listenPorts }); // { connections: 3, sending: 1, bytes: 1_600_000 }
  * ```
  */
-export async function undelivered(pid: number, listenPorts = new Set<number>(), proc = "/proc"): Promise<Undelivered | undefined> {
-  const [inodes, table] = await Promise.all([socketInodes(pid, proc), readTcpTable(proc)]);
+export async function undelivered(pid: number, options: UndeliveredOptions = {}): Promise<Undelivered | undefined> {
+  const { listenPorts = new Set<number>(), proc = "/proc" } = options;
+  const [inodes, table] = await Promise.all([socketInodes(pid, proc), options.table ?? readTcpTable(proc)]);
   if (!inodes || !table) return undefined;
   const own = table.filter((s) => inodes.has(s.inode));
   for (const s of own) if (s.state === TCP_STATE.listen) listenPorts.add(s.localPort);
-  const listening = listenPorts;
   const result: Undelivered = { connections: 0, sending: 0, bytes: 0 };
   for (const s of own) {
-    if (s.state === TCP_STATE.listen || !listening.has(s.localPort)) continue;
+    if (s.state === TCP_STATE.listen || !listenPorts.has(s.localPort)) continue;
     result.connections++;
     if (s.txQueue > 0) {
       result.sending++;
@@ -128,15 +140,4 @@ export async function undelivered(pid: number, listenPorts = new Set<number>(), 
     }
   }
   return result;
-}
-
-/**
- * The inode of the client end of a loopback connection to `serverPort` from `clientPort`, so
- * the caller can ask which process made it.
- *
- * @returns undefined when the table has no such socket (or no /proc)
- */
-export async function clientSocketInode(clientPort: number, serverPort: number, proc = "/proc"): Promise<number | undefined> {
-  const table = await readTcpTable(proc);
-  return table?.find((s) => s.localPort === clientPort && s.remotePort === serverPort && s.state !== TCP_STATE.listen)?.inode;
 }
