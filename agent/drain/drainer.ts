@@ -10,7 +10,7 @@ import type { RunOptions } from "../options.ts";
 import type { InflightTracker } from "./in-flight.ts";
 import type { ModeContext } from "./modes/context.ts";
 import { finishOldEpochs } from "./old-epochs.ts";
-import { DrainEnded, drainListeners, type DrainPlan, stopEnvoys, waitDrained } from "./shutdown.ts";
+import { DrainEnded, drainListeners, type DrainPlan, stopEnvoys, stopTargetOf, waitDrained } from "./shutdown.ts";
 
 /** What the drainer needs from the agent. */
 export interface DrainerDeps {
@@ -300,9 +300,8 @@ export class Drainer {
     // Envoy requires: a parent stopped first makes the child abort as it shuts down); whatever
     // still runs after that is stopped next.
     const newest = targets.filter((l) => !targets.some((o) => o.info.generation === l.info.generation && o.info.epoch > l.info.epoch));
-    const asTarget = (l: LiveEnvoy) => ({ process: l.process, admin: l.adminHandedOver ? undefined : l.admin });
-    await stopEnvoys(newest.map(asTarget), this.#log, stopBudget() / 2);
-    await stopEnvoys(targets.filter((l) => l.process.running).map(asTarget), this.#log, stopBudget());
+    await stopEnvoys(newest.map(stopTargetOf), this.#log, stopBudget() / 2);
+    await stopEnvoys(targets.filter((l) => l.process.running).map(stopTargetOf), this.#log, stopBudget());
     return { inflightAtStop, bytesUnsentAtStop: left?.bytes };
   }
 }

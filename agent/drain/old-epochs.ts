@@ -12,7 +12,7 @@ import type { EventLog } from "../lib/log.ts";
 import type { RunOptions } from "../options.ts";
 import type { InflightTracker } from "./in-flight.ts";
 import type { ModeContext } from "./modes/context.ts";
-import { DELIVERY_POLL_MS, DrainEnded, drainListeners, type DrainPlan, stopEnvoys, waitDrained } from "./shutdown.ts";
+import { DELIVERY_POLL_MS, DrainEnded, drainListeners, type DrainPlan, stopEnvoys, stopTargetOf, waitDrained } from "./shutdown.ts";
 import { delay } from "../lib/async.ts";
 
 /** What finishing old Envoys needs from the drainer. */
@@ -110,11 +110,11 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
   if (request.signal.aborted) return "aborted";
   const left = await deps.undelivered(old);
   const inflight = deps.tracker.inflight(reporters);
-  const drained = { drain_reason: reason, inflight_at_stop: inflight, ...(left ? { bytes_unsent_at_stop: left.bytes } : {}) };
-  for (const l of old) l.drained = drained;
-  deps.log("epoch_drained", { epochs, reason, ms: Date.now() - startedAt, inflight_at_stop: inflight, ...(left ? { bytes_unsent_at_stop: left.bytes } : {}) });
+  const cut = { inflight_at_stop: inflight, ...(left ? { bytes_unsent_at_stop: left.bytes } : {}) };
+  for (const l of old) l.drained = { drain_reason: reason, ...cut };
+  deps.log("epoch_drained", { epochs, reason, ms: Date.now() - startedAt, ...cut });
   if (request.kind === "hot") return reason; // its child ends it (see above)
   for (const l of old) deps.retiring.add(l.info.instance);
-  await stopEnvoys(old.map((l) => ({ process: l.process, admin: l.adminHandedOver ? undefined : l.admin })), deps.log, 3000);
+  await stopEnvoys(old.map(stopTargetOf), deps.log, 3000);
   return reason;
 }

@@ -9,6 +9,7 @@ import type { EnvoyProcess } from "../envoy/process.ts";
 import type { Undelivered } from "../envoy/sockets.ts";
 import type { EventLog } from "../lib/log.ts";
 import type { DrainMode, DrainScope } from "../options.ts";
+import type { LiveEnvoy } from "../supervise/envoys.ts";
 import type { ModeContext } from "./modes/context.ts";
 import { DRAIN_WAITS } from "./modes/index.ts";
 
@@ -185,6 +186,11 @@ export async function waitDrained(plan: DrainPlan, deps: WaitDeps, ended: AbortS
 export interface StopTarget {
   process: EnvoyProcess;
   admin?: AdminClient;
+}
+
+/** How a live Envoy is stopped: by its admin, unless a hot-restart child took that over. */
+export function stopTargetOf(live: LiveEnvoy): StopTarget {
+  return { process: live.process, admin: live.adminHandedOver ? undefined : live.admin };
 }
 
 /**

@@ -38,6 +38,33 @@ describe("a slow reader across SIGTERM", () => {
   });
 });
 
+describe("a slow reader across a reload", () => {
+  it("a cold reload (--no-hot-restart) stops the old Envoy only once the reader has every byte", async () => {
+    const { lc, port, envoyPid } = await serving(app.port, ["--no-hot-restart"]);
+    const download = slowDownload(port, `/bytes?n=${BODY}`, RATE);
+    await download.reached(RATE);
+    lc.signal("SIGHUP");
+    const read = await download.done;
+    expect(read).toEqual({ status: 200, expected: BODY, received: BODY, endedBy: "fin" });
+    expect(await lc.event("epoch_drained", undefined, 30_000)).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
+    expect(lc.events.map((e) => e.event)).toContain("drain_flushing");
+    await lc.event("ready", (e) => e.pid !== envoyPid);
+  });
+
+  it("SIGHUP then SIGTERM 30 ms later (defaults, hot restart): the reader still gets every byte", async () => {
+    const { lc, port } = await serving(app.port, []);
+    const download = slowDownload(port, `/bytes?n=${BODY}`, RATE);
+    await download.reached(RATE);
+    lc.signal("SIGHUP");
+    await new Promise((done) => setTimeout(done, 30)); // the race itself, not a wait for an event
+    lc.signal("SIGTERM");
+    const read = await download.done;
+    expect(read).toEqual({ status: 200, expected: BODY, received: BODY, endedBy: "fin" });
+    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
+    expect(await lc.exited).toEqual({ code: 0, signal: null });
+  });
+});
+
 // What docs/filter.md says of bytes still in the kernel's send queue when Envoy exits, measured:
 // Envoy's exit closes the socket; the kernel keeps sending what it holds (the socket lingers in
 // FIN_WAIT1) and ends with FIN after its last byte. What never left Envoy's own buffer is lost.
