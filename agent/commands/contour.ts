@@ -6,7 +6,7 @@
 import { access, writeFile } from "node:fs/promises";
 import { delay, pollUntil } from "../lib/async.ts";
 import { AdminClient } from "../envoy/admin.ts";
-import { parseStatsJson, type Stat } from "../envoy/stats.ts";
+import { GAUGE_NAMES, isInflightGauge, parseStatsJson, type Stat } from "../envoy/stats.ts";
 import type { EventLog } from "../lib/log.ts";
 import { listen, type StatusServer } from "../status/listen.ts";
 import { Hono } from "hono";
@@ -75,8 +75,8 @@ async function startAgentDrain(statusUrl: string, log: EventLog): Promise<void> 
 
 /** What `shutdown` counts: the filter's in-flight gauge when present, else open HTTP connections. */
 export function openCount(stats: Stat[]): { what: "inflight_requests" | "http_connections"; count: number } {
-  const gauge = stats.find((s) => s.name === "wasmcustom.lastcall_inflight");
-  if (gauge) return { what: "inflight_requests", count: gauge.value };
+  const gauges = stats.filter((s) => isInflightGauge(s.name));
+  if (gauges.length > 0) return { what: "inflight_requests", count: gauges.reduce((sum, s) => sum + s.value, 0) };
   let count = 0;
   for (const s of stats) if (/^http\.(.+)\.downstream_cx_active$/.test(s.name) && !s.name.startsWith("http.admin.")) count += s.value;
   return { what: "http_connections", count };
@@ -103,7 +103,7 @@ export async function shutdownEnvoy(options: ShutdownOptions, log: EventLog): Pr
   await delay(options.drainDelayMs + options.checkDelayMs);
   for (;;) {
     try {
-      const { what, count } = openCount(parseStatsJson(await admin.stats("(downstream_cx_active|lastcall_inflight)$")));
+      const { what, count } = openCount(parseStatsJson(await admin.stats(`(downstream_cx_active|${GAUGE_NAMES})$`)));
       log("open_count", { what, count, min: options.minOpenConnections });
       if (count <= options.minOpenConnections) break;
     } catch (error) {

@@ -3,7 +3,7 @@
 // in flight from Envoy itself, and stop. The agent decides when; this does it.
 import type { AppWatch } from "../supervise/app-watch.ts";
 import type { LiveEnvoy, Envoys } from "../supervise/envoys.ts";
-import { activeRequests, parseStatsJson } from "../envoy/stats.ts";
+import { GAUGE_NAMES, activeRequests, isInflightGauge, parseStatsJson } from "../envoy/stats.ts";
 import { readTcpTable, type Undelivered, undelivered } from "../envoy/sockets.ts";
 import type { EventLog } from "../lib/log.ts";
 import type { RunOptions } from "../options.ts";
@@ -123,7 +123,7 @@ export class Drainer {
         this.#deps.tellFilters();
       },
       modeContext: (instances) => this.modeContext(instances),
-      measure: (s) => this.measure(s),
+      measure: (s) => this.measure(s, old.flatMap((l) => l.reporters)),
       undelivered: (live) => undeliveredBy(live),
     }, { kind, signal: AbortSignal.any([signal, this.#deps.closing]) });
     const settled = done.catch(() => {}).then(() => void this.#unfinished.delete(settled));
@@ -260,23 +260,23 @@ export class Drainer {
   }
 
   /**
-   * Requests in flight now, from Envoy itself: the filter's gauge (an upper bound of its exact
-   * counter) plus, for listeners the filter is not in, `downstream_rq_active`. With a hot restart
-   * in progress (a child's stats import its parent's) the filters' latest reports are used.
+   * Requests in flight now, read afresh. When the filter is in every listener, a pull: each
+   * Envoy's filter reads its gauge (one read, however many stats Envoy has). Otherwise, for
+   * listeners only Envoy's stats count, `downstream_rq_active` is read from the admin as well
+   * (a walk of Envoy's stats); with a hot restart in progress (a child's stats import its
+   * parent's) only the filters can be asked.
    */
-  async measure(signal: AbortSignal): Promise<number | undefined> {
+  async measure(signal: AbortSignal, instances = this.#envoys.reporters()): Promise<number | undefined> {
     const all = this.#envoys.all().filter((l) => l.process.running);
     if (all.length === 0) return 0;
-    const only = all.length === 1 ? all[0] : undefined;
-    if (!only?.admin || only.adminHandedOver) {
-      const ids = this.#envoys.reporters();
-      return ids.length > 0 && ids.every((id) => this.#tracker.view(id)) ? this.#tracker.inflight(ids) : undefined;
-    }
     const context = this.modeContext();
-    const stats = parseStatsJson(await only.admin.stats("^wasmcustom\\.lastcall_inflight$|downstream_rq_active$", signal));
-    if (!this.#filtered || only.reporters.length === 0) return activeRequests(stats, context.statPrefixes);
-    const gauge = stats.find((s) => s.name === "wasmcustom.lastcall_inflight")?.value ?? 0;
-    if (context.statsCounted.length === 0) return gauge;
+    const pullable = this.#filtered && instances.length > 0 && all.every((l) => l.reporters.length > 0);
+    if (pullable && context.statsCounted.length === 0) return await this.#tracker.pull(instances, signal);
+    const only = all.length === 1 ? all[0] : undefined;
+    if (!only?.admin || only.adminHandedOver) return pullable ? await this.#tracker.pull(instances, signal) : undefined;
+    const stats = parseStatsJson(await only.admin.stats(`^wasmcustom\\.${GAUGE_NAMES}$|downstream_rq_active$`, signal));
+    if (!pullable) return activeRequests(stats, context.statPrefixes);
+    const gauge = stats.filter((s) => isInflightGauge(s.name)).reduce((sum, s) => sum + s.value, 0);
     const filtered = new Set(only.bootstrap.filteredStatPrefixes); // the gauge counts these already
     return gauge + activeRequests(stats) - activeRequests(stats, filtered);
   }

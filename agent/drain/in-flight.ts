@@ -1,14 +1,14 @@
 // The agent's view of the filter's reports (docs/filter-protocol.md). One Envoy process is one
-// `instance`; each has its own sequence (the version of its shared-data counter), so a hot
-// restart's parent and child are tracked side by side and a crash-restarted Envoy starts afresh.
-// A pushed zero is only a candidate: it ends a drain once a probe (a fresh read of the counter
-// that the agent asked for after the zero) says zero too, so a lost `busy` push can't end it.
-
+// `instance`, whose filter counts in one process-wide gauge: every report carries that gauge,
+// read by whichever worker VM sent it. A hot restart's parent and child are tracked side by side
+// and a crash-restarted Envoy starts afresh. Reports are hints; the truth is a pull: a probe the
+// agent sends down, answered by a read of the gauge made after the agent asked. A drain ends on a
+// pulled zero, so neither a lost nor a reordered report can end it.
 /** One report of the filter, as posted to `/v1/inflight`. */
 export interface InflightReport {
   instance: string;
   epoch: number;
-  seq: number;
+  /** The process-wide count, read when the report was composed. */
   inflight: number;
   draining: boolean;
   reason: string;
@@ -16,17 +16,26 @@ export interface InflightReport {
   probe?: number;
 }
 
+/** A pulled count: the answer to one probe. */
+export interface Pulled {
+  /** The probe id; answers of later probes were read after it was asked. */
+  probe: number;
+  inflight: number;
+  /** When the answer arrived, in ms since the epoch. */
+  at: number;
+}
+
 /** The latest state known of one Envoy process. */
 export interface InstanceView {
   instance: string;
   epoch: number;
-  seq: number;
+  /** The count of the latest report to arrive (a hint: reports may arrive out of order). */
   inflight: number;
-  /** The latest report was composed by a filter that knew the agent is draining. */
+  /** A report was composed by a filter VM that knew the agent is draining. */
   drainingAcked: boolean;
-  /** Highest probe id whose fresh read saw this state at zero; 0 when none did. */
-  confirmedBy: number;
-  /** When the latest report (or a repeat of it) arrived, in ms since the epoch. */
+  /** The answer of the latest probe, when one was answered. */
+  pulled?: Pulled;
+  /** When the latest report arrived, in ms since the epoch. */
   reportedAt: number;
   reports: number;
 }
@@ -65,7 +74,6 @@ export function parseReport(body: unknown): InflightReport {
   const report: InflightReport = {
     instance: r.instance,
     epoch: int("epoch"),
-    seq: int("seq"),
     inflight: int("inflight"),
     draining: r.draining === true,
     reason: typeof r.reason === "string" ? r.reason.slice(0, 40) : "unknown",
@@ -75,36 +83,39 @@ export function parseReport(body: unknown): InflightReport {
 }
 
 /**
- * Keeps the latest report of each live Envoy process and tells when all have reached a
- * confirmed zero. Reports of processes the agent did not register are answered by the caller
- * but leave no state here, so nothing on the status port can grow the agent's memory.
+ * Keeps the latest report of each live Envoy process, pulls fresh counts from the filters, and
+ * tells when all have reached a pulled zero. Reports of processes the agent did not register are
+ * answered by the caller but leave no state here, so nothing on the status port can grow the
+ * agent's memory.
  *
- * A zero is a candidate when (1) it comes from a report composed while the filter knew the agent
- * is draining, because from then on the filter pushes every move away from zero at once, and
- * (2) it carries the highest sequence seen, so a reordered older report cannot fake it. It is
- * confirmed by a probe: the agent answers one of that filter's reports with a probe id, the filter
- * reads its counter afresh and reports it. Only probes issued after the wait began count.
+ * A pull wants a probe for an instance: the answer to the next report of that instance carries a
+ * probe id, and the filter answers it with the gauge read then. A pull is done by the answer to a
+ * probe issued after it began: that read was made after the pull began. A zero wait begins with a
+ * pull, and every zero hint (a report saying 0) that arrives while it waits starts another, so
+ * the move to zero that ends a drain is always read afresh.
  *
  * @example
  * ```ts
  * const tracker = new InflightTracker();
- * tracker.expect("a", 0);
- * tracker.report({ instance: "a", epoch: 0, seq: 3, inflight: 0, draining: true, reason: "zero" });
- * const probe = tracker.probeFor("a"); // answered to the filter, which reports back:
- * tracker.report({ instance: "a", epoch: 0, seq: 3, inflight: 0, draining: true, reason: "probe", probe });
- * await tracker.waitForZero(["a"], AbortSignal.timeout(10_000));
+ * tracker.expect("a");
+ * const zero = tracker.waitForZero(["a"], AbortSignal.timeout(10_000));
+ * const probe = tracker.probeFor("a")!; // answered to the filter, which reports back:
+ * tracker.report({ instance: "a", epoch: 0, inflight: 0, draining: true, reason: "probe", probe });
+ * await zero;
  * ```
  */
 export class InflightTracker {
   readonly #views = new Map<string, InstanceView | undefined>();
   readonly #listeners = new Set<() => void>();
-  /** Instances whose zero candidate awaits a probe, with the lowest probe id that counts. */
+  /** Instances a probe is wanted for, with the lowest probe id that satisfies the want. */
   readonly #wanted = new Map<string, number>();
+  /** Instances a zero wait watches (count of waits): their zero hints start a pull. */
+  readonly #watched = new Map<string, number>();
   readonly #probeWanted = new Set<(instance: string) => void>();
   readonly #heartbeatMs: number;
   readonly #now: () => number;
   #nextProbe = 1;
-  /** Stale or reordered reports that were ignored. */
+  /** Probe answers that arrived after the answer of a later probe (reordered), ignored. */
   staleReports = 0;
   /** Reports of processes that are not live (exited, or never started by this agent). */
   unknownReports = 0;
@@ -131,7 +142,7 @@ export class InflightTracker {
     return this.#views.has(instance);
   }
 
-  /** Records a report; a stale one (older than what is known) or an unknown one changes nothing. */
+  /** Records a report; an unknown one, or a probe answer older than one seen, changes nothing. */
   report(report: InflightReport): ReportOutcome {
     if (!this.#views.has(report.instance)) {
       this.unknownReports++;
@@ -139,36 +150,31 @@ export class InflightTracker {
     }
     const known = this.#views.get(report.instance);
     const at = this.#now();
-    if (known && report.seq < known.seq) {
+    const probe = report.reason === "probe" ? report.probe ?? 0 : 0;
+    if (probe > 0 && known?.pulled && probe < known.pulled.probe) {
       this.staleReports++;
       return "stale";
     }
-    const fresh = report.reason === "probe" && report.draining && report.inflight === 0 ? report.probe ?? 0 : 0;
-    if (known && report.seq === known.seq) {
-      // Same counter state seen again (another worker's heartbeat, a probe): only freshness,
-      // the draining acknowledgement and the confirmation can improve.
-      known.reportedAt = at;
-      known.reports++;
-      known.drainingAcked ||= report.draining;
-      known.confirmedBy = Math.max(known.confirmedBy, fresh);
-    } else {
-      this.#views.set(report.instance, {
-        instance: report.instance,
-        epoch: report.epoch,
-        seq: report.seq,
-        inflight: report.inflight,
-        drainingAcked: report.draining,
-        confirmedBy: fresh,
-        reportedAt: at,
-        reports: (known?.reports ?? 0) + 1,
-      });
-    }
+    const view: InstanceView = {
+      instance: report.instance,
+      epoch: report.epoch,
+      inflight: report.inflight,
+      drainingAcked: (known?.drainingAcked ?? false) || report.draining,
+      reportedAt: at,
+      reports: (known?.reports ?? 0) + 1,
+      ...(probe > 0 ? { pulled: { probe, inflight: report.inflight, at } } : known?.pulled ? { pulled: known.pulled } : {}),
+    };
+    this.#views.set(report.instance, view);
+    const want = this.#wanted.get(report.instance);
+    if (probe > 0 && want !== undefined && probe >= want) this.#wanted.delete(report.instance);
+    // A zero hint while a wait watches: read it afresh (the hint may predate a later move).
+    if (probe === 0 && report.inflight === 0 && this.#watched.has(report.instance)) this.#want(report.instance);
     this.#notify();
     return "accepted";
   }
 
   /**
-   * A probe id for the answer to a report of `instance`, when its zero awaits confirmation; each
+   * A probe id for the answer to a report of `instance`, when a pull of it is under way; each
    * call issues a new id (a lost probe is simply asked again with the next answer).
    */
   probeFor(instance: string): number | undefined {
@@ -204,45 +210,82 @@ export class InflightTracker {
     for (const listener of [...this.#listeners]) listener();
   }
 
-  /**
-   * Resolves when every given process stands at a zero confirmed by a probe issued after this
-   * call, or has exited; a process that has not reported yet is waited for. Rejects with the
-   * signal's reason when aborted.
-   */
-  waitForZero(instances: readonly string[], signal: AbortSignal): Promise<void> {
-    const floor = this.#nextProbe;
+  // Wants a probe of `instance` issued from now on.
+  #want(instance: string): void {
+    if (!this.#views.has(instance)) return;
+    this.#wanted.set(instance, this.#nextProbe);
+    for (const listener of [...this.#probeWanted]) listener(instance);
+  }
+
+  // Resolves with `settled()` once it returns a value after any report, or rejects on abort.
+  #until<T>(signal: AbortSignal, settled: () => T | undefined, cleanup: () => void): Promise<T> {
     return new Promise((resolve, reject) => {
-      const done = (error?: unknown) => {
+      const done = (value?: T, error?: unknown) => {
         this.#listeners.delete(check);
         signal.removeEventListener("abort", onAbort);
-        for (const id of instances) this.#wanted.delete(id);
-        error === undefined ? resolve() : reject(error);
+        cleanup();
+        error === undefined ? resolve(value as T) : reject(error);
       };
-      const onAbort = () => done(signal.reason ?? new Error("Aborted"));
+      const onAbort = () => done(undefined, signal.reason ?? new Error("Aborted"));
       const check = () => {
-        let all = true;
-        for (const id of instances) {
-          if (!this.#views.has(id)) continue; // exited
-          const view = this.#views.get(id);
-          const candidate = view !== undefined && view.drainingAcked && view.inflight === 0;
-          if (candidate && view.confirmedBy >= floor) {
-            this.#wanted.delete(id);
-            continue;
-          }
-          all = false;
-          if (!candidate) {
-            this.#wanted.delete(id);
-          } else if (!this.#wanted.has(id)) {
-            this.#wanted.set(id, floor);
-            for (const listener of [...this.#probeWanted]) listener(id);
-          }
-        }
-        if (all) done();
+        const value = settled();
+        if (value !== undefined) done(value);
       };
       if (signal.aborted) return onAbort();
       signal.addEventListener("abort", onAbort, { once: true });
       this.#listeners.add(check);
       check();
     });
+  }
+
+  /**
+   * Pulls the count of every given live process afresh: resolves with their sum, each read after
+   * this call (an exited process counts 0). O(1) in Envoy's configuration: one gauge read by the
+   * filter, no walk of Envoy's stats. Rejects with the signal's reason when aborted.
+   */
+  pull(instances: readonly string[], signal: AbortSignal): Promise<number> {
+    const floor = this.#nextProbe;
+    const fresh = (id: string) => {
+      const pulled = this.#views.get(id)?.pulled;
+      return pulled !== undefined && pulled.probe >= floor ? pulled : undefined;
+    };
+    for (const id of instances) this.#want(id);
+    return this.#until(signal, () => {
+      let total = 0;
+      for (const id of instances) {
+        if (!this.#views.has(id)) continue; // exited
+        const pulled = fresh(id);
+        if (!pulled) return undefined;
+        total += pulled.inflight;
+      }
+      return total;
+    }, () => {});
+  }
+
+  /**
+   * Resolves when every given process stands at a pulled zero read after this call, or has
+   * exited; a process that has not reported yet is waited for. Rejects with the signal's reason
+   * when aborted.
+   */
+  waitForZero(instances: readonly string[], signal: AbortSignal): Promise<void> {
+    const floor = this.#nextProbe;
+    for (const id of instances) {
+      this.#watched.set(id, (this.#watched.get(id) ?? 0) + 1);
+      this.#want(id);
+    }
+    return this.#until(signal, () => {
+      for (const id of instances) {
+        if (!this.#views.has(id)) continue; // exited
+        const pulled = this.#views.get(id)?.pulled;
+        if (!pulled || pulled.probe < floor || pulled.inflight !== 0) return undefined;
+      }
+      return true;
+    }, () => {
+      for (const id of instances) {
+        const n = (this.#watched.get(id) ?? 1) - 1;
+        if (n > 0) this.#watched.set(id, n);
+        else this.#watched.delete(id);
+      }
+    }).then(() => {});
   }
 }

@@ -87,7 +87,7 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
       reason = await waitDrained(plan, {
         ...context,
         ...(request.kind === "hot" ? { statsCounted: [] } : {}),
-        measure: request.kind === "hot" ? () => Promise.resolve(deps.tracker.inflight(reporters)) : (s) => deps.measure(s),
+        measure: request.kind === "hot" ? (s) => deps.tracker.pull(reporters, s) : (s) => deps.measure(s),
         undelivered: () => deps.undelivered(old),
       }, ended.signal);
     } else {

@@ -1,7 +1,8 @@
-// Answers the filter's reports (docs/filter-protocol.md). A heartbeat is answered only after a
-// hold shorter than the heartbeat period (a long poll): the filter then learns of a drain in one
-// round trip, and the agent always has a call in hand to send a probe down when a zero needs
-// confirming. Every other report is answered at once.
+// Answers the filter's reports (docs/filter-protocol.md). A report with nothing to say back is
+// answered only after a hold shorter than the heartbeat period (a long poll): the filter then
+// learns of a drain in one round trip, and the agent nearly always has a call in hand to send a
+// probe down when it pulls a count. A report is answered at once when it carries a probe, or when
+// its filter does not know yet of a drain.
 import type { InflightReport, InflightTracker } from "../drain/in-flight.ts";
 import { reportTimeoutMs } from "../envoy/bootstrap.ts";
 
@@ -25,6 +26,8 @@ interface Hold {
   release(probe?: number): void;
 }
 
+/** Reports held at once per instance; the oldest is answered when one more comes. */
+export const MAX_HOLDS = 32;
 
 /**
  * Answers reports, holding heartbeats as long polls.
@@ -39,25 +42,34 @@ export class ReportDesk {
   readonly #tracker: InflightTracker;
   readonly #options: ReportDeskOptions;
   readonly #holds = new Map<string, Hold[]>();
+  /** The instance whose report is being recorded: its own answer carries a probe it wants. */
+  #answering?: string;
 
   constructor(tracker: InflightTracker, options: ReportDeskOptions) {
     this.#tracker = tracker;
     this.#options = options;
-    tracker.onProbeWanted((instance) => this.#releaseOne(instance));
+    tracker.onProbeWanted((instance) => {
+      if (instance !== this.#answering) this.#releaseOne(instance);
+    });
   }
 
-  /** Records `report` and answers it, after a hold if it is a heartbeat with nothing to say. */
+  /** Records `report` and answers it, after a hold if there is nothing to say. */
   async answer(report: InflightReport): Promise<ReportAnswer> {
     const { instance } = report;
-    if (this.#tracker.report(report) === "unknown") return { draining: this.#options.draining(instance) };
+    this.#answering = instance;
+    let outcome;
+    try {
+      outcome = this.#tracker.report(report);
+    } finally {
+      this.#answering = undefined;
+    }
+    if (outcome === "unknown") return { draining: this.#options.draining(instance) };
     let probe = this.#tracker.probeFor(instance);
     const wasDraining = this.#options.draining(instance);
-    // A filter that does not know of the drain yet (its heartbeat came after the drain began
+    // A filter VM that does not know of the drain yet (its report came after the drain began
     // released the held ones) is told at once: held, it would learn a heartbeat period late.
     const uninformed = wasDraining && !report.draining;
-    if (probe === undefined && report.reason === "heartbeat" && !uninformed) {
-      probe = await this.#hold(instance, wasDraining);
-    }
+    if (probe === undefined && !uninformed) probe = await this.#hold(instance, wasDraining);
     return { draining: this.#options.draining(instance), probe };
   }
 
@@ -68,7 +80,7 @@ export class ReportDesk {
     }
   }
 
-  /** Holds a heartbeat for 90 % of the period (never longer than the filter waits). */
+  /** Holds a report for 90 % of the heartbeat period (never longer than the filter waits). */
   #hold(instance: string, draining: boolean): Promise<number | undefined> {
     const holdMs = Math.min(this.#options.heartbeatMs * 0.9, reportTimeoutMs(this.#options.heartbeatMs) - 500);
     return new Promise((resolve) => {
@@ -85,6 +97,7 @@ export class ReportDesk {
         },
       };
       list.push(hold);
+      if (list.length > MAX_HOLDS) list[0]!.release();
       // A drain that began between the report and the hold must not wait for the timer.
       if (!draining && this.#options.draining(instance)) hold.release(this.#tracker.probeFor(instance));
     });

@@ -1,8 +1,8 @@
 // Raw proxy-wasm ABI 0.2.x imports: only the ones this filter calls. Declared here instead of
-// taken from @solo-io/proxy-runtime because its shared-data wrappers pass wrong pointers.
+// taken from @solo-io/proxy-runtime, whose `get_metric` wrapper overwrites the gauge it reads.
 
 /** Result codes shared by every host call (proxy-wasm `WasmResult`). */
-export const enum Result { Ok = 0, NotFound = 1, BadArgument = 2, CasMismatch = 8 }
+export const enum Result { Ok = 0, NotFound = 1, BadArgument = 2 }
 
 /** Log levels of `proxy_log`. */
 export const enum LogLevel { Trace = 0, Debug = 1, Info = 2, Warn = 3, Error = 4, Critical = 5 }
@@ -37,16 +37,6 @@ export declare function proxy_get_header_map_value(type: u32, keyPtr: usize, key
 export declare function proxy_get_property(pathPtr: usize, pathSize: usize, ptrOut: usize, sizeOut: usize): u32;
 
 // @ts-ignore: decorator
-@external("env", "proxy_get_shared_data")
-/** Reads a shared-data value and its CAS token; `NotFound` when the key is absent. */
-export declare function proxy_get_shared_data(keyPtr: usize, keySize: usize, ptrOut: usize, sizeOut: usize, casOut: usize): u32;
-
-// @ts-ignore: decorator
-@external("env", "proxy_set_shared_data")
-/** Writes a shared-data value; `CasMismatch` when `cas` is non-zero and stale. */
-export declare function proxy_set_shared_data(keyPtr: usize, keySize: usize, valuePtr: usize, valueSize: usize, cas: u32): u32;
-
-// @ts-ignore: decorator
 @external("env", "proxy_define_metric")
 /** Defines (or finds) a `wasmcustom.<name>` stat and returns its per-VM id. */
 export declare function proxy_define_metric(type: u32, namePtr: usize, nameSize: usize, idOut: usize): u32;
@@ -55,6 +45,11 @@ export declare function proxy_define_metric(type: u32, namePtr: usize, nameSize:
 @external("env", "proxy_increment_metric")
 /** Adds `offset` to a counter (offset > 0) or gauge, atomically across worker VMs. */
 export declare function proxy_increment_metric(id: u32, offset: i64): u32;
+
+// @ts-ignore: decorator
+@external("env", "proxy_get_metric")
+/** Reads a counter's or gauge's current value (a gauge: the process-wide value) into `resultOut` (u64). */
+export declare function proxy_get_metric(id: u32, resultOut: usize): u32;
 
 // @ts-ignore: decorator
 @external("env", "proxy_set_tick_period_milliseconds")

@@ -1,26 +1,42 @@
-// The module's proxy-wasm ABI exports: a flat context map and one-line dispatch, nothing per
-// stream but a map entry (the SDK's stock exports build strings of every live id per stream).
+// The module's proxy-wasm ABI exports: a flat context map and one-line dispatch. A stream is
+// counted from its creation to its deletion (count.ts): outside a drain that is two host calls
+// and nothing else; no object, no map entry, unless a plugin of this VM has `exclude_paths`.
 // Only the callbacks the filter acts on are exported: Envoy (proxy-wasm-cpp-host) does not enter
 // the VM for a callback the module does not export and goes on as if it answered Continue (or,
 // for `proxy_on_done`, "done"). So a request costs three calls into the VM (context create,
-// request headers, delete) instead of seven or more for pass-through hooks (response headers and
-// body, log, done; request body and trailers; the network filter's data and close events).
+// request headers, delete).
 import "./abort";
-import { Root } from "./root";
-import { Stream } from "./request";
+import { countEnd, countStart, draining } from "./count";
+import { Root, forgetRoot, pushTransition } from "./root";
 
 export { malloc, malloc as proxy_on_memory_allocate } from "./memory";
 
 const roots = new Map<u32, Root>();
-const streams = new Map<u32, Stream>();
+/** Roots of this VM whose plugin has `exclude_paths`: only then are streams' roots remembered. */
+let excluding = 0;
+/** The root of each live stream, while `excluding > 0`. */
+const streamRoots = new Map<u32, u32>();
+/** Streams that left the count early (an excluded path): their deletion does not count again. */
+const uncounted = new Set<u32>();
+
+function countExcluding(): void {
+  excluding = 0;
+  const all = roots.values();
+  for (let i = 0; i < all.length; i++) if (all[i].config.excludePaths.length > 0) excluding++;
+}
 
 /** ABI version marker: proxy-wasm 0.2.0. */
 export function proxy_abi_version_0_2_0(): void {}
 
-/** A root context (rootId 0) or a stream/connection context of an existing root. */
+/** A root context (rootId 0), or a stream/connection: in the count from now. */
 export function proxy_on_context_create(id: u32, rootId: u32): void {
-  if (rootId == 0) roots.set(id, new Root());
-  else if (roots.has(rootId)) streams.set(id, new Stream(roots.get(rootId)));
+  if (rootId == 0) {
+    roots.set(id, new Root());
+    return;
+  }
+  countStart();
+  if (excluding > 0) streamRoots.set(id, rootId);
+  if (draining) pushTransition(true);
 }
 
 /** VM start: nothing to do before configuration. */
@@ -30,10 +46,13 @@ export function proxy_on_vm_start(rootId: u32, vmConfigSize: u32): u32 {
 
 /** Plugin configuration: 0 refuses it. */
 export function proxy_on_configure(rootId: u32, size: u32): u32 {
-  return roots.has(rootId) && roots.get(rootId).configure(size) ? 1 : 0;
+  if (!roots.has(rootId)) return 0;
+  const ok = roots.get(rootId).configure(size);
+  countExcluding();
+  return ok ? 1 : 0;
 }
 
-/** Heartbeat timer of one root context. */
+/** Timer of one root context: heartbeat and metric flush. */
 export function proxy_on_tick(rootId: u32): void {
   if (roots.has(rootId)) roots.get(rootId).tick();
 }
@@ -43,18 +62,31 @@ export function proxy_on_http_call_response(rootId: u32, token: u32, headers: u3
   if (roots.has(rootId)) roots.get(rootId).onHttpCallResponse();
 }
 
-/** Request headers: the only hook that can uncount a stream early (excluded paths). */
+/** Request headers: an excluded path leaves the count now (exactly once). */
 export function proxy_on_request_headers(id: u32, headers: u32, endOfStream: u32): u32 {
-  if (streams.has(id)) streams.get(id).onRequestHeaders();
+  if (excluding == 0 || !streamRoots.has(id)) return 0;
+  const rootId = streamRoots.get(id);
+  if (!roots.has(rootId) || uncounted.has(id) || !roots.get(rootId).isExcluded()) return 0;
+  uncounted.add(id);
+  countEnd(false);
+  if (draining) pushTransition(false);
   return 0;
 }
 
 /** Deletion: a stream leaves the count exactly once; a root is forgotten. */
 export function proxy_on_delete(id: u32): void {
-  if (streams.has(id)) {
-    streams.get(id).onDelete();
-    streams.delete(id);
-  } else {
+  if (roots.has(id)) {
+    const root = roots.get(id);
     roots.delete(id);
+    forgetRoot(root, roots.values());
+    countExcluding();
+    return;
   }
+  if (streamRoots.size > 0) streamRoots.delete(id);
+  if (uncounted.size > 0 && uncounted.has(id)) {
+    uncounted.delete(id);
+    return;
+  }
+  countEnd(true);
+  if (draining) pushTransition(false);
 }

@@ -5,17 +5,14 @@ import {
   proxy_set_tick_period_milliseconds,
 } from "./abi";
 import { Config, configErrorLine, parseConfig } from "./config";
+import { defineGauge, draining, learnDraining, readCount, takeFinished } from "./count";
 import { Bytes, OUT_PTR, OUT_SIZE, OUT_U32, freeHostBlock, takeHostBytes, utf8 } from "./memory";
-import {
-  addInflight, inflightCount, inflightDraining, inflightVersion, initShared, readDraining, readInflight, setDraining,
-} from "./shared";
 
 /** The `root_id` the Envoy plugin configuration must use. */
 export const ROOT_ID = "lastcall_inflight";
 
 // Metric ids are per VM: defined by the first root context to configure.
 let metricsDefined = false;
-let inflightGauge: u32 = 0;
 let streamsTotal: u32 = 0;
 let reportsSent: u32 = 0;
 let reportsFailed: u32 = 0;
@@ -30,15 +27,40 @@ function defineMetric(type: MetricType, name: string): u32 {
 function defineMetrics(): void {
   if (metricsDefined) return;
   metricsDefined = true;
-  inflightGauge = defineMetric(MetricType.Gauge, "lastcall_inflight");
   streamsTotal = defineMetric(MetricType.Counter, "lastcall_streams_total");
   reportsSent = defineMetric(MetricType.Counter, "lastcall_reports_sent");
   reportsFailed = defineMetric(MetricType.Counter, "lastcall_reports_failed");
 }
 
-/** Counts one finished counted stream in `lastcall_streams_total`. */
-export function countStreamDone(): void {
-  proxy_increment_metric(streamsTotal, 1);
+// Adds the streams this VM finished since the last heartbeat to `lastcall_streams_total`.
+function flushStreamsTotal(): void {
+  const n = takeFinished();
+  if (n > 0) proxy_increment_metric(streamsTotal, n as i64);
+}
+
+/** The root this VM reports through (the latest configured one that reports); null when none. */
+let reporter: Root | null = null;
+
+/** Forgets a deleted root; another reporting root of the VM takes over reports. */
+export function forgetRoot(root: Root, others: Root[]): void {
+  if (reporter !== root) return;
+  reporter = null;
+  for (let i = 0; i < others.length; i++) if (others[i] !== root && others[i].reporting()) reporter = others[i];
+}
+
+/**
+ * While this VM knows of a drain, a stream that moved the process-wide count from 0 to 1
+ * (`busy`) or from 1 to 0 (`zero`) is reported at once; the count is read right after the move.
+ */
+export function pushTransition(started: bool): void {
+  const root = reporter;
+  if (root === null) return;
+  const count = readCount();
+  if (count < 0) {
+    proxy_increment_metric(reportsFailed, 1);
+    return;
+  }
+  if (started ? count == 1 : count == 0) root.report(started ? "busy" : "zero", count as u64, 0);
 }
 
 function log(level: LogLevel, line: Bytes): void {
@@ -141,39 +163,25 @@ export class Root {
       pairs.push(config.token);
     }
     this.headers = serializePairs(pairs);
-    initShared();
-    const reporting = config.agentCluster.byteLength > 0;
-    proxy_set_tick_period_milliseconds(reporting ? config.heartbeatMs : 0);
-    return true;
-  }
-
-  /** Heartbeat: reports the current count (flag first, see `reportNow`). */
-  tick(): void {
-    this.reportNow("heartbeat", 0);
-  }
-
-  /**
-   * Applies ±1 to the counter and the gauge; true if the counter changed. The gauge is an upper
-   * bound of the counter at every instant: +1 raises the gauge before the CAS (and lowers it again
-   * if the CAS fails), −1 lowers it after the CAS. While draining, a move to or from zero is
-   * reported at once by the worker whose CAS made it: the flag is the copy in the record that CAS
-   * replaced (see shared.ts), so outside a drain this costs no host call at all.
-   */
-  changeInflight(delta: i64): bool {
-    if (delta > 0) {
-      proxy_increment_metric(inflightGauge, 1);
-      if (!addInflight(1)) {
-        proxy_increment_metric(inflightGauge, -1);
-        return false;
-      }
-    } else {
-      if (!addInflight(-1)) return false;
-      proxy_increment_metric(inflightGauge, -1);
+    if (!defineGauge(config.epoch)) {
+      log(LogLevel.Error, new Bytes().str("lastcall: cannot define the in-flight gauge; refusing the configuration"));
+      return false;
     }
-    const count = inflightCount;
-    const transition = delta > 0 ? count == 1 : count == 0;
-    if (transition && inflightDraining) this.report(delta > 0 ? "busy" : "zero", count, inflightVersion, true, 0);
+    if (this.reporting()) reporter = this;
+    // The tick also adds finished streams to `lastcall_streams_total` when heartbeats are off.
+    proxy_set_tick_period_milliseconds(this.reporting() && config.heartbeatMs > 0 ? config.heartbeatMs : 1000);
     return true;
+  }
+
+  /** Whether this plugin sends reports (its `agent_cluster` is not empty). */
+  reporting(): bool {
+    return this.config.agentCluster.byteLength > 0;
+  }
+
+  /** Timer: flushes `lastcall_streams_total`, then the heartbeat reports the count. */
+  tick(): void {
+    flushStreamsTotal();
+    if (this.reporting() && this.config.heartbeatMs > 0) this.reportNow("heartbeat", 0);
   }
 
   /** Whether `:path` (query string removed) of the current request matches `exclude_paths`. */
@@ -215,33 +223,27 @@ export class Root {
       proxy_increment_metric(reportsFailed, 1);
       return;
     }
-    const draining = answerSaysDraining();
+    // Every VM acks the drain once, with the count read after it learned: a move to zero this VM
+    // made before it knew (and so did not push) is part of that count.
+    if (answerSaysDraining() && learnDraining()) this.reportNow("drain_ack", 0);
     const probe = answerProbe();
-    // The ack's count is the counter's record in which the flag's copy was set: a transition
-    // either saw that copy or is part of that count.
-    if (draining && setDraining()) this.report("drain_ack", inflightCount, inflightVersion, true, 0);
     if (probe != 0) this.reportNow("probe", probe);
   }
 
-  // Reports the current state: the draining flag is read BEFORE the counter, so a report that says
-  // draining describes a count read after the flag was set; every later move to or from zero is
-  // then reported by its own worker. (Counter first could pair an old zero with the new flag.)
+  // Reads the process-wide count and reports it; a failed read sends nothing.
   private reportNow(reason: string, probe: u64): void {
-    this.reportCount(reason, readDraining(), probe);
-  }
-
-  // Reads the counter and reports it; a failed read sends nothing (a zero-filled read is no count).
-  private reportCount(reason: string, draining: bool, probe: u64): void {
-    if (readInflight()) this.report(reason, inflightCount, inflightVersion, draining, probe);
+    const count = readCount();
+    if (count >= 0) this.report(reason, count as u64, probe);
     else proxy_increment_metric(reportsFailed, 1);
   }
 
-  private report(reason: string, count: u64, version: u64, draining: bool, probe: u64): void {
+  /** Sends one report of `count` to the agent. */
+  report(reason: string, count: u64, probe: u64): void {
     const config = this.config;
     const cluster = config.agentCluster;
     if (cluster.byteLength == 0) return;
     const body = new Bytes().str('{"instance":"').buf(config.instanceJson)
-      .str('","epoch":').num(config.epoch).str(',"seq":').num(version).str(',"inflight":').num(count)
+      .str('","epoch":').num(config.epoch).str(',"inflight":').num(count)
       .str(draining ? ',"draining":true,"reason":"' : ',"draining":false,"reason":"').str(reason);
     if (probe != 0) body.str('","probe":').num(probe).str("}");
     else body.str('"}');

@@ -91,7 +91,7 @@ export interface HostCallPoint {
   /** The calling VM. */
   readonly vm: FilterVm;
   /** The import called. */
-  readonly call: "proxy_get_shared_data" | "proxy_set_shared_data" | "proxy_increment_metric" | "proxy_http_call";
+  readonly call: "proxy_get_shared_data" | "proxy_set_shared_data" | "proxy_increment_metric" | "proxy_get_metric" | "proxy_http_call";
   /** Shared-data key, metric name (`wasmcustom.…`) or cluster. */
   readonly key: string;
   /** The export of the VM that is running (e.g. `proxy_on_context_create`). */
@@ -202,6 +202,11 @@ export class ProxyWasmHost {
     const existing = this.#metrics.get(name);
     if (existing && existing.type !== type) throw new Error(`proxy-wasm host: metric ${name} redefined with another type`);
     if (!existing) this.#metrics.set(name, { type, value: 0n });
+  }
+
+  /** @internal a stat's raw value (Envoy: one atomic load). */
+  statValue(name: string): bigint {
+    return this.#metrics.get(name)!.value;
   }
 
   /** @internal adds to a stat (Envoy: atomic add/sub on one stat shared by every VM). */
@@ -508,6 +513,16 @@ export class FilterVm {
         if (type === METRIC_COUNTER && offset <= 0n) return WasmResult.BadArgument;
         return this.#hooked("proxy_increment_metric", name, () => {
           host.addStat(name, offset);
+          return WasmResult.Ok;
+        });
+      },
+      proxy_get_metric: (id: number, resultPtr: number) => {
+        const type = id & 3;
+        const name = this.#metricIds.get(id);
+        if (type === METRIC_HISTOGRAM) return WasmResult.BadArgument;
+        if (name === undefined) return WasmResult.NotFound;
+        return this.#hooked("proxy_get_metric", name, () => {
+          new DataView(this.#memory.buffer).setBigUint64(resultPtr, BigInt.asUintN(64, host.statValue(name)), true);
           return WasmResult.Ok;
         });
       },

@@ -1,0 +1,68 @@
+// The count (docs/filter-protocol.md, "Counting"): one Envoy gauge per process, moved ±1 by every
+// worker VM. Envoy's gauges are process-wide atomics, so the gauge IS the process-wide number of
+// streams in flight, exact at every instant, and any VM reads it in one host call. A stream costs
+// two host calls (+1, −1) and nothing else outside a drain: no shared data, no report, no
+// allocation. While this VM knows of a drain, a move to or from zero is pushed (root.ts).
+import { MetricType, Result, proxy_define_metric, proxy_get_metric, proxy_increment_metric } from "./abi";
+import { OUT_U32, utf8 } from "./memory";
+
+let gauge: u32 = 0;
+let gaugeDefined = false;
+/** Counted streams this VM finished since the last `takeFinished` (flushed on the heartbeat). */
+let finished: u64 = 0;
+const readSlot = __alloc(8, 0);
+
+/** Whether this VM learned from the agent that it drains (sticky: a drain ends with the process). */
+export let draining = false;
+
+/** Records that the agent drains; true only the first time in this VM. */
+export function learnDraining(): bool {
+  if (draining) return false;
+  draining = true;
+  return true;
+}
+
+/**
+ * The gauge's name: one per parity of the restart epoch. A hot-restart child imports its parent's
+ * gauges into its own (Envoy's stat merge, up to one stats flush late, dropped when the parent
+ * exits): with two names, a child's gauge never holds its parent's count.
+ */
+export function gaugeName(epoch: u64): string {
+  return epoch % 2 == 0 ? "lastcall_inflight" : "lastcall_inflight_odd";
+}
+
+/** Defines the VM's gauge once (metric ids are per VM); false if the host refused it. */
+export function defineGauge(epoch: u64): bool {
+  if (gaugeDefined) return true;
+  const name = utf8(gaugeName(epoch));
+  store<u32>(OUT_U32, 0);
+  if (proxy_define_metric(MetricType.Gauge, changetype<usize>(name), name.byteLength, OUT_U32) != Result.Ok) return false;
+  gauge = load<u32>(OUT_U32);
+  gaugeDefined = true;
+  return true;
+}
+
+/** A stream began: +1. */
+export function countStart(): void {
+  proxy_increment_metric(gauge, 1);
+}
+
+/** A counted stream ended (or was excluded): −1, exactly once per +1. */
+export function countEnd(finishedStream: bool): void {
+  proxy_increment_metric(gauge, -1);
+  if (finishedStream) finished++;
+}
+
+/** The process-wide count now; -1 if the host failed the read. */
+export function readCount(): i64 {
+  store<u64>(readSlot, 0);
+  if (proxy_get_metric(gauge, readSlot) != Result.Ok) return -1;
+  return load<i64>(readSlot);
+}
+
+/** Streams finished since the last call (for `lastcall_streams_total`, added once per heartbeat). */
+export function takeFinished(): u64 {
+  const n = finished;
+  finished = 0;
+  return n;
+}
