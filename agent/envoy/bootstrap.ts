@@ -91,7 +91,8 @@ function isTcpProxy(filter: Json): boolean {
 
 /**
  * The filter as an HTTP filter, or (`tcp`) as a network filter counting connections. The TCP
- * variant has its own VM id, hence its own shared-data counter, and reports as `<instance>/tcp`.
+ * variant has its own VM id, hence its own VMs, and reports as `<instance>/tcp`; both count in
+ * the process's one gauge, so each reports the sum.
  */
 export function wasmFilter(filter: NonNullable<BootstrapOptions["filter"]>, tcp = false): Json {
   const pluginConfig = tcp

@@ -74,13 +74,13 @@ describe("timers that agree", () => {
     lc.signal("SIGTERM");
     await lc.event("listeners_draining");
     // What a worker that has not heard of the drain sends next: its periodic heartbeat, saying
-    // draining false (an old seq: it changes nothing the agent knows). Held, it would come back
+    // draining false (a hint only: the agent ends a drain on a pulled zero). Held, it would come back
     // after 4.5 s (90 % of the period) and the filter would learn of the drain that late.
     const instance = (await agentState(status)).current!.instance;
     const answer = fetch(`${status}/v1/inflight`, {
       method: "POST",
       headers: { "content-type": "application/json", "x-lastcall-token": reportToken(envoyPid) },
-      body: JSON.stringify({ instance, epoch: 0, seq: 0, inflight: 1, draining: false, reason: "heartbeat" }),
+      body: JSON.stringify({ instance, epoch: 0, inflight: 1, draining: false, reason: "heartbeat" }),
     });
     const first = await Promise.race([answer, new Promise<"held">((done) => setTimeout(() => done("held"), 2000))]);
     expect(first).not.toBe("held");

@@ -26,7 +26,7 @@ function fakeControls(answer: ReportAnswer = { draining: false }) {
 /** The bindings @hono/node-server gives a request that came from `address`. */
 const from = (address: string) => ({ incoming: { socket: { remoteAddress: address, remotePort: 40000, localPort: 15020, remoteFamily: address.includes(":") ? "IPv6" : "IPv4" } } });
 
-const validReport = { instance: "a", epoch: 0, seq: 1, inflight: 0, draining: false, reason: "heartbeat" };
+const validReport = { instance: "a", epoch: 0, inflight: 0, draining: false, reason: "heartbeat" };
 
 function postReport(app: ReturnType<typeof createStatusApp>, body: BodyInit, headers: Record<string, string> = { "x-lastcall-token": TOKEN }, init: RequestInit = {}) {
   return app.request("/v1/inflight", { method: "POST", headers: { "content-type": "application/json", ...headers }, body, ...init }, from("127.0.0.1"));
@@ -56,7 +56,7 @@ describe("POST /v1/inflight requires the report token", () => {
 
   it("still refuses a malformed report with 400", async () => {
     const controls = fakeControls();
-    const res = await postReport(createStatusApp(controls), JSON.stringify({ ...validReport, seq: -1 }));
+    const res = await postReport(createStatusApp(controls), JSON.stringify({ ...validReport, inflight: -1 }));
     expect(res.status).toBe(400);
     expect(controls.report).not.toHaveBeenCalled();
   });

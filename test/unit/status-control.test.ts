@@ -83,7 +83,7 @@ describe("control routes refuse connections an Envoy of the agent made", () => {
     for (const path of ["/healthz/ready", "/healthz/live", "/v1/state", "/metrics"]) {
       expect((await app.request(path, {}, loopback)).status, path).toBe(200);
     }
-    const report = { instance: "a", epoch: 0, seq: 1, inflight: 0, draining: false, reason: "heartbeat" };
+    const report = { instance: "a", epoch: 0, inflight: 0, draining: false, reason: "heartbeat" };
     const res = await app.request("/v1/inflight", { method: "POST", headers: { "x-lastcall-token": TOKEN }, body: JSON.stringify(report) }, loopback);
     expect(res.status).toBe(200);
     expect(controls.report).toHaveBeenCalledOnce();
