@@ -1,9 +1,11 @@
 // The filter's per-request cost in the in-process proxy-wasm host (V8, test/support): one whole
 // request (create, request headers, response headers, log, done, delete) through this filter,
-// the filter before the cost cut, and a module built from the AssemblyScript SDK's stock exports,
-// with 0, 10, 1,000 and 4,000 streams kept live; interleaved rounds, medians. Also the host calls
-// each module makes per request on process-wide state (what costs in Envoy: each is a wasm → host
-// transition, and each shared-data get also makes the host call back into the module's `malloc`).
+// this filter built without `proxy_on_request_headers`, the filter before issue 15 (shared data),
+// and a module built from the AssemblyScript SDK's stock exports, with 0, 10, 1,000 and 4,000
+// streams kept live; interleaved rounds, medians. Also every host call (wasm → host import) each
+// module makes per request outside a drain, by import: what costs in Envoy (each is a transition
+// through V8's wasm C API; each shared-data call also takes a process-wide mutex, and each
+// shared-data get makes the host call back into the module's `malloc`).
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -38,16 +40,18 @@ function buildStock(): Uint8Array {
 }
 
 const beforePath = join(ROOT, "dist/bench/filter-before.wasm");
+const noRequestHeadersPath = join(ROOT, "dist/bench/filter-no-request-headers.wasm");
 const MODULES: { id: string; wasm: Uint8Array | undefined }[] = [
   { id: "lastcall", wasm: undefined },
+  ...(existsSync(noRequestHeadersPath) ? [{ id: "no-rqh", wasm: readFileSync(noRequestHeadersPath) }] : []),
   ...(existsSync(beforePath) ? [{ id: "before", wasm: readFileSync(beforePath) }] : []),
   { id: "sdk_stock", wasm: buildStock() },
 ];
 
 // One VM with `live` streams open (headers seen), as a worker in the middle of its traffic.
-function loaded(wasm: Uint8Array | undefined, live: number): { host: ProxyWasmHost; vm: FilterVm } {
+function loaded(wasm: Uint8Array | undefined, live: number, configuration = '{"heartbeat_ms":0}'): { host: ProxyWasmHost; vm: FilterVm } {
   const host = new ProxyWasmHost({ wasm, logLevel: 2 });
-  const vm = host.createVm({ configuration: '{"heartbeat_ms":0}' });
+  const vm = host.createVm({ configuration });
   if (!vm.configured) throw new Error("Cannot configure the benchmark VM");
   for (let i = 0; i < live; i++) vm.requestHeaders(vm.createStream(), { ":path": "/live", ":method": "GET" });
   return { host, vm };
@@ -67,13 +71,50 @@ function microsPerRequest(vm: FilterVm): number {
   return Number(process.hrtime.bigint() - start) / 1000 / REQUESTS_PER_ROUND;
 }
 
-/** Host calls (by import) of one request when nothing else is live: the lowest-load case, where every request moves the count to and from zero. */
-function hostCalls(wasm: Uint8Array | undefined): Record<string, number> {
-  const { host, vm } = loaded(wasm, 0);
-  const counts: Record<string, number> = {};
-  host.afterHostCall = ({ call }) => { counts[call] = (counts[call] ?? 0) + 1; };
-  request(vm);
-  return counts;
+/** Counts every import call of the VMs instantiated inside {@linkcode metered} while `on`. */
+interface Meter { on: boolean; counts: Record<string, number> }
+
+/**
+ * Runs `create` with every wasm import of the instances it makes wrapped in a counter: all host
+ * calls by name, whether the in-process host hooks them or not (header reads, logs, properties).
+ */
+function metered<T>(meter: Meter, create: () => T): T {
+  const Original = WebAssembly.Instance;
+  const count = (name: string, fn: (...args: unknown[]) => unknown) => (...args: unknown[]) => {
+    if (meter.on) meter.counts[name] = (meter.counts[name] ?? 0) + 1;
+    return fn(...args);
+  };
+  const Metered = function (module: WebAssembly.Module, imports: WebAssembly.Imports = {}) {
+    const wrapped: WebAssembly.Imports = {};
+    for (const [space, entries] of Object.entries(imports)) {
+      wrapped[space] = Object.fromEntries(Object.entries(entries).map(([name, value]) =>
+        [name, typeof value === "function" ? count(name, value as (...args: unknown[]) => unknown) : value]));
+    }
+    return new Original(module, wrapped);
+  } as unknown as typeof WebAssembly.Instance;
+  WebAssembly.Instance = Metered;
+  try {
+    return create();
+  } finally {
+    WebAssembly.Instance = Original;
+  }
+}
+
+const COUNTED_REQUESTS = 100;
+const EXCLUDING = '{"heartbeat_ms":0,"exclude_paths":["/healthz","/metrics*"]}';
+
+/**
+ * Host calls per request by import, outside a drain (no agent: the VM never learns of one), over
+ * {@linkcode COUNTED_REQUESTS} requests with nothing else live (each moves the count 0 → 1 → 0:
+ * the low-load case, the dearest for the shared-data counter of `before`); set-up not counted.
+ */
+function hostCalls(wasm: Uint8Array | undefined, configuration?: string): Record<string, number> {
+  const meter: Meter = { on: false, counts: {} };
+  const { vm } = metered(meter, () => loaded(wasm, 0, configuration));
+  meter.on = true;
+  for (let i = 0; i < COUNTED_REQUESTS; i++) request(vm);
+  meter.on = false;
+  return Object.fromEntries(Object.entries(meter.counts).sort().map(([name, n]) => [name, round(n / COUNTED_REQUESTS, 2)]));
 }
 
 // The callbacks Envoy runs for a GET whose response has a body; it enters the VM only for those the module exports.
@@ -94,12 +135,18 @@ const cells = LIVE.map((live) => {
   return { live, us_per_request: us };
 });
 
+const calls: Record<string, Record<string, number>> = Object.fromEntries(MODULES.filter((m) => m.id !== "sdk_stock").map((m) => [m.id, hostCalls(m.wasm)]));
+calls["lastcall, exclude_paths set"] = hostCalls(undefined, EXCLUDING);
+for (const [id, c] of Object.entries(calls)) progress("filter-cost", `host calls per request, ${id}: ${JSON.stringify(c)}`);
+
 writeResult("filter-cost", {
-  what: "µs per request (create, request headers, response headers, log, done, delete) in the in-process proxy-wasm host, and host calls per request",
+  what: "µs per request (create, request headers, response headers, log, done, delete) in the in-process proxy-wasm host, and host calls per request outside a drain by import",
   rounds: ROUNDS,
   requests_per_round: REQUESTS_PER_ROUND,
   modules: MODULES.map((m) => m.id),
-  host_calls_per_request: Object.fromEntries(MODULES.filter((m) => m.id !== "sdk_stock").map((m) => [m.id, hostCalls(m.wasm)])),
+  host_calls_counted_over: `${COUNTED_REQUESTS} requests outside a drain, nothing else live (0 → 1 → 0 each); every wasm import call`,
+  exclude_paths_configuration: EXCLUDING,
+  host_calls_per_request: calls,
   vm_entries_per_request: Object.fromEntries(MODULES.map((m) => [m.id, vmEntries(m.wasm)])),
   cells,
 });

@@ -1,9 +1,11 @@
 // Item 3: the filter's cost inside the real Envoy. The same bootstrap (one listener answering 200
 // itself with a direct response, so no upstream adds noise) with no wasm filter, with a no-op
-// module that has the filter's exports (Envoy's wasm plumbing alone), with the filter as it was
-// before the cost cut, and with the filter now; --concurrency 1 and 2; HTTP/1.1 (wrk) and HTTP/2
-// (h2load), saturated and at a fixed rate (h2load --rps). Variants alternate within each round;
-// ratios are paired within a round. Also Envoy's CPU per request and RSS per variant.
+// module that has the filter's exports (Envoy's wasm plumbing alone), with the filter now, with
+// the filter built without `proxy_on_request_headers` (is a second build for configurations
+// without `exclude_paths` worth it?) and with the filter as it was before issue 15 (shared data);
+// --concurrency 1 and 2; HTTP/1.1 (wrk) and HTTP/2 (h2load), saturated and at a fixed rate
+// (h2load --rps). Variants alternate within each round; ratios and differences are paired within
+// a round. Also Envoy's CPU per request (schedstat, all threads) and RSS per variant.
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { startReportSink } from "../test/filter/report-sink.ts";
@@ -11,7 +13,7 @@ import { type FilterVariant, benchBootstrap, lastcallFilter } from "./lib/bootst
 import { QUICK, ROOT, progress, sleep, writeResult } from "./lib/context.ts";
 import { type BenchEnvoy, startBenchEnvoy } from "./lib/envoy.ts";
 import { type LoadResult, h2load, wrk } from "./lib/load.ts";
-import { cpuSeconds, memory } from "./lib/proc.ts";
+import { memory, processCpuSeconds } from "./lib/proc.ts";
 import { round, summarize } from "./lib/stats.ts";
 
 const ROUNDS = QUICK ? 1 : 5;
@@ -21,13 +23,21 @@ const FIXED_CLIENTS = 8;
 const FIXED_RPS_PER_CLIENT = 500; // 4,000 requests per second in all
 const CONCURRENCY = [1, 2];
 
-interface Variant { id: string; label: string; filter: FilterVariant }
+interface Variant {
+  id: string;
+  label: string;
+  filter: FilterVariant;
+  /** Run in the saturated loads only (keeps the whole run short; the fixed rate is for `lastcall`'s latency goal). */
+  saturatedOnly?: boolean;
+}
 const before = join(ROOT, "dist/bench/filter-before.wasm");
+const noRequestHeaders = join(ROOT, "dist/bench/filter-no-request-headers.wasm");
 const VARIANTS: Variant[] = [
   { id: "none", label: "no wasm filter", filter: { kind: "none" } },
   { id: "noop", label: "no-op module, same exports", filter: { kind: "wasm", wasm: join(ROOT, "dist/bench/noop.wasm"), vmId: "noop", rootId: "noop", configuration: "" } },
-  ...(existsSync(before) ? [{ id: "before", label: "lastcall filter before the cost cut", filter: lastcallFilter(before) }] : []),
+  ...(existsSync(before) ? [{ id: "before", label: "lastcall filter before issue 15 (shared-data counter)", filter: lastcallFilter(before), saturatedOnly: true }] : []),
   { id: "lastcall", label: "lastcall filter", filter: lastcallFilter() },
+  ...(existsSync(noRequestHeaders) ? [{ id: "no-rqh", label: "lastcall filter without proxy_on_request_headers (measurement only)", filter: lastcallFilter(noRequestHeaders), saturatedOnly: true }] : []),
 ];
 
 interface Load { id: string; protocol: "http1" | "http2"; mode: "saturated" | "fixed"; what: string; run(url: string): LoadResult }
@@ -39,6 +49,34 @@ const LOADS: Load[] = [
 ];
 
 interface Sample extends LoadResult { round: number; cpu_us_per_request: number }
+
+/** Per-variant summary of one cell, every comparison paired with the reference's run of the same round. */
+function summarizeVariant(of: (id: string) => Sample[], id: string) {
+  const mine = of(id);
+  const paired = (reference: string, f: (a: Sample, b: Sample) => number): number[] => {
+    if (reference === id) return [];
+    const refs = new Map(of(reference).map((s) => [s.round, s]));
+    return mine.map((s) => (refs.has(s.round) ? f(s, refs.get(s.round)!) : Number.NaN));
+  };
+  const ratio = (reference: string) => summarize(paired(reference, (a, b) => a.rps / b.rps), 3);
+  const cpuOver = (reference: string) => summarize(paired(reference, (a, b) => a.cpu_us_per_request - b.cpu_us_per_request), 2);
+  return {
+    id,
+    rps: summarize(mine.map((s) => s.rps), 0),
+    p50_us: summarize(mine.map((s) => s.p50_us), 0),
+    p99_us: summarize(mine.map((s) => s.p99_us), 0),
+    errors: mine.reduce((a, s) => a + s.errors, 0),
+    cpu_us_per_request: summarize(mine.map((s) => s.cpu_us_per_request), 2),
+    rps_ratio_to_none: ratio("none"),
+    rps_ratio_to_noop: ratio("noop"),
+    rps_ratio_to_lastcall: ratio("lastcall"),
+    added_p50_us: summarize(paired("none", (a, b) => a.p50_us - b.p50_us), 0),
+    added_p99_us: summarize(paired("none", (a, b) => a.p99_us - b.p99_us), 0),
+    cpu_us_over_none: cpuOver("none"),
+    cpu_us_over_noop: cpuOver("noop"),
+    cpu_us_over_lastcall: cpuOver("lastcall"),
+  };
+}
 
 const sink = await startReportSink();
 const envoys = new Map<string, BenchEnvoy>();
@@ -54,14 +92,13 @@ try {
   for (let r = 0; r < ROUNDS; r++) {
     for (const load of LOADS) {
       for (const concurrency of CONCURRENCY) {
-        // The filter before its cut runs in the saturated loads only (the run stays under 20 minutes).
-        const variants = VARIANTS.filter((v) => v.id !== "before" || load.mode === "saturated");
+        const variants = VARIANTS.filter((v) => !v.saturatedOnly || load.mode === "saturated");
         for (let k = 0; k < variants.length; k++) {
           const variant = variants[(k + r) % variants.length]!;
           const envoy = envoys.get(`${variant.id}/${concurrency}`)!;
-          const cpuBefore = cpuSeconds(envoy.child.pid);
+          const cpuBefore = processCpuSeconds(envoy.child.pid);
           const result = load.run(`http://127.0.0.1:${envoy.port}/`);
-          const cpu = cpuSeconds(envoy.child.pid) - cpuBefore;
+          const cpu = processCpuSeconds(envoy.child.pid) - cpuBefore;
           const key = `${load.id}/${concurrency}/${variant.id}`;
           samples.set(key, [...samples.get(key) ?? [], { ...result, round: r, cpu_us_per_request: (cpu * 1e6) / Math.max(1, result.requests) }]);
           await sleep(200);
@@ -74,38 +111,25 @@ try {
 
   const cells = LOADS.flatMap((load) => CONCURRENCY.map((concurrency) => {
     const of = (id: string) => samples.get(`${load.id}/${concurrency}/${id}`) ?? [];
-    const none = of("none");
-    const paired = (id: string, f: (a: Sample, b: Sample) => number) => of(id).map((s, i) => (none[i] ? f(s, none[i]!) : Number.NaN));
-    const noop = of("noop");
     return {
       load: load.id, protocol: load.protocol, mode: load.mode, generator: load.what, concurrency,
-      variants: VARIANTS.filter((v) => of(v.id).length > 0).map((v) => ({
-        id: v.id,
-        rps: summarize(of(v.id).map((s) => s.rps), 0),
-        p50_us: summarize(of(v.id).map((s) => s.p50_us), 0),
-        p99_us: summarize(of(v.id).map((s) => s.p99_us), 0),
-        errors: of(v.id).reduce((a, s) => a + s.errors, 0),
-        cpu_us_per_request: summarize(of(v.id).map((s) => s.cpu_us_per_request), 2),
-        rps_ratio_to_none: summarize(paired(v.id, (a, b) => a.rps / b.rps), 3),
-        added_p50_us: summarize(paired(v.id, (a, b) => a.p50_us - b.p50_us), 0),
-        added_p99_us: summarize(paired(v.id, (a, b) => a.p99_us - b.p99_us), 0),
-        rps_ratio_to_noop: summarize(of(v.id).map((s, i) => (noop[i] ? s.rps / noop[i]!.rps : Number.NaN)), 3),
-      })),
+      variants: VARIANTS.filter((v) => of(v.id).length > 0).map((v) => summarizeVariant(of, v.id)),
     };
   }));
   writeResult("filter-load", {
-    what: "Envoy 200 direct responses through no wasm filter, a no-op module, the lastcall filter before and after the cost cut",
+    what: "Envoy 200 direct responses through no wasm filter, a no-op module, the lastcall filter (now, without proxy_on_request_headers, before issue 15)",
     rounds: ROUNDS,
     seconds_per_run: { saturated: SECONDS, fixed: FIXED_SECONDS },
     fixed_rate_rps: FIXED_CLIENTS * FIXED_RPS_PER_CLIENT,
-    variants: VARIANTS.map(({ id, label }) => ({ id, label })),
+    cpu_source: "sum of /proc/<envoy>/task/*/schedstat run time over the load run, ÷ completed requests",
+    variants: VARIANTS.map(({ id, label, saturatedOnly }) => ({ id, label, saturated_only: saturatedOnly ?? false })),
     envoy_rss_mib: Object.fromEntries(Object.keys(idleRss).map((key) => [key, { idle: round(idleRss[key]! / 2 ** 20, 1), after_load: round(loadedRss[key]! / 2 ** 20, 1) }])),
     cells,
     samples: Object.fromEntries(samples),
     seconds: round((performance.now() - began) / 1000, 1),
   });
   for (const cell of cells) {
-    progress("filter-load", `${cell.load} c${cell.concurrency}: ${cell.variants.map((v) => `${v.id} ${v.rps.median} rps (×${v.rps_ratio_to_none.median}, p50 +${v.added_p50_us.median} µs)`).join(", ")}`);
+    progress("filter-load", `${cell.load} c${cell.concurrency}: ${cell.variants.map((v) => `${v.id} ${v.rps.median} rps (×${v.rps_ratio_to_none.median}, p50 +${v.added_p50_us.median} µs, cpu ${v.cpu_us_per_request.median} µs)`).join(", ")}`);
   }
 } finally {
   await Promise.all([...envoys.values()].map((envoy) => envoy.stop()));

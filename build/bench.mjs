@@ -7,7 +7,8 @@
 //     when missing and running as root, else a clear message;
 //  3. the incumbents' real code, built with Go into .cache/anchors/ (pinned versions, Go's caches
 //     kept there too): Contour v1.33.8's cmd/contour and bench/anchors/istio-agent;
-//  4. dist/bench/: the no-op wasm module, the filter as it was before the cost cut, and the
+//  4. dist/bench/: the no-op wasm module, the filter as it was before issue 15's counting contract
+//     (shared data), the filter without `proxy_on_request_headers` (measurement only), and the
 //     benchmark scripts bundled with esbuild;
 //  5. bench scripts, one process each; 6. bench/report.mjs.
 // --quick: one round and short loads, to prove the harness (numbers not for publishing).
@@ -80,8 +81,11 @@ function buildAnchors() {
   writeFileSync(stamp, want);
 }
 
-/** The filter as it was before the cost cut, built from git, for the before/after comparison. */
-const FILTER_BEFORE_COMMIT = "a94ad5d";
+/**
+ * The filter as it was before issue 15's counting contract (one process-wide counter in shared
+ * data, a compare-and-swap per +1 and −1), built from git, for the before/after comparison.
+ */
+const FILTER_BEFORE_COMMIT = "ed4e6f7";
 
 async function buildBenchAssets() {
   const out = join(root, "dist/bench");
@@ -89,13 +93,15 @@ async function buildBenchAssets() {
   const asc = join(root, "node_modules/.bin/asc");
   const ascFlags = ["--use", "abort=abort_proc_exit", "-O3", "--noAssert", "--runtime", "half"];
   run(asc, ["bench/noop/index.ts", "-b", join(out, "noop.wasm"), ...ascFlags], "building the no-op module");
+  run(asc, ["bench/filter-variants/no-request-headers.ts", "-b", join(out, "filter-no-request-headers.wasm"), ...ascFlags],
+    "building the filter without proxy_on_request_headers");
   const before = join(out, "filter-before");
   rmSync(before, { recursive: true, force: true });
   mkdirSync(before, { recursive: true });
   const archive = spawnSync("git", ["archive", FILTER_BEFORE_COMMIT, "filter/assembly"], { cwd: root, maxBuffer: 64 << 20 });
   if (archive.status === 0) {
     spawnSync("tar", ["-x", "-C", before], { input: archive.stdout });
-    run(asc, [join(before, "filter/assembly/index.ts"), "-b", join(out, "filter-before.wasm"), ...ascFlags], "building the filter before the cost cut");
+    run(asc, [join(before, "filter/assembly/index.ts"), "-b", join(out, "filter-before.wasm"), ...ascFlags], "building the filter before issue 15");
   } else {
     console.error(`bench: commit ${FILTER_BEFORE_COMMIT} not in this clone: the filter-before comparison is skipped`);
     rmSync(join(out, "filter-before.wasm"), { force: true });

@@ -136,9 +136,9 @@ export async function waitDelivered(deps: WaitDeps, signal: AbortSignal): Promis
  * `envoy_exited` when `ended` aborts with a {@linkcode DrainEnded}. A zero seen before the
  * floor (`--min-drain`) is not an end: the wait goes on, and requests that arrive during the
  * floor are waited for. An app that still runs beside the proxy is waited for too (its outbound
- * calls go through Envoy). In the counting modes, Envoy's own count is read once more right
- * before the end; if it is not zero, the wait resumes; then the wait lasts until every response
- * byte has been delivered to its client.
+ * calls go through Envoy). In the counting modes, the count is read once more right before the
+ * end (unless the wait just ended on a pulled zero); if it is not zero, the wait resumes; then
+ * the wait lasts until every response byte has been delivered to its client.
  *
  * @example
  * ```ts
@@ -163,7 +163,10 @@ export async function waitDrained(plan: DrainPlan, deps: WaitDeps, ended: AbortS
       // The app may still call out through Envoy while it shuts down: wait for it, then count again.
       if (deps.waitForApp && await deps.waitForApp(ended)) continue;
       if (counting) {
-        const now = await deps.measure(ended).catch(() => undefined);
+        // A zero the filters were just pulled for is the last word already (read after the wait
+        // began, nothing awaited since); any other end reads the count once more.
+        const pulled = reason === "inflight_zero" && deps.statsCounted.length === 0;
+        const now = pulled ? 0 : await deps.measure(ended).catch(() => undefined);
         if (now !== undefined && now > 0) {
           log("drain_resumed", { inflight: now, after: reason });
           continue;

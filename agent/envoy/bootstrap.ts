@@ -21,6 +21,8 @@ const NETWORK_WASM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.
 const TCP_PROXY_TYPE = "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy";
 /** Suffix of the reporting instance of the TCP variant: its own counter, its own sequence. */
 export const TCP_INSTANCE_SUFFIX = "/tcp";
+/** The TCP variant's gauge (the HTTP one keeps the filter's default, `lastcall_inflight`). */
+export const TCP_GAUGE = "lastcall_inflight_tcp";
 
 /** Options of {@linkcode deriveBootstrap}. */
 export interface BootstrapOptions {
@@ -91,12 +93,12 @@ function isTcpProxy(filter: Json): boolean {
 
 /**
  * The filter as an HTTP filter, or (`tcp`) as a network filter counting connections. The TCP
- * variant has its own VM id, hence its own VMs, and reports as `<instance>/tcp`; both count in
- * the process's one gauge, so each reports the sum.
+ * variant has its own VM id, hence its own VMs, counts in its own gauge (`lastcall_inflight_tcp`)
+ * and reports as `<instance>/tcp`.
  */
 export function wasmFilter(filter: NonNullable<BootstrapOptions["filter"]>, tcp = false): Json {
   const pluginConfig = tcp
-    ? { ...filter.pluginConfig, instance: `${String(filter.pluginConfig.instance ?? "")}${TCP_INSTANCE_SUFFIX}` }
+    ? { ...filter.pluginConfig, instance: `${String(filter.pluginConfig.instance ?? "")}${TCP_INSTANCE_SUFFIX}`, gauge: TCP_GAUGE }
     : filter.pluginConfig;
   return {
     name: tcp ? `${FILTER_NAME}_tcp` : FILTER_NAME,

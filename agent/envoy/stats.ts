@@ -1,14 +1,17 @@
 // Pure parsers of Envoy admin output, tested on output captured from Envoy 1.40.
 
 /**
- * The filter's in-flight gauges, as a regular expression on the name after `wasmcustom.`: one
- * per parity of the restart epoch (docs/filter-protocol.md, "Counting").
+ * The filter's in-flight gauges, as a regular expression on the name after `wasmcustom.`: the
+ * HTTP and the TCP variant's, each with one name per parity of the restart epoch
+ * (docs/filter-protocol.md, "Counting").
  */
-export const GAUGE_NAMES = "lastcall_inflight(_odd)?";
+export const GAUGE_NAMES = "lastcall_inflight(_tcp)?(_odd)?";
+
+const GAUGE = new RegExp(`^wasmcustom\\.${GAUGE_NAMES}$`);
 
 /** Whether a stat is one of the filter's in-flight gauges. */
 export function isInflightGauge(name: string): boolean {
-  return name === "wasmcustom.lastcall_inflight" || name === "wasmcustom.lastcall_inflight_odd";
+  return GAUGE.test(name);
 }
 
 /** One stat of `/stats?format=json`. */

@@ -76,7 +76,8 @@ export class ReportDesk {
   /** A drain began: answer every held heartbeat now, so every filter learns of it at once. */
   drainStarted(): void {
     for (const instance of [...this.#holds.keys()]) {
-      for (const hold of this.#holds.get(instance) ?? []) hold.release(this.#tracker.probeFor(instance));
+      // A copy: each release removes its hold from the list (iterating the list itself skipped every other one).
+      for (const hold of [...this.#holds.get(instance) ?? []]) hold.release(this.#tracker.probeFor(instance));
     }
   }
 

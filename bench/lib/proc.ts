@@ -90,6 +90,25 @@ export function threadCpuSeconds(pid: number, tid = pid): number {
   return text ? Number(text.split(" ")[0]) / 1e9 : Number.NaN;
 }
 
+/**
+ * CPU time of a whole process in seconds, summed over its threads' schedstat (nanosecond
+ * resolution, where /proc/<pid>/stat counts 10 ms ticks); NaN when it is gone.
+ */
+export function processCpuSeconds(pid: number): number {
+  let tasks: string[];
+  try {
+    tasks = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return Number.NaN;
+  }
+  let total = 0;
+  for (const tid of tasks) {
+    const seconds = threadCpuSeconds(pid, Number(tid));
+    if (Number.isFinite(seconds)) total += seconds; // a thread that ended in between
+  }
+  return total;
+}
+
 /** When a process started (clock ticks since boot), to tell it from a later one with its id; NaN when gone. */
 export function startTime(pid: number): number {
   const text = read(`/proc/${pid}/stat`);

@@ -23,6 +23,8 @@ export class Config {
   instanceJson: ArrayBuffer = new ArrayBuffer(0);
   /** Sent as `x-lastcall-token` with every report when not empty (visible ASCII only). */
   token: ArrayBuffer = new ArrayBuffer(0);
+  /** Name of the in-flight gauge (under `wasmcustom.`); `_odd` is appended for odd epochs. */
+  gauge: string = "lastcall_inflight";
   /** Unescaped exclude_paths entries; a trailing `*` marks a prefix. */
   excludePaths: ArrayBuffer[] = [];
   /** Why the configuration was refused; empty when it is valid. */
@@ -133,7 +135,7 @@ class Parser {
     this.skipValue(0);
     if (!this.ok()) return;
     const end = this.pos;
-    if (key == "agent_cluster" || key == "agent_authority" || key == "instance" || key == "token") {
+    if (key == "agent_cluster" || key == "agent_authority" || key == "instance" || key == "token" || key == "gauge") {
       if (!isString) { this.fail('"' + key + '" must be a string', start, end); return; }
       if (key == "instance") {
         config.instanceJson = this.text.slice((start + 1 - this.base) as i32, (end - 1 - this.base) as i32);
@@ -142,6 +144,10 @@ class Parser {
       const value = this.unescape(start, end);
       if (!this.ok()) return;
       if (key == "agent_cluster") config.agentCluster = value;
+      else if (key == "gauge") {
+        if (isStatName(value)) config.gauge = String.UTF8.decode(value);
+        else this.fail('"gauge" must be 1 to 64 characters from a-z, 0-9 and _', start, end);
+      }
       else if (key == "token") {
         if (isToken(value)) config.token = value;
         else this.fail('"token" must be at most 256 visible ASCII characters (0x21 to 0x7e)', start, end);
@@ -341,4 +347,16 @@ function hex4(p: usize): i32 {
     value = value * 16 + digit;
   }
   return value;
+}
+
+// A gauge name: 1 to 64 bytes of a-z, 0-9 and _ (safe as an Envoy and a Prometheus stat name).
+function isStatName(value: ArrayBuffer): bool {
+  const size = value.byteLength;
+  if (size < 1 || size > 64) return false;
+  const base = changetype<usize>(value);
+  for (let i = 0; i < size; i++) {
+    const c = load<u8>(base + i);
+    if (!((c >= 0x61 && c <= 0x7a) || (c >= 0x30 && c <= 0x39) || c == 0x5f)) return false;
+  }
+  return true;
 }

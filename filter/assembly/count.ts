@@ -23,18 +23,19 @@ export function learnDraining(): bool {
 }
 
 /**
- * The gauge's name: one per parity of the restart epoch. A hot-restart child imports its parent's
- * gauges into its own (Envoy's stat merge, up to one stats flush late, dropped when the parent
- * exits): with two names, a child's gauge never holds its parent's count.
+ * The gauge's name: `base` (the plugin's `gauge`), with `_odd` for odd restart epochs. A
+ * hot-restart child imports its parent's gauges into its own (Envoy's stat merge, up to one stats
+ * flush late, dropped when the parent exits): with one name per parity, a child's gauge never
+ * holds its parent's count.
  */
-export function gaugeName(epoch: u64): string {
-  return epoch % 2 == 0 ? "lastcall_inflight" : "lastcall_inflight_odd";
+export function gaugeName(base: string, epoch: u64): string {
+  return epoch % 2 == 0 ? base : base + "_odd";
 }
 
 /** Defines the VM's gauge once (metric ids are per VM); false if the host refused it. */
-export function defineGauge(epoch: u64): bool {
+export function defineGauge(base: string, epoch: u64): bool {
   if (gaugeDefined) return true;
-  const name = utf8(gaugeName(epoch));
+  const name = utf8(gaugeName(base, epoch));
   store<u32>(OUT_U32, 0);
   if (proxy_define_metric(MetricType.Gauge, changetype<usize>(name), name.byteLength, OUT_U32) != Result.Ok) return false;
   gauge = load<u32>(OUT_U32);

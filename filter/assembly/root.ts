@@ -163,7 +163,7 @@ export class Root {
       pairs.push(config.token);
     }
     this.headers = serializePairs(pairs);
-    if (!defineGauge(config.epoch)) {
+    if (!defineGauge(config.gauge, config.epoch)) {
       log(LogLevel.Error, new Bytes().str("lastcall: cannot define the in-flight gauge; refusing the configuration"));
       return false;
     }

@@ -1,16 +1,18 @@
 // An in-process proxy-wasm host (ABI 0.2.x) for unit tests, modelled on Envoy 1.40 and
 // proxy-wasm-cpp-host (src/exports.cc, shared_data.cc; Envoy source/extensions/common/wasm/context.cc):
-// - several VMs (one per "worker") share ONE shared-data store and ONE set of named metrics;
-// - shared data: get → value + cas (NotFound when absent); set with a non-zero stale cas →
-//   CasMismatch; cas 0 writes unconditionally; an absent key is always written; one global cas
-//   sequence that skips 0;
+// - several VMs (one per "worker") of one Envoy process share ONE set of named metrics: a
+//   gauge moved by any VM (proxy_increment_metric) is the process-wide value every VM reads
+//   (proxy_get_metric), as Envoy's stats are process-wide atomics;
 // - metrics: per-VM ids (type in the low 2 bits), one stat per name; counters take only offset > 0;
+// - shared data (get → value + cas, stale cas → CasMismatch): the filter no longer imports it;
+//   kept for bench/filter-cost.ts, which runs the filter from before the gauge contract beside it;
 // - ticks per root context, driven by the test; http calls recorded for the test to answer or fail;
 // - callbacks in Envoy's order: create → [headers/body…] → log → done → delete;
 // - races: worker threads run in parallel and hold no lock between two host calls, so any other
 //   worker may run between two host calls of one VM. `beforeHostCall` lets a test run other VMs
 //   at that point (nested: they run to completion before this VM's call goes on), or fail the
-//   call with a host error; `afterHostCall` observes every state the process passes through.
+//   call with a host error; `afterHostCall` observes every state the process passes through;
+//   `onImport` sees every import the module calls, whatever it touches.
 // Any import the module declares that is not modelled here throws when called.
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
@@ -98,6 +100,8 @@ export interface HostCallPoint {
   readonly callback: string;
   /** The context it runs for. */
   readonly context: number;
+  /** The offset of a `proxy_increment_metric`. */
+  readonly offset?: bigint;
 }
 
 /** One Envoy process: the shared-data store, the metrics, and every VM loaded into it. */
@@ -108,8 +112,6 @@ export class ProxyWasmHost {
   readonly calls: HttpCall[] = [];
   /** VMs created so far. */
   readonly vms: FilterVm[] = [];
-  /** Sets refused with CasMismatch so far. */
-  casMismatches = 0;
   /**
    * Runs at the start of every shared-data get or set, metric increment and http call, before
    * the host's state is touched. A test can run OTHER VMs here (a worker thread that runs between
@@ -120,6 +122,8 @@ export class ProxyWasmHost {
   beforeHostCall: ((point: HostCallPoint) => number | void) | undefined;
   /** Runs after every such call took effect (or failed), with its result. */
   afterHostCall: ((point: HostCallPoint, result: number) => void) | undefined;
+  /** Runs at every import the module calls (any import, before it runs), with its name. */
+  onImport: ((vm: FilterVm, name: string) => void) | undefined;
   readonly #module: WebAssembly.Module;
   readonly #clusters: Set<string>;
   /** Lowest log level kept. */
@@ -155,19 +159,6 @@ export class ProxyWasmHost {
     return metric === undefined ? undefined : Number(BigInt.asIntN(64, metric.value));
   }
 
-  /** Raw shared-data value of a key in a vm_id namespace. */
-  sharedData(key: string, vmId = "lastcall_inflight"): SharedEntry | undefined {
-    return this.#shared.get(vmId)?.get(key);
-  }
-
-  /** `lastcall.inflight` decoded as (count, version). */
-  inflight(vmId = "lastcall_inflight"): { count: number; version: number } | undefined {
-    const entry = this.sharedData("lastcall.inflight", vmId);
-    if (!entry) return undefined;
-    const view = new DataView(entry.value.buffer, entry.value.byteOffset, entry.value.byteLength);
-    return { count: Number(view.getBigUint64(0, true)), version: Number(view.getBigUint64(8, true)) };
-  }
-
   /** Calls not yet answered or failed. */
   pendingCalls(): HttpCall[] {
     return this.calls.filter((call) => !call.settled);
@@ -183,10 +174,7 @@ export class ProxyWasmHost {
     let map = this.#shared.get(vmId);
     if (!map) this.#shared.set(vmId, (map = new Map()));
     const existing = map.get(key);
-    if (existing && cas !== 0 && cas !== existing.cas) {
-      this.casMismatches++;
-      return WasmResult.CasMismatch;
-    }
+    if (existing && cas !== 0 && cas !== existing.cas) return WasmResult.CasMismatch;
     map.set(key, { value: value.slice(), cas: this.#takeCas() });
     return WasmResult.Ok;
   }
@@ -266,7 +254,11 @@ export class FilterVm {
     for (const entry of WebAssembly.Module.imports(module)) {
       const fn = entry.module === "env" ? implemented[entry.name] : undefined;
       const missing = () => { throw new Error(`proxy-wasm host: import ${entry.module}.${entry.name} is not implemented`); };
-      (imports[entry.module] ??= {})[entry.name] = fn ?? missing;
+      const run = (fn ?? missing) as (...args: unknown[]) => unknown;
+      (imports[entry.module] ??= {})[entry.name] = (...args: unknown[]) => {
+        host.onImport?.(this, entry.name);
+        return run(...args);
+      };
     }
     const instance = new WebAssembly.Instance(module, imports);
     this.#exports = instance.exports as unknown as Record<string, (...args: number[]) => number>;
@@ -344,6 +336,16 @@ export class FilterVm {
     return this.#callback !== undefined;
   }
 
+  /** Size of the VM's linear memory in bytes (it only grows). */
+  get memorySize(): number {
+    return this.#memory.buffer.byteLength;
+  }
+
+  /** A copy of the VM's whole linear memory (globals live outside it, in the instance). */
+  memorySnapshot(): Uint8Array {
+    return new Uint8Array(this.#memory.buffer).slice();
+  }
+
   #stream(id: number): StreamState {
     const state = this.#streams.get(id);
     if (!state) throw new Error(`proxy-wasm host: no live context ${id} in VM ${this.index}`);
@@ -372,9 +374,9 @@ export class FilterVm {
   }
 
   // Runs one host call that touches process-wide state between the race hooks.
-  #hooked(call: HostCallPoint["call"], key: string, body: () => number): number {
+  #hooked(call: HostCallPoint["call"], key: string, body: () => number, offset?: bigint): number {
     const host = this.#host;
-    const point: HostCallPoint = { vm: this, call, key, callback: this.#callback ?? "", context: this.#current };
+    const point: HostCallPoint = { vm: this, call, key, callback: this.#callback ?? "", context: this.#current, offset };
     const injected = host.beforeHostCall?.(point);
     const result = typeof injected === "number" ? injected : body();
     host.afterHostCall?.(point, result);
@@ -514,7 +516,7 @@ export class FilterVm {
         return this.#hooked("proxy_increment_metric", name, () => {
           host.addStat(name, offset);
           return WasmResult.Ok;
-        });
+        }, offset);
       },
       proxy_get_metric: (id: number, resultPtr: number) => {
         const type = id & 3;
