@@ -4,7 +4,8 @@
 //  - Istio exit-on-zero: GET /stats?usedonly&filter=downstream_cx_active$ every 1 s;
 //  - Contour: GET /stats/prometheus?filter=^http\..*\.downstream_cx_active$ every --check-interval;
 //  - lastcall requests: GET /stats?format=json&usedonly&filter=downstream_rq_active$ every 200 ms;
-//  - lastcall inflight: no poll (the filter pushes); one read of the filter's gauge at the stop.
+//  - lastcall inflight: no poll (the filter pushes); its last count before the stop is a pull the
+//    filter answers (no admin call); only listeners the filter cannot see add this one /stats read.
 import { spawn } from "node:child_process";
 import { benchBootstrap } from "./lib/bootstrap.ts";
 import { QUICK, progress, sleep, writeResult } from "./lib/context.ts";
@@ -19,7 +20,7 @@ const QUERIES = [
   { id: "istio", label: "Istio exit-on-zero", path: "/stats?usedonly&filter=downstream_cx_active$", period_s: 1 },
   { id: "contour", label: "Contour", path: "/stats/prometheus?filter=^http\\..*\\.downstream_cx_active$", period_s: 5 },
   { id: "lastcall-requests", label: "lastcall requests", path: "/stats?format=json&usedonly&filter=downstream_rq_active$", period_s: 0.2 },
-  { id: "lastcall-inflight", label: "lastcall inflight (once, at the stop)", path: "/stats?format=json&usedonly&filter=^wasmcustom\\.lastcall_inflight$|downstream_rq_active$", period_s: 0 },
+  { id: "lastcall-inflight", label: "lastcall inflight, listeners without the filter (once, at the stop)", path: "/stats?format=json&usedonly&filter=^wasmcustom\\.lastcall_inflight$|downstream_rq_active$", period_s: 0 },
 ];
 
 interface Call { ms: number; cpu_ms: number; bytes: number }

@@ -18,84 +18,8 @@ const footprint = read("footprint");
 const filterCost = read("filter-cost");
 const push = read("inflight-push");
 
-// ---------- formatting ----------
-const fmt = (value, digits = 0) => (value === null || value === undefined || Number.isNaN(value) ? "–" : Number(value).toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits }));
-const ms = (value) => (value >= 10_000 ? `${fmt(value / 1000, 1)} s` : `${fmt(value, value < 100 ? 1 : 0)} ms`);
-const spread = (s, f = (v) => fmt(v)) => (s.n > 1 ? `${f(s.median)} (${f(s.min)}–${f(s.max)})` : f(s.median));
-const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
-const escape = (text) => String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
-
-// ---------- SVG: horizontal bars with min–max whiskers ----------
-const COLORS = { lastcall: "#1f7a4d", istio: "#3b6fb6", contour: "#b65f3b", other: "#777777" };
-const colorOf = (id) => (id.startsWith("lastcall") ? COLORS.lastcall : id.startsWith("istio") ? COLORS.istio : id.startsWith("contour") ? COLORS.contour : COLORS.other);
-
-/**
- * groups: [{ title, rows: [{ label, value, min, max, color, note }] }]; options: { title, unit, goals: [{ value, label }], max }
- */
-function barChart(groups, options) {
-  const labelWidth = options.labelWidth ?? 250;
-  const plotWidth = options.plotWidth ?? 430;
-  const noteWidth = options.noteWidth ?? 170;
-  const rowHeight = 20;
-  const width = labelWidth + plotWidth + noteWidth + 20;
-  const values = groups.flatMap((g) => g.rows.flatMap((r) => [r.value, r.max ?? r.value])).filter(Number.isFinite);
-  const goalValues = (options.goals ?? []).map((g) => g.value);
-  const max = options.max ?? niceMax(Math.max(...values, ...goalValues, 0) * 1.05);
-  const x = (v) => labelWidth + (Math.max(0, Math.min(v, max)) / max) * plotWidth;
-  let y = 40;
-  const parts = [];
-  for (const group of groups) {
-    if (group.title) {
-      parts.push(`<text x="10" y="${y + 14}" font-weight="bold">${escape(group.title)}</text>`);
-      y += rowHeight + 2;
-    }
-    for (const row of group.rows) {
-      const top = y + 3;
-      parts.push(`<text x="${labelWidth - 8}" y="${y + 14}" text-anchor="end">${escape(row.label)}</text>`);
-      if (Number.isFinite(row.value)) {
-        parts.push(`<rect x="${labelWidth}" y="${top}" width="${Math.max(1, x(row.value) - labelWidth)}" height="${rowHeight - 6}" fill="${row.color}" opacity="0.85"/>`);
-        if (Number.isFinite(row.min) && Number.isFinite(row.max) && row.max > row.min) {
-          const mid = top + (rowHeight - 6) / 2;
-          parts.push(`<path d="M${x(row.min)},${mid}H${x(row.max)}M${x(row.min)},${top + 2}V${top + rowHeight - 8}M${x(row.max)},${top + 2}V${top + rowHeight - 8}" stroke="#111" stroke-width="1.2" fill="none"/>`);
-        }
-      }
-      const over = Number.isFinite(row.value) && row.value > max ? " ▶" : "";
-      parts.push(`<text x="${labelWidth + plotWidth + 8}" y="${y + 14}">${escape((row.note ?? "") + over)}</text>`);
-      y += rowHeight;
-    }
-    y += 8;
-  }
-  const axis = [];
-  for (const tick of ticks(max)) {
-    axis.push(`<path d="M${x(tick)},34V${y - 4}" stroke="#ddd"/>`, `<text x="${x(tick)}" y="${y + 10}" text-anchor="middle" fill="#555">${fmt(tick, tick === 0 || Number.isInteger(tick) ? 0 : tick < 1 ? 2 : 1)}</text>`);
-  }
-  for (const goal of options.goals ?? []) {
-    axis.push(`<path d="M${x(goal.value)},30V${y - 4}" stroke="#c00" stroke-dasharray="4 3"/>`, `<text x="${x(goal.value) + 3}" y="30" fill="#c00">${escape(goal.label)}</text>`);
-  }
-  const height = y + 30;
-  return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="Helvetica, Arial, sans-serif" font-size="12">
-<rect width="100%" height="100%" fill="#fff"/>
-<text x="10" y="18" font-size="14" font-weight="bold">${escape(options.title)}</text>
-${axis.join("\n")}
-${parts.join("\n")}
-<text x="${labelWidth + plotWidth / 2}" y="${height - 6}" text-anchor="middle" fill="#555">${escape(options.unit)}</text>
-</svg>
-`;
-}
-
-function niceMax(value) {
-  if (value <= 0) return 1;
-  const power = 10 ** Math.floor(Math.log10(value));
-  for (const step of [1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10]) if (value <= step * power) return step * power;
-  return 10 * power;
-}
-
-function ticks(max) {
-  const step = niceMax(max / 5);
-  const out = [];
-  for (let t = 0; t <= max + 1e-9; t += step) out.push(Math.round(t * 1e6) / 1e6);
-  return out;
-}
+import { filterSections } from "./report-filter.mjs";
+import { barChart, colorOf, fmt, ms, plural, spread } from "./report-lib.mjs";
 
 mkdirSync(join(root, "docs/bench"), { recursive: true });
 const charts = [];
@@ -114,10 +38,10 @@ const quickNote = (result) => (result?.quick ? " **(--quick run: one round, numb
 
 line("# Benchmarks");
 line();
-line("`npm run bench` builds what it needs (the filter, the agent, the no-op module, the filter as it was");
-line("before its cost cut, and the incumbents' real code with Go into `.cache/anchors/`: Contour v1.33.8's");
-line("`cmd/contour` and `bench/anchors/istio-agent`, a small main around Istio's `pkg/envoy`), runs every");
-line("benchmark against the real Envoy one after the other, writes `bench/results/*.json`, and regenerates");
+line("`npm run bench` builds what it needs (the filter, the agent, the no-op module, the filter as it was before");
+line("issue 15 and without `proxy_on_request_headers` (measurement only), and the incumbents' real code with Go into");
+line("`.cache/anchors/`: Contour v1.33.8's `cmd/contour` and `bench/anchors/istio-agent`, a small main around Istio's");
+line("`pkg/envoy`), runs every benchmark against the real Envoy one after the other, writes `bench/results/*.json`, and regenerates");
 line("this page and its charts from them (`bench/report.mjs`). `npm run bench -- --quick` runs one round of");
 line("each to prove the harness; `--only termination,polling` runs some. Load generators: Debian's `wrk` and");
 line("`h2load` (nghttp2-client), installed with apt-get when missing.");
@@ -137,7 +61,8 @@ line();
 if (termination) {
   line(`## 1. Termination, side by side (\`termination.json\`)${quickNote(termination)}${termination.complete === false ? ` **(cut short: ${termination.runs.length} runs measured)**` : ""}`);
   line();
-  line(`One Envoy configuration (one INBOUND listener in front of one upstream app, \`--concurrency ${termination.parity.concurrency}\`), one`);
+  const sizes = termination.clusters;
+  line(`One Envoy configuration (one INBOUND listener in front of one upstream app${sizes ? `, ${fmt(sizes.small)} clusters in all` : ""}, \`--concurrency ${termination.parity.concurrency}\`), one`);
   line("client workload, each contender in turn told to stop the way Kubernetes does it: SIGTERM to the agent");
   line("(lastcall, Istio); for Contour both preStop hooks at once (`contour envoy shutdown` and Envoy's");
   line("`GET :8090/shutdown`), then SIGTERM to each container whose hook returned. Everything is SIGKILLed at");
@@ -150,6 +75,10 @@ if (termination) {
   line("endpoint-removal lag, while load balancers still send traffic. Then clients stop sending; what is in");
   line("flight must complete. Workload `idle` adds 6 keep-alive connections that made one request and stay idle,");
   line("as client pools do.");
+  if (sizes) {
+    line(`Workload \`busy-${sizes.large}\` is \`busy\` on the same configuration grown to ${fmt(sizes.large)} clusters (Envoy's stats grow with`);
+    line(`them; section 2), for ${sizes.large_contenders.map((id) => `\`${id}\``).join(" and ")} only: whatever lastcall reads before the stop must not grow with them.`);
+  }
   line();
   line("Settings: every contender's defaults, except for parity: lastcall `--grace` = the pod's grace and");
   line(`\`--min-drain\` = the endpoint lag (${termination.parity.endpoint_lag_ms / 1000} s; default 5 s), and Istio exit-on-zero's`);
@@ -159,14 +88,23 @@ if (termination) {
   line("- failed: requests that got a 5xx, a reset or a refused connection (the WebSocket closed other than by");
   line("  the client, a streaming response cut short);");
   line("- tail: last good response → Envoy gone; total: signal → Envoy gone.");
+  if (sizes) {
+    line("- lastcall's own share of the tail: the client's last good response → lastcall's `envoy_quit_requested` event");
+    line("  (logged once Envoy answered `POST /quitquitquit`), both on the machine's wall clock (ms); in parentheses, →");
+    line("  `drain_wait_done` (the drain decided: the pushed zero confirmed by a probe the filter answers, then the");
+    line("  delivery check). The rest of the tail is Envoy's own exit. Runs whose last response came before the");
+    line("  minimum drain ended are left out of it (their share would be the floor's wait); negative: the client read");
+    line("  its last byte after lastcall had asked Envoy to quit (a slow reader's bytes already in its socket).");
+  }
   line();
   for (const workload of termination.summary) {
     line(`**Workload \`${workload.workload}\`**: ${workload.what}.`);
     line();
-    line("| contender | failed (all runs) | tail | total | killed at grace |");
-    line("|---|---|---|---|---|");
+    line("| contender | failed (all runs) | tail | total | killed at grace | lastcall's own share (decided) |");
+    line("|---|---|---|---|---|---|");
     for (const c of workload.contenders) {
-      line(`| ${c.label} | ${c.failed_total} | ${spread(c.tail_ms, ms)} | ${spread(c.total_ms, ms)} | ${c.killed_at_grace} of ${c.runs} |`);
+      const share = c.lastcall_share_ms?.n ? `${spread(c.lastcall_share_ms, ms)} (${ms(c.lastcall_decided_ms.median)})${c.runs_ended_in_floor ? `, ${c.runs_ended_in_floor} run(s) in the floor left out` : ""}` : "";
+      line(`| ${c.label} | ${c.failed_total} | ${spread(c.tail_ms, ms)} | ${spread(c.total_ms, ms)} | ${c.killed_at_grace} of ${c.runs} | ${share} |`);
     }
     line();
   }
@@ -185,6 +123,19 @@ if (termination) {
   const tails = inflight.map((x) => x.c.tail_ms.median);
   goals.push([`termination: lastcall \`inflight\` 0 failed requests`, failed === 0, `${failed} failed in ${inflight.reduce((a, x) => a + x.c.runs, 0)} runs`]);
   goals.push(["termination: tail median ≤ 20 ms", tails.every((t) => t <= 20), tails.map((t, i) => `${inflight[i].w.workload} ${ms(t)}`).join(", ")]);
+  if (sizes) {
+    for (const size of [sizes.small, sizes.large]) {
+      const here = inflight.filter((x) => x.w.clusters === size && x.c.lastcall_share_ms?.n);
+      goals.push([`termination: lastcall's own share of the tail (last response → Envoy told to quit) ≤ 10 ms median, ${fmt(size)} clusters`,
+        here.length > 0 && here.every((x) => x.c.lastcall_share_ms.median <= 10),
+        here.length ? here.map((x) => `${x.w.workload} ${ms(x.c.lastcall_share_ms.median)} (decided ${ms(x.c.lastcall_decided_ms.median)})`).join(", ") : "not measured"]);
+    }
+    const small = inflight.find((x) => x.w.workload === "busy");
+    const large = inflight.find((x) => x.w.workload === `busy-${sizes.large}`);
+    const ratio = small && large ? large.c.tail_ms.median / small.c.tail_ms.median : Number.NaN;
+    goals.push([`termination: tail at ${fmt(sizes.large)} clusters within 1.5× of ${fmt(sizes.small)} clusters (\`inflight\`, workload \`busy\`)`, ratio <= 1.5,
+      Number.isFinite(ratio) ? `×${fmt(ratio, 2)}: ${ms(large.c.tail_ms.median)} vs ${ms(small.c.tail_ms.median)}` : "not measured"]);
+  }
   const slower = [];
   for (const { w, c } of inflight) {
     const incumbents = w.contenders.filter((x) => !x.id.startsWith("lastcall"));
@@ -236,7 +187,8 @@ if (polling) {
   line();
   line("Queries: Istio `" + (polling.cells.find((c) => c.query === "istio")?.path ?? "") + "`; Contour `" + (polling.cells.find((c) => c.query === "contour")?.path ?? "") + "`;");
   line("lastcall `requests` `" + (polling.cells.find((c) => c.query === "lastcall-requests")?.path ?? "") + "`; lastcall `inflight` polls nothing (the filter");
-  line("pushes) and reads the filter's gauge once right before the stop: `" + (polling.cells.find((c) => c.query === "lastcall-inflight")?.path ?? "") + "`.");
+  line("pushes), and its last count before the stop is a pull the filter answers (one gauge read in Envoy, no admin call);");
+  line("only when some listener has no filter does it read `" + (polling.cells.find((c) => c.query === "lastcall-inflight")?.path ?? "") + "` once.");
   line();
   const clusters = [...new Set(polling.cells.map((c) => c.clusters))];
   const groups = clusters.map((n) => ({
@@ -258,107 +210,8 @@ if (polling) {
   if (dearer.length) notAhead.push(`polling: lastcall's \`requests\` mode (Istio-compatible, polls every ${(polling.cells.find((c) => c.query === "lastcall-requests")?.poll_period_s ?? 0.2) * 1000} ms) costs Envoy more CPU per second of drain than Istio's 1 s poll (${dearer.join("; ")} per s). The default \`inflight\` mode polls nothing; its one read at the stop costs what one Istio poll does.`);
 }
 
-// ---- 3. filter load ----
-if (filterLoad) {
-  line(`## 3. The filter's cost inside Envoy (\`filter-load.json\`)${quickNote(filterLoad)}`);
-  line();
-  line("The same bootstrap, one listener answering 200 itself (a direct response: no upstream adds noise), with");
-  line("no wasm filter (`none`), a no-op module with the filter's exports (`noop`: Envoy's wasm plumbing alone,");
-  line("`bench/noop/index.ts`), the filter as it was before its cost cut (`before`: commit a94ad5d, built by the");
-  line("harness; saturated loads only) and the filter now");
-  line(`(\`lastcall\`, heartbeats to a report sink). Saturated: \`wrk -t1 -c16\` (HTTP/1.1), \`h2load -c4 -m16\` (HTTP/2); fixed`);
-  line(`rate: \`h2load --rps\`, ${fmt(filterLoad.fixed_rate_rps)} requests per second. ${filterLoad.seconds_per_run.saturated ?? filterLoad.seconds_per_run} s per saturated run, ${filterLoad.seconds_per_run.fixed ?? filterLoad.seconds_per_run} s at the fixed rate, ${plural(filterLoad.rounds, "round")}, variants alternating;`);
-  line("ratios and added latency are paired within a round. The load generator shares the 2 CPUs with Envoy.");
-  line();
-  line("| load | Envoy | variant | rps | ×none | ×noop | p50 | +p50 | +p99 | Envoy CPU per request |");
-  line("|---|---|---|---|---|---|---|---|---|---|");
-  for (const cell of filterLoad.cells) {
-    for (const v of cell.variants) {
-      line(`| ${cell.load} | \`--concurrency ${cell.concurrency}\` | ${v.id} | ${spread(v.rps)} | ${v.id === "none" ? "" : spread(v.rps_ratio_to_none, (x) => fmt(x, 3))} | ${v.id === "none" || v.id === "noop" ? "" : spread(v.rps_ratio_to_noop, (x) => fmt(x, 3))} | ${fmt(v.p50_us.median)} µs | ${v.id === "none" ? "" : `${fmt(v.added_p50_us.median)} µs`} | ${v.id === "none" ? "" : `${fmt(v.added_p99_us.median)} µs`} | ${fmt(v.cpu_us_per_request.median, 1)} µs |`);
-    }
-  }
-  line();
-  const groups = filterLoad.cells.map((cell) => ({
-    title: `${cell.load}, --concurrency ${cell.concurrency}`,
-    rows: cell.variants.filter((v) => v.id !== "none").map((v) => ({
-      label: v.id, value: v.rps_ratio_to_none.median, min: v.rps_ratio_to_none.min, max: v.rps_ratio_to_none.max,
-      color: v.id === "lastcall" ? COLORS.lastcall : v.id === "before" ? "#8fbfa5" : COLORS.other, note: `p50 ${v.added_p50_us.median >= 0 ? "+" : ""}${fmt(v.added_p50_us.median)} µs`,
-    })),
-  }));
-  line(chart("filter-load.svg", barChart(groups, { title: "Requests per second relative to no filter (median, min–max)", unit: "rps ÷ rps without a wasm filter", goals: [{ value: 0.9, label: "0.90" }], max: 1.2 })));
-  line();
-  const rss = filterLoad.envoy_rss_mib;
-  if (rss) {
-    line("Envoy's RSS (MiB), idle after start and after the load:");
-    line();
-    line("| variant | `--concurrency 1` | `--concurrency 2` |");
-    line("|---|---|---|");
-    for (const v of filterLoad.variants) line(`| ${v.label} | ${fmt(rss[`${v.id}/1`]?.idle, 1)} → ${fmt(rss[`${v.id}/1`]?.after_load, 1)} | ${fmt(rss[`${v.id}/2`]?.idle, 1)} → ${fmt(rss[`${v.id}/2`]?.after_load, 1)} |`);
-    line();
-  }
-  const sat = filterLoad.cells.filter((c) => c.mode === "saturated");
-  const of = (cell, id) => cell.variants.find((v) => v.id === id);
-  const logic = sat.map((c) => ({ c, r: of(c, "lastcall")?.rps_ratio_to_noop.median }));
-  goals.push(["filter: lastcall's logic ≤ 3 % rps over the no-op module (saturated)", logic.every((x) => x.r >= 0.97), logic.map((x) => `${x.c.load} c${x.c.concurrency} ×${fmt(x.r, 3)}`).join(", ")]);
-  const whole = sat.filter((c) => c.concurrency === 2).map((c) => ({ c, r: of(c, "lastcall")?.rps_ratio_to_none.median }));
-  goals.push(["filter: whole filter ≥ 0.90 of no filter, saturated, `--concurrency 2`", whole.every((x) => x.r >= 0.9), whole.map((x) => `${x.c.load} ×${fmt(x.r, 3)}`).join(", ")]);
-  // Envoy's CPU per request is less sensitive than rps to other work on the shared CPUs: the ratio
-  // of CPU per request is what rps would be if Envoy alone were CPU-bound.
-  const cpu = sat.map((c) => ({ c, logic: of(c, "noop").cpu_us_per_request.median / of(c, "lastcall").cpu_us_per_request.median, whole: of(c, "none").cpu_us_per_request.median / of(c, "lastcall").cpu_us_per_request.median }));
-  line("Envoy CPU per request, saturated (less sensitive than rps to other work on the shared CPUs): lastcall ÷ no-op and");
-  line("lastcall ÷ none, as rps ratios would be if Envoy alone were CPU-bound:");
-  line(cpu.map((x) => `${x.c.load} c${x.c.concurrency}: ×${fmt(x.logic, 3)} of no-op, ×${fmt(x.whole, 3)} of none`).join("; ") + ".");
-  line();
-  const fixed = filterLoad.cells.filter((c) => c.mode === "fixed").map((c) => ({ c, v: of(c, "lastcall") }));
-  goals.push(["filter: at a fixed rate equal throughput (≥ 0.99) and ≤ 50 µs added p50", fixed.every((x) => x.v.rps_ratio_to_none.median >= 0.99 && x.v.added_p50_us.median <= 50),
-    fixed.map((x) => `${x.c.load} c${x.c.concurrency} ×${fmt(x.v.rps_ratio_to_none.median, 3)} +${fmt(x.v.added_p50_us.median)} µs`).join(", ")]);
-}
-
-if (filterCost) {
-  line(`### Host calls per request, and the in-process cost (\`filter-cost.json\`)${quickNote(filterCost)}`);
-  line();
-  const calls = filterCost.host_calls_per_request;
-  const total = (c) => Object.values(c ?? {}).reduce((a, b) => a + b, 0);
-  line("Counted in the in-process proxy-wasm host (`test/support/proxy-wasm-host.ts`) for one request at low load");
-  line("(nothing else in flight, so the count moves 0 → 1 → 0):");
-  line();
-  const entries = filterCost.vm_entries_per_request ?? {};
-  line("| module | calls into the VM (Envoy → wasm) | shared-data get | shared-data set | metric updates | host calls in all |");
-  line("|---|---|---|---|---|---|");
-  for (const [id, c] of Object.entries(calls)) line(`| ${id} | ${entries[id] ?? "–"} | ${c.proxy_get_shared_data ?? 0} | ${c.proxy_set_shared_data ?? 0} | ${c.proxy_increment_metric ?? 0} | ${total(c)} |`);
-  line();
-  line("(Calls into the VM: for a GET whose response has a body; each shared-data get also makes the host call");
-  line("back into the module's `malloc` for the value.) Two cuts:");
-  line("- the module exports only the callbacks it acts on (context create, request headers, delete, and the");
-  line("  root's configure, tick and call responses). proxy-wasm-cpp-host does not enter the VM for a callback");
-  line("  the module does not export and goes on as if it had answered Continue, so response headers and body,");
-  line("  log and done no longer cost a call each (the no-op module has the same exports, so `noop` is that");
-  line("  floor too; `before` had all of them);");
-  line("- the counting path no longer reads `lastcall.draining` at each move to or from zero: it takes the flag");
-  line("  from a copy kept in the counter's own record, which it reads and writes anyway (`docs/filter.md`).");
-  line();
-  line("What remains is what the contract needs: a compare-and-swap (get + set) per `+1` and per `−1`, the gauge");
-  line("up and down (the agent's last word before a stop), and `lastcall_streams_total`; `exclude_paths` adds one");
-  line("header read only when it is set. In Envoy each host call goes through V8's wasm C API and each shared-data");
-  line("call through a process-wide mutex and string copies: these 7 calls are what separates `lastcall` from");
-  line("`noop` above. Measured while cutting (Envoy `--concurrency 1`, 4,000 rps, Envoy CPU per request, 4 runs");
-  line("each): no filter 79 µs, no-op module 98 µs, lastcall 118 µs, lastcall without its 3 metric updates 115 µs,");
-  line("lastcall without its compare-and-swap 105 µs. The CAS (2 gets, 2 sets, and the 2 `malloc` calls back into");
-  line("the VM that the gets make) is most of lastcall's own cost; the metric updates are cheap. The contract needs");
-  line("it: `seq` is the version of ONE process-wide counter. Going further (≤ 3 % over the no-op) would take a");
-  line("contract change, e.g. per-worker counts written without a read and summed by the worker that reaches zero.");
-  line("Counting in the L4 callbacks instead was rejected: a connection is not a request (idle keep-alive");
-  line("connections would count, HTTP/2 multiplexes requests), so it is not exact.");
-  line();
-  line("µs per request in the in-process host (V8 in Node, not Envoy: compares modules, not absolute costs):");
-  line();
-  line(`| live streams | ${filterCost.modules.join(" | ")} |`);
-  line(`|---|${filterCost.modules.map(() => "---|").join("")}`);
-  for (const cell of filterCost.cells) line(`| ${fmt(cell.live)} | ${filterCost.modules.map((m) => `${fmt(cell.us_per_request[m], 1)} µs`).join(" | ")} |`);
-  line();
-  line("The SDK's stock exports cost grows with live streams (they log every live context id on each new stream).");
-  line();
-}
+// ---- 3. filter load and cost ----
+filterSections({ filterLoad, filterCost, line, chart, goals, quickNote });
 
 // ---- 4. footprint ----
 if (footprint) {
@@ -416,7 +269,7 @@ if (push) {
   line("lastcall with a real Envoy (`--concurrency 2`, heartbeat 1 s, `--min-drain 0s`): three requests held");
   line("across SIGTERM and released together; from the client reading the last byte of the last response to");
   line(`lastcall's decision (\`drain_wait_done\`, the pushed zero confirmed by a probe), to its \`envoy_quit_requested\``);
-  line(`(after the final read of Envoy's count) and to Envoy's process gone. ${plural(push.push_delay.trials, "trial")}:`);
+  line(`(after a final pulled count and Envoy's answer to \`/quitquitquit\`) and to Envoy's process gone. ${plural(push.push_delay.trials, "trial")}:`);
   line();
   line("| step | median | min | max |");
   line("|---|---|---|---|");
@@ -442,11 +295,11 @@ const tailGoal = goals.find(([goal]) => goal.startsWith("termination: tail media
 if (tailGoal && !tailGoal[1] && push?.push_delay?.quit_requested_ms) {
   const d = push.push_delay;
   line(`The tail is three steps (\`inflight-push.json\`, medians): lastcall's decision after the last response (push, then a`);
-  line(`probe to confirm it) ${d.decided_ms.median} ms; its final read of Envoy's count before the stop, ${d.quit_requested_ms.median - d.decided_ms.median} ms more; Envoy's clean`);
+  line(`probe to confirm it) ${d.decided_ms.median} ms; its final count before the stop and \`/quitquitquit\`, ${d.quit_requested_ms.median - d.decided_ms.median} ms more; Envoy's clean`);
   line(`exit after \`/quitquitquit\`, ${d.gone_ms.median - d.quit_requested_ms.median} ms more. Envoy's clean exit alone takes 20–40 ms here (after \`/quitquitquit\` or`);
   line("SIGTERM alike, 5–10 ms more with a wasm filter loaded; measured while writing this), which Contour's Envoy");
-  line("pays too; Istio SIGKILLs Envoy instead. The final read grows with Envoy's stats (section 2: it is one");
-  line("filtered `/stats` call).");
+  line("pays too; Istio SIGKILLs Envoy instead. The final count is a pull the filter answers, not a `/stats` walk: section 1's");
+  line("workload on 5,000 clusters shows whether lastcall's share grows with Envoy's stats.");
   line();
 }
 line("## Where lastcall is not ahead");

@@ -115,7 +115,7 @@ export class InflightTracker {
   readonly #heartbeatMs: number;
   readonly #now: () => number;
   #nextProbe = 1;
-  /** Probe answers that arrived after the answer of a later probe (reordered), ignored. */
+  /** Probe answers that arrived after the answer of a later probe (reordered), or answer a probe never issued: ignored. */
   staleReports = 0;
   /** Reports of processes that are not live (exited, or never started by this agent). */
   unknownReports = 0;
@@ -142,7 +142,7 @@ export class InflightTracker {
     return this.#views.has(instance);
   }
 
-  /** Records a report; an unknown one, or a probe answer older than one seen, changes nothing. */
+  /** Records a report; an unknown one, or a probe answer older than one seen or never issued, changes nothing. */
   report(report: InflightReport): ReportOutcome {
     if (!this.#views.has(report.instance)) {
       this.unknownReports++;
@@ -151,7 +151,9 @@ export class InflightTracker {
     const known = this.#views.get(report.instance);
     const at = this.#now();
     const probe = report.reason === "probe" ? report.probe ?? 0 : 0;
-    if (probe > 0 && known?.pulled && probe < known.pulled.probe) {
+    // An answer to a probe never issued (ids are handed out in order) proves no read after any
+    // wait began: taken, it could end a wait and make every later real answer look stale.
+    if (probe > 0 && (probe >= this.#nextProbe || (known?.pulled && probe < known.pulled.probe))) {
       this.staleReports++;
       return "stale";
     }

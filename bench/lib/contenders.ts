@@ -17,6 +17,8 @@ export interface Parity {
   lagMs: number;
   /** Envoy worker threads. */
   concurrency: number;
+  /** Static clusters in Envoy's configuration: `app` and `clusters − 1` more (its stats grow with them). */
+  clusters: number;
 }
 
 /** A contender serving traffic, ready to be told to stop. */
@@ -35,7 +37,7 @@ export interface Running {
   leftover?: () => string | undefined;
   /** The agent's exit status once `exited` settled ("code 0", "signal SIGKILL"). */
   agentExit?: () => string | undefined;
-  /** Only for lastcall: its `drain_wait_done` and `terminated` events, to explain a slow run. */
+  /** Only for lastcall: its drain and stop events (LASTCALL_EVENTS), to explain a run and time its own share of the tail. */
   drainEvents?: () => Record<string, unknown>[];
   /** Last output, for error messages. */
   output(): string;
@@ -51,6 +53,9 @@ export interface Contender {
   settings: string;
   start(upstreamPort: number, parity: Parity): Promise<Running>;
 }
+
+/** lastcall's events a termination run keeps, in order: what its share of the tail is measured from. */
+const LASTCALL_EVENTS = /"event":"(listeners_draining|min_drain_wait|drain_resumed|drain_flushing|drain_wait_done|envoy_quit_requested|terminated)"/;
 
 function tempConfig(config: unknown): { dir: string; path: string } {
   const dir = mkdtempSync(join(tmpdir(), "lcperf-"));
@@ -92,7 +97,7 @@ function lastcall(mode: "inflight" | "requests"): Contender {
     label: `lastcall --drain-mode ${mode}`,
     settings: `--grace = pod grace, --min-drain = endpoint lag${mode === "requests" ? ", --drain-mode requests" : ""}`,
     async start(upstreamPort, parity) {
-      const { dir, path } = tempConfig(benchBootstrap({ upstreamPort }));
+      const { dir, path } = tempConfig(benchBootstrap({ upstreamPort, extraClusters: parity.clusters - 1 }));
       let ready: { pid: number; admin: string } | undefined;
       const drainEvents: Record<string, unknown>[] = [];
       const child = start(join(ROOT, "dist/lastcall"), [
@@ -100,7 +105,7 @@ function lastcall(mode: "inflight" | "requests"): Contender {
         "--grace", `${parity.graceMs}ms`, "--min-drain", `${parity.lagMs}ms`, "--drain-mode", mode, "--", "-l", "warning",
       ], { onLine: (line) => {
         if (line.includes('"event":"ready"')) ready = JSON.parse(line) as { pid: number; admin: string };
-        if (/"event":"(drain_wait_done|terminated)"/.test(line)) drainEvents.push(JSON.parse(line) as Record<string, unknown>);
+        if (LASTCALL_EVENTS.test(line)) drainEvents.push(JSON.parse(line) as Record<string, unknown>);
       } });
       const exited = withCleanup(child, dir);
       const died = child.exited.then(() => { throw new Error(`lastcall exited early:\n${child.output().slice(-3000)}`); });
@@ -131,7 +136,7 @@ function istio(exitOnZero: boolean): Contender {
     settings: exitOnZero ? "MINIMUM_DRAIN_DURATION = endpoint lag" : "none",
     async start(upstreamPort, parity) {
       const adminPort = await freePort();
-      const { dir, path } = tempConfig(benchBootstrap({ upstreamPort, admin: { port: adminPort } }));
+      const { dir, path } = tempConfig(benchBootstrap({ upstreamPort, admin: { port: adminPort }, extraClusters: parity.clusters - 1 }));
       const args = ["--envoy", envoyBinary(), "--config", path, "--admin-port", String(adminPort), "--concurrency", String(parity.concurrency)];
       if (exitOnZero) args.push("--exit-on-zero", "--min-drain", `${parity.lagMs}ms`);
       const child = start(join(ANCHORS, "istio-agent"), args);
@@ -178,7 +183,7 @@ function contour(checkIntervalS: number): Contender {
       const socket = join(dir, "admin.sock");
       const readyFile = join(dir, "ok");
       const config = join(dir, "envoy.json");
-      writeFileSync(config, JSON.stringify(benchBootstrap({ upstreamPort, admin: { pipe: socket } })));
+      writeFileSync(config, JSON.stringify(benchBootstrap({ upstreamPort, admin: { pipe: socket }, extraClusters: parity.clusters - 1 })));
       const envoy = start(envoyBinary(), ["-c", config, "--concurrency", String(parity.concurrency), "--disable-hot-restart", "-l", "warning"]);
       const servePort = await freePort();
       const contourBin = join(ANCHORS, "contour");

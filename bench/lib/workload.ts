@@ -40,6 +40,8 @@ export interface WorkloadOutcome {
   failed: Record<FailureKind, number>;
   /** performance.now() of the last correct completion. */
   lastGoodAt: number;
+  /** Date.now() of the same moment: the clock of lastcall's event timestamps. */
+  lastGoodWallMs: number;
   /** Completed correctly after the signal. */
   okAfterSignal: number;
   /** Idle connections closed by the proxy side (not a failure: nothing was asked on them). */
@@ -65,7 +67,7 @@ export class Workload {
   readonly #random: () => number;
   readonly #agents: Agent[] = [];
   readonly #pending = new Set<Promise<unknown>>();
-  readonly #outcome: WorkloadOutcome = { ok: 0, failed: { "5xx": 0, refused: 0, reset: 0, other: 0 }, lastGoodAt: 0, okAfterSignal: 0, idleClosed: 0 };
+  readonly #outcome: WorkloadOutcome = { ok: 0, failed: { "5xx": 0, refused: 0, reset: 0, other: 0 }, lastGoodAt: 0, lastGoodWallMs: 0, okAfterSignal: 0, idleClosed: 0 };
   readonly #failures: string[] = [];
   #signalAt = Number.POSITIVE_INFINITY;
   #stopAt = Number.POSITIVE_INFINITY;
@@ -100,7 +102,10 @@ export class Workload {
     const now = performance.now();
     this.#outcome.ok++;
     if (now >= this.#signalAt) this.#outcome.okAfterSignal++;
-    this.#outcome.lastGoodAt = Math.max(this.#outcome.lastGoodAt, now);
+    if (now >= this.#outcome.lastGoodAt) {
+      this.#outcome.lastGoodAt = now;
+      this.#outcome.lastGoodWallMs = Date.now();
+    }
   }
 
   #bad(kind: FailureKind, what: string): void {

@@ -1,232 +1,244 @@
+// Counting (docs/filter-protocol.md, "Counting"): one process-wide gauge moved +1/−1 by every
+// worker VM, exact after every host call; outside a drain nothing else, not even memory.
 import { describe, expect, test } from "vitest";
-import { type FilterVm, ProxyWasmHost, WasmResult } from "../support/proxy-wasm-host.ts";
+import { type FilterVm, ProxyWasmHost } from "../support/proxy-wasm-host.ts";
 import { prng } from "./prng.ts";
+import { Truth, gaugeName } from "./truth.ts";
 
-const GAUGE = "wasmcustom.lastcall_inflight";
+const GAUGE = gaugeName(0);
 const TOTAL = "wasmcustom.lastcall_streams_total";
-const CONFIG = JSON.stringify({ exclude_paths: ["/healthz", "/internal/*"], heartbeat_ms: 0 });
+const EXCLUDING = JSON.stringify({ exclude_paths: ["/healthz", "/internal/*"], heartbeat_ms: 0 });
+const PLAIN = '{"heartbeat_ms":0}';
+const PATHS = ["/", "/api/users?id=1", "/healthz", "/healthz?probe=1", "/internal/metrics", "/internal", "/healthzz", "/internal/"];
+const excludedBy = (config: string, path: string) =>
+  config === EXCLUDING && ["/healthz", "/internal/metrics", "/internal/"].includes(path.split("?")[0]!);
 
-interface Live { vm: FilterVm; id: number; counted: boolean; headers: boolean }
+interface Live { vm: FilterVm; config: string; id: number; counted: boolean; headers: boolean }
 
-// Checks after every host call that changes the count or the gauge that 0 ≤ counter ≤ gauge ≤ live
-// contexts: the gauge is an upper bound of the counter at every instant, not only when quiescent.
-function watchGauge(host: ProxyWasmHost): { checks: number; maxLead: number } {
-  const seen = { checks: 0, maxLead: 0 };
-  host.afterHostCall = ({ call, key }) => {
-    if (!(call === "proxy_set_shared_data" && key === "lastcall.inflight") && key !== GAUGE) return;
-    const count = host.inflight()!.count;
-    const gauge = host.metric(GAUGE)!;
-    const live = host.vms.reduce((sum, vm) => sum + vm.liveStreams, 0);
-    if (!(count >= 0 && count <= gauge && gauge <= live)) throw new Error(`counter ${count}, gauge ${gauge}, live ${live}`);
-    seen.checks++;
-    seen.maxLead = Math.max(seen.maxLead, gauge - count);
-  };
-  return seen;
-}
-
-// Drives `steps` random events over `vmCount` VMs; checks the count against the truth as it goes.
-function run(seed: number, steps: number, vmCount: number, host: ProxyWasmHost) {
-  const random = prng(seed);
-  const vms = Array.from({ length: vmCount }, () => host.createVm({ configuration: CONFIG }));
-  const live: Live[] = [];
-  let counted = 0;
-  let finishedCounted = 0;
-  let changes = 0;
-  const pick = <T>(items: T[]) => items[Math.floor(random() * items.length)]!;
-  const check = () => {
-    expect(host.inflight()!.count).toBe(counted);
-    expect(host.metric(GAUGE)).toBe(counted);
-  };
-  for (let step = 0; step < steps; step++) {
-    const roll = random();
-    if (roll < 0.45 || live.length === 0) {
-      const vm = pick(vms);
-      live.push({ vm, id: vm.createStream(), counted: true, headers: false });
-      counted++;
-      changes++;
-    } else if (roll < 0.7) {
-      const stream = pick(live.filter((s) => !s.headers)) ?? pick(live);
-      if (stream.headers) continue;
-      stream.headers = true;
-      const path = pick(["/", "/api/users?id=1", "/healthz", "/healthz?probe=1", "/internal/metrics", "/internal", "/healthzz"]);
-      stream.vm.requestHeaders(stream.id, { ":path": path, ":method": "GET", ":authority": "app" });
-      if (["/healthz", "/internal/metrics"].includes(path.split("?")[0]!)) {
-        stream.counted = false;
-        counted--;
-        changes++;
-      }
-    } else if (roll < 0.75) {
-      // local reply from an earlier filter: response headers without request headers
-      const stream = pick(live);
-      stream.vm.responseHeaders(stream.id);
-    } else {
-      // ends: completed, reset before headers, or reset mid-stream, all the same to the host
-      const index = Math.floor(random() * live.length);
-      const [stream] = live.splice(index, 1);
-      stream!.vm.endStream(stream!.id);
-      if (stream!.counted) {
-        counted--;
-        finishedCounted++;
-        changes++;
-      }
-    }
-    if (step % 97 === 0) check();
-  }
-  check();
-  for (const stream of live.splice(0)) {
-    stream.vm.endStream(stream.id);
-    if (stream.counted) {
-      counted--;
-      finishedCounted++;
-      changes++;
-    }
-  }
-  return { vms, finishedCounted, changes };
+/** A host whose gauge is checked against the true count after every host call. */
+function watched(gauge = GAUGE): { host: ProxyWasmHost; truth: Truth } {
+  const host = new ProxyWasmHost();
+  const truth = new Truth(host, gauge);
+  host.afterHostCall = (point) => truth.observe(point);
+  return { host, truth };
 }
 
 describe("counting across worker VMs", () => {
-  test("thousands of overlapping streams in random order end at exactly zero", () => {
+  test("thousands of overlapping streams in random order end at exactly zero; the gauge is the true count after every host call", () => {
     for (const seed of [1, 2, 3]) {
-      const host = new ProxyWasmHost();
-      const gauge = watchGauge(host);
-      const { vms, finishedCounted, changes } = run(seed, 6000, 4, host);
-      expect(gauge.checks).toBeGreaterThan(2 * changes);
-      expect(host.inflight()).toEqual({ count: 0, version: changes });
-      expect(host.metric(GAUGE)).toBe(0);
-      expect(host.metric(TOTAL)).toBe(finishedCounted);
-      expect(vms.every((vm) => vm.failed === undefined && vm.liveStreams === 0)).toBe(true);
-      expect(host.calls).toHaveLength(0); // not draining, no heartbeat: no per-request calls
-    }
-  });
-
-  test("a worker that wins the race between get and set makes the loser retry, losing nothing", () => {
-    const host = new ProxyWasmHost();
-    const random = prng(42);
-    const vms = Array.from({ length: 3 }, () => host.createVm({ configuration: CONFIG }));
-    const ids: Map<FilterVm, number[]> = new Map(vms.map((vm) => [vm, []]));
-    let racing = false;
-    let expected = 0;
-    const gauge = watchGauge(host);
-    host.beforeHostCall = ({ vm, call, key }) => {
-      if (racing || call !== "proxy_set_shared_data" || key !== "lastcall.inflight" || random() < 0.5) return;
-      racing = true; // another worker runs to completion between this VM's get and set
-      const other = vms.find((candidate) => candidate !== vm)!;
-      ids.get(other)!.push(other.createStream());
-      expected++;
-      racing = false;
-    };
-    for (let i = 0; i < 2000; i++) {
-      const vm = vms[i % 3]!;
-      const mine = ids.get(vm)!;
-      if (mine.length > 0 && random() < 0.45) {
-        vm.endStream(mine.splice(Math.floor(random() * mine.length), 1)[0]!);
-        expected--;
-      } else {
-        mine.push(vm.createStream());
-        expected++;
+      const { host, truth } = watched();
+      const random = prng(seed);
+      const configs = [EXCLUDING, PLAIN, EXCLUDING, PLAIN];
+      const vms = configs.map((configuration) => host.createVm({ configuration }));
+      const pick = <T>(items: T[]) => items[Math.floor(random() * items.length)]!;
+      const live: Live[] = [];
+      let finished = 0;
+      let moves = 0;
+      const end = (stream: Live) => {
+        truth.run(stream.vm, stream.counted ? -1 : 0, () => stream.vm.endStream(stream.id));
+        if (stream.counted) { finished++; moves++; }
+      };
+      for (let step = 0; step < 6000; step++) {
+        const roll = random();
+        if (roll < 0.45 || live.length === 0) {
+          const index = Math.floor(random() * vms.length);
+          const vm = vms[index]!;
+          live.push({ vm, config: configs[index]!, id: truth.run(vm, 1, () => vm.createStream()), counted: true, headers: false });
+          moves++;
+        } else if (roll < 0.7) {
+          const stream = pick(live);
+          if (stream.headers) continue;
+          stream.headers = true;
+          const path = pick(PATHS);
+          const excluded = excludedBy(stream.config, path);
+          truth.run(stream.vm, excluded ? -1 : 0, () => stream.vm.requestHeaders(stream.id, { ":path": path, ":method": "GET", ":authority": "app" }));
+          if (excluded) { stream.counted = false; moves++; }
+        } else if (roll < 0.75) {
+          const stream = pick(live); // a local reply from an earlier filter: response headers, maybe no request headers
+          truth.run(stream.vm, 0, () => stream.vm.responseHeaders(stream.id));
+        } else {
+          end(live.splice(Math.floor(random() * live.length), 1)[0]!); // completed or reset: the same to the host
+        }
       }
-      expect(host.inflight()!.count).toBe(expected);
+      expect(live.filter((s) => s.counted).length).toBe(truth.gauge());
+      for (const stream of live.splice(0)) end(stream);
+      expect(truth.checks).toBeGreaterThanOrEqual(moves);
+      expect(moves).toBeGreaterThan(5000);
+      expect(host.metric(GAUGE)).toBe(0);
+      for (const vm of vms) vm.tick();
+      expect(host.metric(TOTAL)).toBe(finished);
+      expect(vms.every((vm) => vm.failed === undefined && vm.liveStreams === 0)).toBe(true);
+      expect(host.calls).toHaveLength(0); // not draining, no heartbeat: no report at all
     }
-    expect(host.casMismatches).toBeGreaterThan(500);
-    expect(gauge.maxLead).toBeGreaterThanOrEqual(1); // the gauge rose before the CAS that counted
-    expect(host.metric(GAUGE)).toBe(expected);
-    host.beforeHostCall = undefined;
-    for (const [vm, mine] of ids) for (const id of mine) vm.endStream(id);
-    expect(host.inflight()!.count).toBe(0);
-    expect(host.metric(GAUGE)).toBe(0);
-  });
-
-  test.each([["proxy_get_shared_data"], ["proxy_set_shared_data"]])("a +1 failed by the host at %s is not counted: its end does not decrement", (failing) => {
-    const host = new ProxyWasmHost();
-    const vm = host.createVm({ configuration: CONFIG });
-    watchGauge(host);
-    const counted = vm.createStream();
-    host.beforeHostCall = ({ call, key, callback }) =>
-      call === failing && key === "lastcall.inflight" && callback === "proxy_on_context_create" ? WasmResult.InternalFailure : undefined;
-    const failed = [vm.createStream(), vm.createStream()];
-    host.beforeHostCall = undefined;
-    expect(host.inflight()).toEqual({ count: 1, version: 1 });
-    expect(host.metric(GAUGE)).toBe(1); // raised, then lowered again
-    vm.requestHeaders(failed[0]!, { ":path": "/healthz" }); // excluded, but was never counted
-    vm.endStream(failed[0]!);
-    vm.endStream(failed[1]!);
-    expect(host.inflight()).toEqual({ count: 1, version: 1 });
-    expect(host.metric(GAUGE)).toBe(1);
-    expect(host.metric(TOTAL)).toBe(0);
-    vm.endStream(counted);
-    expect(host.inflight()).toEqual({ count: 0, version: 2 });
-    expect(host.metric(GAUGE)).toBe(0);
-    expect(host.metric(TOTAL)).toBe(1);
   });
 
   test("a stream reset before its headers is counted from create to delete", () => {
-    const host = new ProxyWasmHost();
-    const vm = host.createVm({ configuration: CONFIG });
-    const id = vm.createStream();
-    expect(host.inflight()).toEqual({ count: 1, version: 1 });
-    vm.endStream(id);
-    expect(host.inflight()).toEqual({ count: 0, version: 2 });
+    const { host, truth } = watched();
+    const vm = host.createVm({ configuration: EXCLUDING });
+    const id = truth.run(vm, 1, () => vm.createStream());
+    expect(host.metric(GAUGE)).toBe(1);
+    truth.run(vm, -1, () => vm.endStream(id));
+    expect(host.metric(GAUGE)).toBe(0);
+    vm.tick();
     expect(host.metric(TOTAL)).toBe(1);
   });
 
-  test("an excluded path leaves the count at its headers, once, and is not a counted stream", () => {
-    const host = new ProxyWasmHost();
-    const vm = host.createVm({ configuration: CONFIG });
-    const id = vm.createStream();
-    vm.requestHeaders(id, { ":path": "/internal/debug?x=1" });
-    expect(host.inflight()!.count).toBe(0);
-    vm.requestHeaders(id, { ":path": "/internal/debug" }); // a second delivery changes nothing
-    vm.endStream(id);
-    expect(host.inflight()).toEqual({ count: 0, version: 2 });
+  test("an excluded path leaves the count at its headers, once, and is not a finished stream", () => {
+    const { host, truth } = watched();
+    const vm = host.createVm({ configuration: EXCLUDING });
+    const id = truth.run(vm, 1, () => vm.createStream());
+    truth.run(vm, -1, () => vm.requestHeaders(id, { ":path": "/internal/debug?x=1" }));
     expect(host.metric(GAUGE)).toBe(0);
+    truth.run(vm, 0, () => vm.requestHeaders(id, { ":path": "/internal/debug" })); // a second delivery changes nothing
+    truth.run(vm, 0, () => vm.endStream(id));
+    expect(host.metric(GAUGE)).toBe(0);
+    vm.tick();
     expect(host.metric(TOTAL)).toBe(0);
   });
 
-  test("prefix entries match by prefix and exact entries only exactly", () => {
-    const host = new ProxyWasmHost();
+  test("prefix entries match by prefix and exact entries only exactly, query string removed", () => {
+    const { host, truth } = watched();
     const vm = host.createVm({ configuration: JSON.stringify({ exclude_paths: ["/a*", "/b"], heartbeat_ms: 0 }) });
-    const paths = ["/a", "/abc", "/a/b?c", "/b", "/b?x", "/bc", "/", "/c/a"];
-    const ids = paths.map((path) => {
-      const id = vm.createStream();
-      vm.requestHeaders(id, { ":path": path });
-      return id;
+    const cases: [string, boolean][] = [
+      ["/a", true], ["/abc", true], ["/a/b?c", true], ["/b", true], ["/b?x", true],
+      ["/bc", false], ["/", false], ["/c/a", false], ["/B", false], ["/?/a", false],
+    ];
+    const ids = cases.map(([path, excluded]) => {
+      const id = truth.run(vm, 1, () => vm.createStream());
+      truth.run(vm, excluded ? -1 : 0, () => vm.requestHeaders(id, { ":path": path }));
+      return { id, excluded };
     });
-    expect(host.inflight()!.count).toBe(3); // /bc, /, /c/a
-    for (const id of ids) vm.endStream(id);
-    expect(host.metric(TOTAL)).toBe(3);
+    expect(host.metric(GAUGE)).toBe(5);
+    for (const { id, excluded } of ids) truth.run(vm, excluded ? 0 : -1, () => vm.endStream(id));
+    vm.tick();
+    expect(host.metric(TOTAL)).toBe(5);
   });
 
-  test("a network-filter connection is in flight from creation to deletion", () => {
-    const host = new ProxyWasmHost();
-    const vm = host.createVm({ vmId: "lastcall_inflight_tcp", configuration: '{"heartbeat_ms":0}' });
-    const id = vm.createStream();
-    expect(vm.newConnection(id)).toBe(0);
-    expect(host.inflight("lastcall_inflight_tcp")!.count).toBe(1);
-    vm.downstreamClose(id);
-    expect(host.inflight("lastcall_inflight_tcp")!.count).toBe(1);
-    vm.endStream(id);
-    expect(host.inflight("lastcall_inflight_tcp")).toEqual({ count: 0, version: 2 });
-    expect(host.inflight()).toBeUndefined(); // another vm_id, another namespace
+  test("a network-filter connection is in flight from creation to deletion, in the gauge its plugin names", () => {
+    const TCP = gaugeName(0, "lastcall_inflight_tcp");
+    const { host, truth } = watched(TCP);
+    const tcp = host.createVm({ vmId: "lastcall_inflight_tcp", configuration: '{"heartbeat_ms":0,"gauge":"lastcall_inflight_tcp"}' });
+    const http = host.createVm({ configuration: PLAIN });
+    const connection = truth.run(tcp, 1, () => tcp.createStream());
+    expect(truth.run(tcp, 0, () => tcp.newConnection(connection))).toBe(0);
+    const stream = http.createStream();
+    expect([host.metric(TCP), host.metric(GAUGE)]).toEqual([1, 1]); // the agent's setup: one gauge per variant
+    truth.run(tcp, 0, () => tcp.downstreamClose(connection));
+    expect(host.metric(TCP)).toBe(1);
+    truth.run(tcp, -1, () => tcp.endStream(connection));
+    expect([host.metric(TCP), host.metric(GAUGE)]).toEqual([0, 1]);
+    http.endStream(stream);
+    tcp.tick();
+    expect(host.metric(TOTAL)).toBe(1);
   });
 
-  test("the first configure creates the keys; later VMs find them and keep them", () => {
-    const host = new ProxyWasmHost();
-    const first = host.createVm({ configuration: CONFIG });
-    expect(host.inflight()).toEqual({ count: 0, version: 0 });
-    expect(host.sharedData("lastcall.draining")!.value).toEqual(new Uint8Array([0]));
-    const id = first.createStream();
-    host.createVm({ configuration: CONFIG });
-    expect(host.inflight()).toEqual({ count: 1, version: 1 });
-    first.endStream(id);
+  test("stats are per name, not per vm_id: two variants without their own gauge count in one", () => {
+    const { host, truth } = watched();
+    const tcp = host.createVm({ vmId: "lastcall_inflight_tcp", configuration: PLAIN });
+    const http = host.createVm({ configuration: PLAIN });
+    const connection = truth.run(tcp, 1, () => tcp.createStream());
+    const stream = truth.run(http, 1, () => http.createStream());
+    expect(host.metric(GAUGE)).toBe(2);
+    truth.run(tcp, -1, () => tcp.endStream(connection));
+    truth.run(http, -1, () => http.endStream(stream));
+    expect(host.metric(GAUGE)).toBe(0);
+  });
+
+  test.each([
+    [0, undefined, "lastcall_inflight"], [1, undefined, "lastcall_inflight_odd"], [2, undefined, "lastcall_inflight"],
+    [7, undefined, "lastcall_inflight_odd"], [0, "lastcall_inflight_tcp", "lastcall_inflight_tcp"], [3, "x_9", "x_9_odd"],
+  ])("restart epoch %i with gauge %s counts in wasmcustom.%s only", (epoch, gauge, name) => {
+    const { host, truth } = watched(`wasmcustom.${name}`);
+    const configuration = (extra: object) => JSON.stringify({ epoch, ...(gauge ? { gauge } : {}), ...extra });
+    const vms = [host.createVm({ configuration: configuration({ heartbeat_ms: 0 }) }), host.createVm({ configuration: configuration({}) })];
+    const ids = vms.map((vm) => truth.run(vm, 1, () => vm.createStream()));
+    expect(host.metric(`wasmcustom.${name}`)).toBe(2);
+    const others = [0, 1].flatMap((parity) => [gaugeName(parity), gaugeName(parity, gauge ?? "lastcall_inflight")]);
+    for (const other of others) if (other !== `wasmcustom.${name}`) expect(host.metric(other), other).toBeUndefined(); // never even defined
+    vms[1]!.tick();
+    expect(JSON.parse(host.calls[0]!.body)).toMatchObject({ epoch, inflight: 2 });
+    vms.forEach((vm, i) => truth.run(vm, -1, () => vm.endStream(ids[i]!)));
+    expect(host.metric(`wasmcustom.${name}`)).toBe(0);
   });
 });
 
-test("the module imports only proxy-wasm ABI functions", () => {
-  const imports = new ProxyWasmHost().imports();
-  expect(imports.filter((name) => !/^env\.proxy_[a-z_]+$/.test(name))).toEqual([]);
-  expect(imports.sort()).toEqual([
-    "env.proxy_define_metric", "env.proxy_get_buffer_bytes", "env.proxy_get_header_map_value",
-    "env.proxy_get_property", "env.proxy_get_shared_data", "env.proxy_http_call", "env.proxy_increment_metric",
-    "env.proxy_log", "env.proxy_set_shared_data", "env.proxy_set_tick_period_milliseconds",
-  ]);
+describe("the cost of a stream outside a drain", () => {
+  test("a request makes exactly two host calls: +1 on the gauge at creation, −1 at deletion", () => {
+    const host = new ProxyWasmHost();
+    const vms = [host.createVm(), host.createVm({ configuration: PLAIN })]; // heartbeats on and off
+    const other = vms[1]!.createStream(); // another VM's stream in flight: nothing changes
+    vms[0]!.tick();
+    host.calls[0]!.respond(200, "", [["x-lastcall-draining", "0"]]); // heard from the agent: not draining
+    const imports: string[] = [];
+    const points: string[] = [];
+    host.onImport = (_, name) => { imports.push(name); };
+    host.afterHostCall = ({ call, key, callback, offset }) => { points.push(`${callback}: ${call} ${key} ${offset}`); };
+    for (const vm of vms) {
+      const id = vm.createStream();
+      vm.requestHeaders(id, { ":path": "/api", ":method": "GET", ":authority": "app" });
+      vm.responseHeaders(id);
+      vm.endStream(id);
+    }
+    expect(imports).toEqual(Array(4).fill("proxy_increment_metric"));
+    expect(points).toEqual(Array(2).fill([
+      `proxy_on_context_create: proxy_increment_metric ${GAUGE} 1`, `proxy_on_delete: proxy_increment_metric ${GAUGE} -1`,
+    ]).flat());
+    expect(host.calls).toHaveLength(1);
+    vms[1]!.endStream(other);
+  });
+
+  test("with exclude_paths, a request adds one read of :path, no other host call", () => {
+    const host = new ProxyWasmHost();
+    const vm = host.createVm({ configuration: EXCLUDING });
+    const imports: string[] = [];
+    host.onImport = (_, name) => { imports.push(name); };
+    const id = vm.createStream();
+    vm.requestHeaders(id, { ":path": "/api" });
+    vm.endStream(id);
+    expect(imports).toEqual(["proxy_increment_metric", "proxy_get_header_map_value", "proxy_increment_metric"]);
+  });
+
+  test("the module imports only proxy-wasm ABI functions, and no shared data", () => {
+    const imports = new ProxyWasmHost().imports();
+    expect(imports.filter((name) => !/^env\.proxy_[a-z_]+$/.test(name))).toEqual([]);
+    expect(imports.sort()).toEqual([
+      "env.proxy_define_metric", "env.proxy_get_buffer_bytes", "env.proxy_get_header_map_value", "env.proxy_get_metric",
+      "env.proxy_get_property", "env.proxy_http_call", "env.proxy_increment_metric", "env.proxy_log",
+      "env.proxy_set_tick_period_milliseconds",
+    ]);
+  });
+
+  // Direct evidence of "no allocation, no map entry": the VM's whole linear memory (heap, maps,
+  // allocator state) is byte for byte what it was, during and after a stream. The same probe sees
+  // the map entry a VM with exclude_paths makes, so it is not blind.
+  test("with exclude_paths empty a stream leaves the VM's memory untouched, and 100,000 streams do not grow it", () => {
+    const host = new ProxyWasmHost();
+    const plain = host.createVm({ configuration: PLAIN });
+    const excluding = host.createVm({ configuration: EXCLUDING });
+    const request = (vm: FilterVm, before: Uint8Array) => {
+      const id = vm.createStream();
+      vm.requestHeaders(id, { ":path": "/api", ":method": "GET" });
+      const during = vm.memorySnapshot();
+      vm.responseHeaders(id);
+      vm.endStream(id);
+      const same = (snapshot: Uint8Array) => snapshot.length === before.length && snapshot.every((byte, i) => byte === before[i]);
+      return { during: same(during), after: same(vm.memorySnapshot()) };
+    };
+    for (const vm of [plain, excluding]) {
+      for (let i = 0; i < 1000; i++) vm.requestHeaders(vm.createStream(), { ":path": "/live" }); // a busy worker
+      request(vm, vm.memorySnapshot()); // first use of this path warms nothing up, but be fair
+    }
+    expect(request(plain, plain.memorySnapshot())).toEqual({ during: true, after: true });
+    expect(request(excluding, excluding.memorySnapshot()).during).toBe(false);
+    const size = plain.memorySize;
+    const before = plain.memorySnapshot();
+    for (let i = 0; i < 100_000; i++) {
+      const id = plain.createStream();
+      plain.requestHeaders(id, { ":path": "/api" });
+      plain.endStream(id);
+    }
+    expect(plain.memorySize).toBe(size);
+    expect(plain.memorySnapshot()).toEqual(before);
+    expect(host.metric(GAUGE)).toBe(2000);
+  });
 });

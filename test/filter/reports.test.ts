@@ -1,11 +1,20 @@
+// Reports to the agent (docs/filter-protocol.md, "Reports" and "The agent's answer"): each VM's
+// heartbeat, its own sticky draining flag learned from the answers to ITS reports, one drain_ack
+// per VM, pushes of moves to and from zero while it knows, probes answered with the gauge.
 import { describe, expect, test } from "vitest";
-import { type HttpCall, ProxyWasmHost, WasmResult } from "../support/proxy-wasm-host.ts";
+import { type FilterVm, type HttpCall, ProxyWasmHost, WasmResult } from "../support/proxy-wasm-host.ts";
 import { prng } from "./prng.ts";
+import { gaugeName } from "./truth.ts";
 
+const GAUGE = gaugeName(0);
+const TOTAL = "wasmcustom.lastcall_streams_total";
 const SENT = "wasmcustom.lastcall_reports_sent";
 const FAILED = "wasmcustom.lastcall_reports_failed";
-const body = (call: HttpCall) => JSON.parse(call.body) as Record<string, unknown>;
-const reasons = (host: ProxyWasmHost) => host.calls.map((call) => body(call).reason);
+const HEADERS: [string, string][] = [[":method", "POST"], [":path", "/v1/inflight"], [":authority", "lastcall"], ["content-type", "application/json"]];
+
+interface Report { instance: string; epoch: number; inflight: number; draining: boolean; reason: string; probe?: number }
+const body = (call: HttpCall) => JSON.parse(call.body) as Report;
+const reasons = (calls: HttpCall[]) => calls.map((call) => body(call).reason);
 
 /** The agent's answer to a report: 200, `x-lastcall-draining` and maybe `x-lastcall-probe`; a body for humans. */
 function answer(call: HttpCall, draining: boolean, probe?: string): void {
@@ -14,78 +23,104 @@ function answer(call: HttpCall, draining: boolean, probe?: string): void {
   call.respond(200, JSON.stringify({ draining }), headers);
 }
 
+/** Ticks `vm` and answers its heartbeat: after this the VM knows of the drain (or not). */
+function heartbeat(host: ProxyWasmHost, vm: FilterVm, draining: boolean, probe?: string): HttpCall[] {
+  const from = host.calls.length;
+  vm.tick();
+  answer(host.calls[from]!, draining, probe);
+  return host.calls.slice(from);
+}
+
 describe("reports", () => {
-  test("a heartbeat is one POST /v1/inflight to the agent cluster with the current count", () => {
+  test("a heartbeat is one POST /v1/inflight with the process-wide gauge, keys in order, no seq", () => {
     const host = new ProxyWasmHost();
-    const vm = host.createVm({ configuration: '{"instance":"pod-\\"a\\"","epoch":4,"agent_authority":"agent.local","push_timeout_ms":250}' });
-    expect(vm.tickPeriodMs).toBe(1000);
-    const ids = [vm.createStream(), vm.createStream()];
-    vm.tick();
+    const configuration = '{"instance":"pod-\\"a\\"","epoch":4,"agent_authority":"agent.local","push_timeout_ms":250}';
+    const [a, b] = [host.createVm({ configuration }), host.createVm({ configuration })];
+    const ids = [b.createStream(), b.createStream(), a.createStream()];
+    a.tick();
     expect(host.calls).toHaveLength(1);
     const [call] = host.calls;
+    expect(call!.vm).toBe(a);
     expect(call!.cluster).toBe("lastcall_agent");
     expect(call!.timeoutMs).toBe(250);
-    expect(call!.headers).toEqual([
-      [":method", "POST"], [":path", "/v1/inflight"], [":authority", "agent.local"], ["content-type", "application/json"],
-    ]);
-    expect(body(call!)).toEqual({ instance: 'pod-"a"', epoch: 4, seq: 2, inflight: 2, draining: false, reason: "heartbeat" });
-    expect(call!.body).not.toContain("probe");
+    expect(call!.headers).toEqual([[":method", "POST"], [":path", "/v1/inflight"], [":authority", "agent.local"], ["content-type", "application/json"]]);
+    expect(call!.body).toBe('{"instance":"pod-\\"a\\"","epoch":4,"inflight":3,"draining":false,"reason":"heartbeat"}');
     expect(host.metric(SENT)).toBe(1);
     answer(call!, false);
     expect(host.metric(FAILED)).toBe(0);
-    for (const id of ids) vm.endStream(id);
-    expect(host.calls).toHaveLength(1);
+    for (const id of ids.slice(0, 2)) b.endStream(id);
+    a.endStream(ids[2]!);
+    expect(host.calls).toHaveLength(1); // streams send nothing outside a drain
   });
 
-  test("no heartbeat timer when heartbeat_ms is 0 or reports are disabled", () => {
+  test.each([
+    ['{"heartbeat_ms":250}', 250, true],
+    ["", 1000, true],
+    ['{"heartbeat_ms":0}', 1000, false],
+    ['{"agent_cluster":"","heartbeat_ms":500}', 1000, false],
+  ])("with %s the timer ticks every %i ms; heartbeat sent: %s", (configuration, period, sends) => {
     const host = new ProxyWasmHost();
-    expect(host.createVm({ configuration: '{"heartbeat_ms":0}' }).tickPeriodMs).toBe(0);
-    const silent = host.createVm({ configuration: '{"agent_cluster":"","heartbeat_ms":500}' });
-    expect(silent.tickPeriodMs).toBe(0);
-    silent.tick();
-    expect(host.calls).toHaveLength(0);
+    const vm = host.createVm({ configuration });
+    expect(vm.configured).toBe(true);
+    expect(vm.tickPeriodMs).toBe(period);
+    vm.tick();
+    expect(reasons(host.calls)).toEqual(sends ? ["heartbeat"] : []);
   });
 
-  test("with a token, every report carries x-lastcall-token; without one, no such header", () => {
+  test("lastcall_streams_total is added by each VM at its tick, not per stream", () => {
+    const host = new ProxyWasmHost();
+    const [a, b] = [host.createVm({ configuration: '{"heartbeat_ms":0}' }), host.createVm({ configuration: '{"heartbeat_ms":200}' })];
+    const moved: string[] = [];
+    host.afterHostCall = ({ call, key }) => { if (call === "proxy_increment_metric") moved.push(key); };
+    for (let i = 0; i < 3; i++) a.endStream(a.createStream());
+    for (let i = 0; i < 2; i++) b.endStream(b.createStream());
+    expect(moved).toEqual(Array(10).fill(GAUGE));
+    expect(host.metric(TOTAL)).toBe(0);
+    a.tick();
+    expect(host.metric(TOTAL)).toBe(3);
+    b.tick();
+    expect(host.metric(TOTAL)).toBe(5);
+    a.tick(); // nothing finished since: no increment
+    expect(host.metric(TOTAL)).toBe(5);
+    expect(moved.filter((key) => key === TOTAL)).toHaveLength(2);
+  });
+
+  test("with a token, every kind of report carries x-lastcall-token; without one, no such header", () => {
     const token = "s3cr3t-T0k3n_~!#$%&'*+.^`|";
     const host = new ProxyWasmHost();
-    const vms = [host.createVm({ configuration: JSON.stringify({ token }) }), host.createVm({ configuration: JSON.stringify({ token }) })];
-    vms[0]!.tick();
-    answer(host.calls[0]!, true, "9"); // drain_ack and probe
-    const id = vms[1]!.createStream(); // busy
-    vms[1]!.endStream(id); // zero
-    vms[1]!.tick();
-    expect(reasons(host)).toEqual(["heartbeat", "drain_ack", "probe", "busy", "zero", "heartbeat"]);
-    for (const call of host.calls) {
-      expect(call.headers).toEqual([
-        [":method", "POST"], [":path", "/v1/inflight"], [":authority", "lastcall"], ["content-type", "application/json"],
-        ["x-lastcall-token", token],
-      ]);
-    }
+    const vm = host.createVm({ configuration: JSON.stringify({ token }) });
+    heartbeat(host, vm, true, "9"); // heartbeat, drain_ack, probe
+    vm.endStream(vm.createStream()); // busy, zero
+    expect(reasons(host.calls)).toEqual(["heartbeat", "drain_ack", "probe", "busy", "zero"]);
+    for (const call of host.calls) expect(call.headers).toEqual([...HEADERS, ["x-lastcall-token", token]]);
     const plain = new ProxyWasmHost();
     plain.createVm({ configuration: '{"token":""}' }).tick();
-    expect(plain.calls[0]!.headers.map(([name]) => name)).toEqual([":method", ":path", ":authority", "content-type"]);
+    expect(plain.calls[0]!.headers).toEqual(HEADERS);
   });
 
-  test("a report whose counter read fails is not sent, and is counted failed", () => {
+  test("a report whose gauge read fails is not sent, and is counted failed", () => {
     const host = new ProxyWasmHost();
     const vm = host.createVm();
-    host.beforeHostCall = ({ call, key }) =>
-      call === "proxy_get_shared_data" && key === "lastcall.inflight" ? WasmResult.InternalFailure : undefined;
-    vm.tick();
-    expect(host.calls).toHaveLength(0);
-    expect(host.metric(FAILED)).toBe(1);
+    heartbeat(host, vm, true); // heartbeat and drain_ack
+    host.beforeHostCall = ({ call }) => (call === "proxy_get_metric" ? WasmResult.InternalFailure : undefined);
+    vm.tick(); // heartbeat
+    vm.endStream(vm.createStream()); // busy, zero
+    answer(host.calls[1]!, true, "5"); // probe
+    expect(reasons(host.calls)).toEqual(["heartbeat", "drain_ack"]);
+    expect(host.metric(FAILED)).toBe(4);
+    expect(host.metric(SENT)).toBe(2);
   });
 
   test("failed report calls are counted, never retried", () => {
     const host = new ProxyWasmHost();
     const vm = host.createVm();
     vm.tick();
-    host.calls[0]!.respond(500, "oops");
+    host.calls[0]!.respond(500, "oops", [["x-lastcall-draining", "1"], ["x-lastcall-probe", "3"]]);
     vm.tick();
     host.calls[1]!.fail();
     vm.tick();
     host.calls[2]!.respond(200, "not json", [["x-lastcall-draining", "0"]]);
+    expect(host.calls).toHaveLength(3);
     expect(host.metric(SENT)).toBe(3);
     expect(host.metric(FAILED)).toBe(2);
     const missing = host.createVm({ configuration: '{"agent_cluster":"no_such_cluster"}' });
@@ -97,147 +132,193 @@ describe("reports", () => {
 });
 
 describe("draining", () => {
-  test("the first VM to learn of the drain acks it; then every move to and from zero is reported", () => {
+  test("each VM acks the drain once, when it first learns of it from an answer to its own report", () => {
     const host = new ProxyWasmHost();
     const vms = [host.createVm(), host.createVm(), host.createVm()];
-    const streams = vms.map((vm) => [vm, vm.createStream()] as const);
-    vms[0]!.tick();
-    vms[1]!.tick();
-    const [first, second] = host.calls;
-    answer(first!, true);
-    expect(host.calls).toHaveLength(3);
-    expect(host.calls[2]!.vm).toBe(vms[0]);
-    expect(body(host.calls[2]!)).toMatchObject({ seq: 3, inflight: 3, draining: true, reason: "drain_ack" });
-    answer(second!, true); // already known: no second ack
-    expect(host.calls).toHaveLength(3);
+    const ids = vms.map((vm) => vm.createStream());
+    expect(heartbeat(host, vms[0]!, true).map(body)).toEqual([
+      { instance: "", epoch: 0, inflight: 3, draining: false, reason: "heartbeat" },
+      { instance: "", epoch: 0, inflight: 3, draining: true, reason: "drain_ack" },
+    ]);
+    expect(reasons(heartbeat(host, vms[0]!, true))).toEqual(["heartbeat"]); // known: no second ack
+    vms[0]!.endStream(ids[0]!);
+    const second = heartbeat(host, vms[1]!, true);
+    expect(second.map((call) => call.vm)).toEqual([vms[1], vms[1]]);
+    expect(second.map(body)).toMatchObject([
+      { inflight: 2, draining: false, reason: "heartbeat" }, { inflight: 2, draining: true, reason: "drain_ack" },
+    ]);
+    vms[2]!.tick(); // never answered: does not know, does not ack
+    expect(body(host.calls.at(-1)!)).toMatchObject({ draining: false, reason: "heartbeat" });
+    expect(host.calls.filter((call) => body(call).reason === "drain_ack").map((call) => call.vm)).toEqual([vms[0], vms[1]]);
+    vms.forEach((vm, i) => { if (i > 0) vm.endStream(ids[i]!); });
+  });
 
-    streams[0]![0].endStream(streams[0]![1]);
-    streams[1]![0].endStream(streams[1]![1]);
-    expect(host.calls).toHaveLength(3); // 3→2→1: no transition
-    streams[2]![0].endStream(streams[2]![1]);
-    expect(host.calls).toHaveLength(4);
-    expect(host.calls[3]!.vm).toBe(vms[2]); // the worker whose CAS made 1→0
-    expect(body(host.calls[3]!)).toMatchObject({ seq: 6, inflight: 0, draining: true, reason: "zero" });
-
-    const late = vms[1]!.createStream();
-    expect(body(host.calls[4]!)).toMatchObject({ seq: 7, inflight: 1, reason: "busy" });
-    vms[1]!.requestHeaders(late, { ":path": "/" });
-    vms[1]!.endStream(late);
-    expect(body(host.calls[5]!)).toMatchObject({ seq: 8, inflight: 0, reason: "zero" });
-    vms[0]!.tick();
-    expect(body(host.calls[6]!)).toMatchObject({ seq: 8, inflight: 0, draining: true, reason: "heartbeat" });
+  test("the ack reads the gauge after the VM learned: another VM's move just before the read is in it", () => {
+    const host = new ProxyWasmHost();
+    const [a, b] = [host.createVm(), host.createVm()];
+    const stream = b.createStream();
+    a.tick();
+    let raced = false;
+    host.beforeHostCall = ({ vm, call, callback }) => {
+      if (raced || vm !== a || call !== "proxy_get_metric" || callback !== "proxy_on_http_call_response") return;
+      raced = true;
+      b.endStream(stream); // b does not know of the drain: its 1 → 0 pushes nothing
+    };
+    answer(host.calls[0]!, true);
+    expect(raced).toBe(true);
+    expect(host.calls.slice(1).map((call) => [call.vm.index, body(call).reason, body(call).inflight])).toEqual([[0, "drain_ack", 0]]);
   });
 
   test("a drain learned at zero is acked with inflight 0", () => {
     const host = new ProxyWasmHost();
     const vm = host.createVm();
-    vm.tick();
-    answer(host.calls[0]!, true);
-    expect(body(host.calls[1]!)).toMatchObject({ seq: 0, inflight: 0, draining: true, reason: "drain_ack" });
+    expect(body(heartbeat(host, vm, true)[1]!)).toEqual({ instance: "", epoch: 0, inflight: 0, draining: true, reason: "drain_ack" });
   });
 
-  test("only a 200 with x-lastcall-draining: 1 starts a drain; the body is not read", () => {
+  test("only a VM that knows of the drain pushes busy and zero, each read right after its own move", () => {
+    const host = new ProxyWasmHost();
+    const [a, b] = [host.createVm(), host.createVm()];
+    heartbeat(host, a, true);
+    const from = host.calls.length;
+    const pushes = () => host.calls.slice(from).map((call) => `${call.vm.index} ${body(call).reason} ${body(call).inflight}`);
+    b.endStream(b.createStream()); // b does not know: 0 → 1 → 0 pushes nothing
+    expect(pushes()).toEqual([]);
+    const first = a.createStream(); // 0 → 1
+    const second = b.createStream(); // 1 → 2, b does not know
+    const third = a.createStream(); // 2 → 3: not a move from zero
+    a.endStream(first); // 3 → 2
+    a.endStream(third); // 2 → 1
+    expect(pushes()).toEqual(["0 busy 1"]);
+    b.endStream(second); // 1 → 0 by b, which does not know: the agent learns it from a pull or b's ack
+    expect(pushes()).toEqual(["0 busy 1"]);
+    heartbeat(host, b, true);
+    expect(pushes()).toEqual(["0 busy 1", "1 heartbeat 0", "1 drain_ack 0"]);
+    b.endStream(b.createStream());
+    expect(pushes().slice(3)).toEqual(["1 busy 1", "1 zero 0"]);
+  });
+
+  test("only x-lastcall-draining: 1 on a 200 says draining; the body is not read", () => {
     const host = new ProxyWasmHost();
     const vm = host.createVm();
     const answers: [number, string, [string, string][]][] = [
       [503, '{"draining":true}', [["x-lastcall-draining", "1"]]],
+      [401, "", [["x-lastcall-draining", "1"]]],
       [200, '{"draining":true}', []],
       [200, '{"draining":true}', [["x-lastcall-draining", "0"]]],
       [200, "", [["x-lastcall-draining", "true"]]],
       [200, "", [["x-lastcall-draining", "11"]]],
       [200, "", [["x-lastcall-draining", ""]]],
       [200, "", [["x-lastcall-draining", " 1"]]],
+      [200, "", [["x-lastcall-draining", "1 "]]],
+      [200, "", [["x-lastcall-draining", "01"]]],
     ];
     for (const [status, text, headers] of answers) {
       vm.tick();
       host.calls.at(-1)!.respond(status, text, headers);
     }
     expect(host.calls).toHaveLength(answers.length);
-    expect(host.sharedData("lastcall.draining")!.value).toEqual(new Uint8Array([0]));
     vm.endStream(vm.createStream());
-    expect(host.calls).toHaveLength(answers.length); // not draining: no transition reports
     vm.tick();
+    expect(host.calls.slice(answers.length).map(body)).toMatchObject([{ reason: "heartbeat", draining: false }]);
     host.calls.at(-1)!.respond(200, "", [["x-lastcall-draining", "1"]]);
-    expect(reasons(host).at(-1)).toBe("drain_ack");
+    expect(reasons(host.calls).at(-1)).toBe("drain_ack");
   });
 
-  test("the flag exists from configure, never cleared: a later VM and a 'draining: 0' keep it set", () => {
+  test("the flag is sticky: no later answer clears it, and the ack is never repeated", () => {
     const host = new ProxyWasmHost();
     const vm = host.createVm();
-    expect(host.sharedData("lastcall.draining")!.value).toEqual(new Uint8Array([0]));
+    heartbeat(host, vm, true);
     vm.tick();
-    answer(host.calls[0]!, true);
-    const late = host.createVm(); // configure finds the flag and keeps it
-    expect(host.sharedData("lastcall.draining")!.value).toEqual(new Uint8Array([1]));
-    late.tick();
-    answer(host.calls.at(-1)!, false);
-    late.tick();
-    expect(body(host.calls.at(-1)!)).toMatchObject({ reason: "heartbeat", draining: true });
-    expect(reasons(host).filter((r) => r === "drain_ack")).toHaveLength(1);
+    host.calls.at(-1)!.respond(200, "", [["x-lastcall-draining", "0"]]);
+    vm.tick();
+    host.calls.at(-1)!.respond(200, "", []);
+    vm.tick();
+    host.calls.at(-1)!.respond(503, "");
+    vm.tick();
+    host.calls.at(-1)!.fail();
+    heartbeat(host, vm, true);
+    vm.endStream(vm.createStream());
+    vm.tick();
+    expect(host.calls.slice(2).map((call) => `${body(call).reason} ${body(call).draining}`)).toEqual([
+      ...Array(5).fill("heartbeat true"), "busy true", "zero true", "heartbeat true",
+    ]);
   });
 
-  test("in random interleavings the transition reports alternate busy/zero with rising seq", () => {
+  test("while every VM knows, the pushes are exactly the count's moves to and from zero, alternating", () => {
     for (const seed of [11, 12, 13]) {
       const host = new ProxyWasmHost();
       const random = prng(seed);
       const vms = Array.from({ length: 4 }, () => host.createVm({ configuration: '{"exclude_paths":["/healthz"]}' }));
-      const live: [typeof vms[number], number][] = [];
-      let drainAt = 1000 + Math.floor(random() * 1000);
+      for (const vm of vms) heartbeat(host, vm, true);
+      const from = host.calls.length;
+      const live: { vm: FilterVm; id: number; counted: boolean }[] = [];
+      const moves: string[] = [];
+      let count = 0;
+      const moved = (delta: number) => {
+        count += delta;
+        if (delta > 0 && count === 1) moves.push("busy 1");
+        if (delta < 0 && count === 0) moves.push("zero 0");
+      };
+      const end = ({ vm, id, counted }: typeof live[number]) => {
+        vm.endStream(id);
+        if (counted) moved(-1);
+      };
       for (let step = 0; step < 4000; step++) {
-        if (step === drainAt) {
-          vms[step % 4]!.tick();
-          answer(host.calls.at(-1)!, true);
-          drainAt = -1;
-        }
-        // Keep the count low so it crosses zero often.
-        if (random() < 0.5 - live.length * 0.08) {
+        if (random() < 0.5 - live.length * 0.08) { // keep the count low so it crosses zero often
           const vm = vms[Math.floor(random() * 4)]!;
-          const id = vm.createStream();
-          if (random() < 0.2) vm.requestHeaders(id, { ":path": "/healthz" });
-          live.push([vm, id]);
+          const stream = { vm, id: vm.createStream(), counted: true };
+          moved(1);
+          if (random() < 0.2) {
+            vm.requestHeaders(stream.id, { ":path": "/healthz" });
+            stream.counted = false;
+            moved(-1);
+          }
+          live.push(stream);
         } else if (live.length > 0) {
-          const [vm, id] = live.splice(Math.floor(random() * live.length), 1)[0]!;
-          vm.endStream(id);
+          end(live.splice(Math.floor(random() * live.length), 1)[0]!);
         }
       }
-      for (const [vm, id] of live.splice(0)) vm.endStream(id);
-      const reports = host.calls.map(body);
-      const ack = reports.findIndex((r) => r.reason === "drain_ack");
-      expect(reports.filter((r) => r.reason === "drain_ack")).toHaveLength(1);
-      const transitions = reports.slice(ack + 1);
-      expect(transitions.length).toBeGreaterThan(50);
-      let previousSeq = reports[ack]!.seq as number;
-      let expectNext = reports[ack]!.inflight === 0 ? "busy" : "zero";
-      for (const report of transitions) {
-        expect(report.seq as number).toBeGreaterThan(previousSeq);
-        previousSeq = report.seq as number;
-        if (report.inflight !== 0 && report.inflight !== 1) continue;
-        expect(report.reason).toBe(expectNext);
-        expect(report.inflight).toBe(report.reason === "zero" ? 0 : 1);
-        expectNext = report.reason === "zero" ? "busy" : "zero";
-      }
-      expect(transitions.at(-1)).toMatchObject({ reason: "zero", inflight: 0, seq: host.inflight()!.version, draining: true });
-      expect(host.metric("wasmcustom.lastcall_inflight")).toBe(0);
+      for (const stream of live.splice(0)) end(stream);
+      const pushes = host.calls.slice(from).map((call) => `${body(call).reason} ${body(call).inflight}`);
+      expect(moves.length).toBeGreaterThan(100);
+      expect(pushes).toEqual(moves);
+      expect(host.calls.slice(from).every((call) => body(call).draining)).toBe(true);
+      expect(host.metric(GAUGE)).toBe(0);
     }
   });
 });
 
 describe("probes", () => {
-  test("a probe answer gets a probe report with the id after reason, the flag and the count read now", () => {
+  test("a probe answer gets a probe report: the id after reason, the VM's flag, the gauge read now", () => {
     const host = new ProxyWasmHost();
-    const vm = host.createVm({ configuration: '{"instance":"x"}' });
-    const ids = [vm.createStream(), vm.createStream()];
+    const [vm, other] = [host.createVm({ configuration: '{"instance":"x"}' }), host.createVm({ configuration: '{"instance":"x"}' })];
+    const ids = [vm.createStream(), other.createStream()];
     vm.tick();
     vm.endStream(ids[0]!);
     answer(host.calls[0]!, false, "42");
     expect(host.calls).toHaveLength(2);
-    expect(host.calls[1]!.body).toBe('{"instance":"x","epoch":0,"seq":3,"inflight":1,"draining":false,"reason":"probe","probe":42}');
-    answer(host.calls[1]!, false, "9007199254740991"); // the agent may probe again: answered again
-    expect(body(host.calls[2]!)).toMatchObject({ reason: "probe", probe: 9007199254740991, seq: 3, inflight: 1 });
+    expect(host.calls[1]!.body).toBe('{"instance":"x","epoch":0,"inflight":1,"draining":false,"reason":"probe","probe":42}');
+    answer(host.calls[1]!, false, "9007199254740991"); // the agent may probe a probe report: answered again
+    expect(body(host.calls[2]!)).toEqual({ instance: "x", epoch: 0, inflight: 1, draining: false, reason: "probe", probe: 9007199254740991 });
     answer(host.calls[2]!, false);
     expect(host.calls).toHaveLength(3);
     expect(host.metric(SENT)).toBe(3);
-    vm.endStream(ids[1]!);
+    other.endStream(ids[1]!);
+  });
+
+  test("a probe report's count is read as it is composed: another VM's move just before the read is in it", () => {
+    const host = new ProxyWasmHost();
+    const [a, b] = [host.createVm(), host.createVm()];
+    a.tick();
+    let raced = false;
+    host.beforeHostCall = ({ vm, call, callback }) => {
+      if (raced || vm !== a || call !== "proxy_get_metric" || callback !== "proxy_on_http_call_response") return;
+      raced = true;
+      b.createStream();
+    };
+    answer(host.calls[0]!, false, "3");
+    expect(raced).toBe(true);
+    expect(body(host.calls[1]!)).toMatchObject({ reason: "probe", probe: 3, inflight: 1 });
   });
 
   test.each([
@@ -252,52 +333,32 @@ describe("probes", () => {
     expect(host.metric(FAILED)).toBe(0);
   });
 
-  test("a probe on an answer other than 200 is ignored", () => {
+  test("a probe or a drain on an answer other than 200 is ignored", () => {
     const host = new ProxyWasmHost();
     const vm = host.createVm();
     vm.tick();
     host.calls[0]!.respond(503, "", [["x-lastcall-draining", "1"], ["x-lastcall-probe", "5"]]);
-    expect(host.calls).toHaveLength(1);
+    vm.tick();
+    expect(host.calls.map(body)).toMatchObject([{ reason: "heartbeat" }, { reason: "heartbeat", draining: false }]);
   });
 
-  test("draining and a probe in one answer: drain_ack first, then the probe report; only the ack is once", () => {
+  test("draining and a probe in one answer: drain_ack first, then the probe report; each VM acks once", () => {
     const host = new ProxyWasmHost();
     const [a, b] = [host.createVm(), host.createVm()];
     b.createStream();
     a.tick();
     b.tick();
     answer(host.calls[0]!, true, "7");
-    expect(host.calls.slice(2).map(body)).toEqual([
-      { instance: "", epoch: 0, seq: 1, inflight: 1, draining: true, reason: "drain_ack" },
-      { instance: "", epoch: 0, seq: 1, inflight: 1, draining: true, reason: "probe", probe: 7 },
+    expect(host.calls.slice(2).map((call) => [call.vm.index, body(call)])).toEqual([
+      [0, { instance: "", epoch: 0, inflight: 1, draining: true, reason: "drain_ack" }],
+      [0, { instance: "", epoch: 0, inflight: 1, draining: true, reason: "probe", probe: 7 }],
     ]);
-    answer(host.calls[1]!, true, "8"); // b's write did not set the flag: only the probe report
-    expect(host.calls.slice(4).map(body)).toEqual([
-      { instance: "", epoch: 0, seq: 1, inflight: 1, draining: true, reason: "probe", probe: 8 },
+    answer(host.calls[1]!, true, "8"); // b learns now: its own ack, then the probe
+    expect(host.calls.slice(4).map((call) => [call.vm.index, body(call)])).toEqual([
+      [1, { instance: "", epoch: 0, inflight: 1, draining: true, reason: "drain_ack" }],
+      [1, { instance: "", epoch: 0, inflight: 1, draining: true, reason: "probe", probe: 8 }],
     ]);
-  });
-
-  // Another worker runs between two host calls of a report: the count must be read after the flag,
-  // so a report that says draining never carries a count from before the drain (a false zero).
-  test.each([["heartbeat", "proxy_on_tick"], ["probe", "proxy_on_http_call_response"]])("a %s reads the flag, THEN the counter", (reason, callback) => {
-    const host = new ProxyWasmHost();
-    const [a, b, c] = [host.createVm(), host.createVm(), host.createVm()];
-    a.tick();
-    c.tick();
-    const [aCall, cCall] = host.calls;
-    let raced = false;
-    host.beforeHostCall = ({ vm, call, key, callback: running }) => {
-      if (raced || vm !== a || running !== callback || call !== "proxy_get_shared_data" || key !== "lastcall.draining") return;
-      raced = true;
-      b.createStream(); // 0 → 1 while not draining: no busy report
-      answer(cCall!, true); // the drain starts: c acks with the count it reads after setting the flag
-    };
-    if (reason === "heartbeat") a.tick();
-    else answer(aCall!, false, "3");
-    expect(raced).toBe(true);
-    expect(host.calls.slice(2).map(body)).toEqual([
-      { instance: "", epoch: 0, seq: 1, inflight: 1, draining: true, reason: "drain_ack" },
-      { instance: "", epoch: 0, seq: 1, inflight: 1, draining: true, reason, ...(reason === "probe" ? { probe: 3 } : {}) },
-    ]);
+    answer(host.calls[5]!, true, "9"); // b knows: the probe alone
+    expect(host.calls.slice(6).map((call) => [call.vm.index, body(call).reason])).toEqual([[1, "probe"]]);
   });
 });

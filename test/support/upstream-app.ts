@@ -31,6 +31,10 @@ export interface UpstreamApp {
   readonly completed: number;
   /** Answers up to `count` held requests (all by default), oldest first. */
   release(count?: number): void;
+  /** The held requests as they arrived (URL and headers), oldest first. */
+  heldRequests(): IncomingMessage[];
+  /** Answers the held requests `pick` chooses; returns how many it answered. */
+  releaseWhere(pick: (request: IncomingMessage) => boolean): number;
   /** Resolves when `predicate(app)` holds, checked on every change; rejects at the deadline. */
   until(predicate: (app: UpstreamApp) => boolean, timeoutMs?: number): Promise<void>;
   /** Closes the server and every connection. */
@@ -139,6 +143,16 @@ export async function startUpstreamApp(): Promise<UpstreamApp> {
     release(count = Infinity) {
       for (const response of heldResponses.splice(0, count)) response.end("released");
       changed();
+    },
+    heldRequests: () => heldResponses.map((response) => response.req),
+    releaseWhere(pick) {
+      const picked = heldResponses.filter((response) => pick(response.req));
+      for (const response of picked) {
+        heldResponses.splice(heldResponses.indexOf(response), 1);
+        response.end("released");
+      }
+      changed();
+      return picked.length;
     },
     until(predicate, timeoutMs = 20_000) {
       if (predicate(app)) return Promise.resolve();

@@ -1,4 +1,5 @@
-// The tracker decides when "zero in flight" is real. Time is faked: never slept.
+// The tracker decides when "zero in flight" is real: only a pull (the answer to a probe issued
+// after the wait began) ends a wait; reports are hints. Time is faked: never slept.
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { type InflightReport, InflightTracker, parseReport } from "../../agent/drain/in-flight.ts";
 
@@ -9,10 +10,9 @@ afterEach(() => {
   vi.useRealTimers();
 });
 
-const report = (instance: string, seq: number, inflight: number, draining = true, reason = "zero", probe?: number): InflightReport => ({
+const report = (instance: string, inflight: number, reason = "zero", probe?: number, draining = true): InflightReport => ({
   instance,
   epoch: 0,
-  seq,
   inflight,
   draining,
   reason,
@@ -21,156 +21,302 @@ const report = (instance: string, seq: number, inflight: number, draining = true
 
 /** A tracker that knows these live processes. */
 function tracking(...instances: string[]): InflightTracker {
-  const tracker = new InflightTracker();
+  const tracker = new InflightTracker({ heartbeatMs: 1000, now: () => Date.now() });
   for (const id of instances) tracker.expect(id);
   return tracker;
 }
 
-/** Starts waiting for zero and exposes whether it settled. */
-function watch(tracker: InflightTracker, instances: string[], signal = new AbortController().signal) {
-  const state = { settled: false, error: undefined as unknown };
-  tracker.waitForZero(instances, signal).then(() => (state.settled = true), (error) => {
+/** Exposes whether a promise settled, with what. */
+function watchPromise<T>(promise: Promise<T>) {
+  const state = { settled: false, value: undefined as T | undefined, error: undefined as unknown };
+  promise.then((value) => {
+    state.settled = true;
+    state.value = value;
+  }, (error) => {
     state.settled = true;
     state.error = error;
   });
   return state;
 }
 
-/** The filter's answer to a probe: a fresh read of (seq, count). */
-function answerProbe(tracker: InflightTracker, instance: string, seq: number, inflight: number): number {
+const watch = (tracker: InflightTracker, instances: string[], signal = new AbortController().signal) =>
+  watchPromise(tracker.waitForZero(instances, signal));
+
+const flush = () => vi.advanceTimersByTimeAsync(0);
+
+/** The filter's answer to a probe the agent sends down now: a fresh read of the gauge. */
+function answerProbe(tracker: InflightTracker, instance: string, inflight: number): number {
   const probe = tracker.probeFor(instance);
-  expect(probe).toBeDefined();
-  tracker.report(report(instance, seq, inflight, true, "probe", probe));
+  expect(probe, `a probe of ${instance} is wanted`).toBeDefined();
+  expect(tracker.report(report(instance, inflight, "probe", probe))).toBe("accepted");
   return probe!;
 }
 
+describe("InflightTracker.pull", () => {
+  it("wants a probe of every instance and resolves with the sum the probes read", async () => {
+    const tracker = tracking("parent", "child");
+    const wanted: string[] = [];
+    tracker.onProbeWanted((id) => wanted.push(id));
+    tracker.report(report("parent", 9, "heartbeat", undefined, false)); // a hint: not a pull
+    const pull = watchPromise(tracker.pull(["parent", "child"], new AbortController().signal));
+    expect(wanted).toEqual(["parent", "child"]);
+    answerProbe(tracker, "parent", 2);
+    await flush();
+    expect(pull.settled).toBe(false); // the child is not read yet
+    answerProbe(tracker, "child", 3);
+    await flush();
+    expect(pull).toMatchObject({ settled: true, value: 5 });
+    // Done: no more probes (a probe answer is not probed again).
+    expect(tracker.probeFor("parent")).toBeUndefined();
+    expect(tracker.probeFor("child")).toBeUndefined();
+  });
+
+  it("ignores the answer of a probe issued before the call", async () => {
+    const tracker = tracking("a");
+    void tracker.pull(["a"], new AbortController().signal);
+    const old = tracker.probeFor("a")!;
+    const pull = watchPromise(tracker.pull(["a"], new AbortController().signal));
+    tracker.report(report("a", 0, "probe", old)); // read before the second pull began
+    await flush();
+    expect(pull.settled).toBe(false);
+    answerProbe(tracker, "a", 4);
+    await flush();
+    expect(pull.value).toBe(4);
+  });
+
+  it("asks again after a lost probe: each answer of a report carries a new id", async () => {
+    const tracker = tracking("a");
+    const pull = watchPromise(tracker.pull(["a"], new AbortController().signal));
+    const lost = tracker.probeFor("a")!;
+    const again = tracker.probeFor("a")!;
+    expect(again).toBeGreaterThan(lost);
+    tracker.report(report("a", 1, "probe", again));
+    await flush();
+    expect(pull.value).toBe(1);
+  });
+
+  it("counts an exited instance 0, and resolves with 0 when none is live", async () => {
+    const tracker = tracking("parent", "child");
+    const pull = watchPromise(tracker.pull(["parent", "child"], new AbortController().signal));
+    answerProbe(tracker, "child", 1);
+    await flush();
+    expect(pull.settled).toBe(false);
+    tracker.retire("parent"); // its streams died with it
+    await flush();
+    expect(pull.value).toBe(1);
+    tracker.retire("child");
+    expect(await tracker.pull(["parent", "child"], new AbortController().signal)).toBe(0);
+  });
+
+  it("rejects with the signal's reason when aborted, and at once when already aborted", async () => {
+    const tracker = tracking("a");
+    const controller = new AbortController();
+    const pull = watchPromise(tracker.pull(["a"], controller.signal));
+    controller.abort(new Error("deadline"));
+    await flush();
+    expect((pull.error as Error).message).toBe("deadline");
+    await expect(tracker.pull(["a"], AbortSignal.abort(new Error("too late")))).rejects.toThrow("too late");
+  });
+});
+
 describe("InflightTracker.waitForZero", () => {
-  it("does not end on a pushed zero alone: it asks for a probe and ends on the probe's zero", async () => {
+  it("begins with a pull: a probe is wanted before any report", async () => {
+    const tracker = tracking("a");
+    const wanted: string[] = [];
+    tracker.onProbeWanted((id) => wanted.push(id));
+    expect(tracker.probeFor("a")).toBeUndefined();
+    const wait = watch(tracker, ["a"]);
+    expect(wanted).toEqual(["a"]);
+    answerProbe(tracker, "a", 0);
+    await flush();
+    expect(wait).toEqual({ settled: true, value: undefined, error: undefined });
+  });
+
+  it("does not end on a pushed zero alone: it pulls, and ends on the probe's zero", async () => {
+    const tracker = tracking("a");
+    const wait = watch(tracker, ["a"]);
+    answerProbe(tracker, "a", 1); // busy when the wait began
+    const wanted: string[] = [];
+    tracker.onProbeWanted((id) => wanted.push(id));
+    expect(tracker.report(report("a", 0, "zero"))).toBe("accepted");
+    await vi.advanceTimersByTimeAsync(10_000);
+    expect(wait.settled).toBe(false);
+    expect(wanted).toEqual(["a"]);
+    answerProbe(tracker, "a", 0);
+    await flush();
+    expect(wait.settled).toBe(true);
+  });
+
+  it("a stale zero (arriving after a busy) only causes a pull, whose read decides", async () => {
+    const tracker = tracking("a");
+    const wait = watch(tracker, ["a"]);
+    answerProbe(tracker, "a", 1);
+    tracker.report(report("a", 1, "busy"));
+    tracker.report(report("a", 0, "zero")); // composed before the busy, delivered after it
+    expect(tracker.probeFor("a")).toBeDefined(); // a pull, not an end
+    const probe = tracker.probeFor("a")!;
+    tracker.report(report("a", 1, "probe", probe)); // the gauge says a stream is in flight
+    await vi.advanceTimersByTimeAsync(10_000);
+    expect(wait.settled).toBe(false);
+    expect(tracker.probeFor("a")).toBeUndefined(); // nothing to pull until the next hint
+  });
+
+  it.each([
+    ["a pushed zero", "zero", true],
+    ["a drain ack", "drain_ack", true],
+    ["a heartbeat", "heartbeat", true],
+    ["a heartbeat of a VM that does not know of the drain", "heartbeat", false],
+  ])("re-pulls on %s saying 0 while it waits", async (_name, reason, draining) => {
+    const tracker = tracking("a");
+    const wait = watch(tracker, ["a"]);
+    answerProbe(tracker, "a", 2);
+    expect(tracker.probeFor("a")).toBeUndefined();
+    tracker.report(report("a", 0, reason, undefined, draining));
+    answerProbe(tracker, "a", 0);
+    await flush();
+    expect(wait.settled).toBe(true);
+  });
+
+  it("re-pulls on every zero hint, and not on a busy one", async () => {
     const tracker = tracking("a");
     const wanted: string[] = [];
     tracker.onProbeWanted((id) => wanted.push(id));
     const wait = watch(tracker, ["a"]);
-    tracker.report(report("a", 3, 0));
-    await vi.advanceTimersByTimeAsync(10_000);
+    for (let round = 0; round < 3; round++) {
+      answerProbe(tracker, "a", 1); // the count moved back up before each read
+      tracker.report(report("a", 1, "busy"));
+      tracker.report(report("a", 3, "heartbeat"));
+      expect(tracker.probeFor("a")).toBeUndefined();
+      tracker.report(report("a", 0, "zero"));
+    }
+    expect(wanted).toEqual(["a", "a", "a", "a"]);
+    await flush();
     expect(wait.settled).toBe(false);
-    expect(wanted).toEqual(["a"]);
-    answerProbe(tracker, "a", 3, 0);
-    await vi.advanceTimersByTimeAsync(0);
-    expect(wait).toEqual({ settled: true, error: undefined });
-  });
-
-  it("a lost busy push cannot end the drain: the probe reads the counter afresh", async () => {
-    const tracker = tracking("a");
-    const wait = watch(tracker, ["a"]);
-    tracker.report(report("a", 3, 0));
-    // A request started (seq 4, count 1); its busy push was lost. The probe sees it.
-    answerProbe(tracker, "a", 4, 1);
-    await vi.advanceTimersByTimeAsync(10_000);
-    expect(wait.settled).toBe(false);
-    expect(tracker.inflight(["a"])).toBe(1);
-    expect(tracker.probeFor("a")).toBeUndefined(); // no candidate: nothing to probe
-    tracker.report(report("a", 5, 0));
-    answerProbe(tracker, "a", 5, 0);
-    await vi.advanceTimersByTimeAsync(0);
+    answerProbe(tracker, "a", 0);
+    await flush();
     expect(wait.settled).toBe(true);
   });
 
-  it("counts only probes issued after the wait began (a zero confirmed before the floor is asked again)", async () => {
+  it("ends on the zero of any probe issued after it began, even one older than the latest want", async () => {
+    const tracker = tracking("a");
+    const wait = watch(tracker, ["a"]);
+    const first = tracker.probeFor("a")!;
+    tracker.report(report("a", 0, "zero")); // wants a newer probe
+    tracker.report(report("a", 0, "probe", first)); // read after the wait began: 0 then
+    await flush();
+    expect(wait.settled).toBe(true);
+  });
+
+  it("counts only probes issued after the wait began (a zero read before it is read again)", async () => {
     const tracker = tracking("a");
     const first = watch(tracker, ["a"]);
-    tracker.report(report("a", 3, 0));
-    answerProbe(tracker, "a", 3, 0);
-    await vi.advanceTimersByTimeAsync(0);
+    answerProbe(tracker, "a", 0);
+    await flush();
     expect(first.settled).toBe(true);
     const second = watch(tracker, ["a"]);
     await vi.advanceTimersByTimeAsync(10_000);
     expect(second.settled).toBe(false);
-    answerProbe(tracker, "a", 3, 0);
-    await vi.advanceTimersByTimeAsync(0);
+    answerProbe(tracker, "a", 0);
+    await flush();
     expect(second.settled).toBe(true);
   });
 
-  it("ignores a probe answer with an id issued before the wait", async () => {
+  it("ignores the answer of a probe issued before the wait", async () => {
     const tracker = tracking("a");
-    const early = watch(tracker, ["a"]);
-    tracker.report(report("a", 3, 0));
+    void tracker.pull(["a"], new AbortController().signal);
     const oldProbe = tracker.probeFor("a")!;
-    early.settled = true; // abandoned; a new wait begins
     const wait = watch(tracker, ["a"]);
-    tracker.report(report("a", 3, 0, true, "probe", oldProbe));
+    expect(tracker.report(report("a", 0, "probe", oldProbe))).toBe("accepted");
     await vi.advanceTimersByTimeAsync(1000);
     expect(wait.settled).toBe(false);
   });
 
-  it("ignores an older zero that arrives after a newer busy report", async () => {
+  it("an older probe's answer arriving after a newer one's is stale and ignored", async () => {
     const tracker = tracking("a");
-    expect(tracker.report(report("a", 5, 1, true, "busy"))).toBe("accepted");
     const wait = watch(tracker, ["a"]);
-    expect(tracker.report(report("a", 4, 0))).toBe("stale");
-    expect(tracker.report(report("a", 4, 0, true, "probe", 99))).toBe("stale");
-    expect(tracker.staleReports).toBe(2);
+    const older = tracker.probeFor("a")!;
+    const newer = tracker.probeFor("a")!;
+    expect(tracker.report(report("a", 1, "probe", newer))).toBe("accepted");
+    expect(tracker.report(report("a", 0, "probe", older))).toBe("stale");
+    expect(tracker.staleReports).toBe(1);
+    expect(tracker.view("a")?.pulled).toMatchObject({ probe: newer, inflight: 1 });
     expect(tracker.inflight(["a"])).toBe(1);
     await vi.advanceTimersByTimeAsync(10_000);
     expect(wait.settled).toBe(false);
   });
 
-  it("trusts a zero only from a report composed while draining", async () => {
+  it("a probe answer with an id the agent never issued changes nothing", async () => {
     const tracker = tracking("a");
-    tracker.report(report("a", 4, 0, false, "heartbeat"));
     const wait = watch(tracker, ["a"]);
-    expect(tracker.probeFor("a")).toBeUndefined();
-    tracker.report(report("a", 4, 0, false, "probe", 1_000_000)); // not draining: no confirmation
-    await vi.advanceTimersByTimeAsync(10_000);
+    expect(tracker.report(report("a", 0, "probe", 1_000_000))).toBe("stale");
+    await flush();
     expect(wait.settled).toBe(false);
-    tracker.report(report("a", 4, 0, true, "heartbeat"));
-    answerProbe(tracker, "a", 4, 0);
-    await vi.advanceTimersByTimeAsync(0);
+    expect(tracker.view("a")).toBeUndefined();
+    answerProbe(tracker, "a", 0); // a real probe still ends it
+    await flush();
     expect(wait.settled).toBe(true);
   });
 
   it("waits for every instance: a hot-restart parent and child", async () => {
     const tracker = tracking("parent", "child");
-    tracker.report(report("parent", 9, 0));
-    tracker.report(report("child", 2, 2, true, "busy"));
     const wait = watch(tracker, ["parent", "child"]);
-    answerProbe(tracker, "parent", 9, 0);
-    expect(tracker.probeFor("child")).toBeUndefined();
+    answerProbe(tracker, "parent", 0);
+    answerProbe(tracker, "child", 2);
     await vi.advanceTimersByTimeAsync(1000);
     expect(wait.settled).toBe(false);
-    expect(tracker.inflight(["parent", "child"])).toBe(2);
-    tracker.report(report("child", 3, 0));
-    answerProbe(tracker, "child", 3, 0);
-    await vi.advanceTimersByTimeAsync(0);
+    expect(tracker.probeFor("parent")).toBeUndefined(); // the parent's zero stands
+    tracker.report(report("child", 0, "zero"));
+    expect(tracker.probeFor("parent")).toBeUndefined(); // a child's hint pulls the child only
+    answerProbe(tracker, "child", 0);
+    await flush();
     expect(wait.settled).toBe(true);
   });
 
-  it("keeps sequences per instance: a child's low sequence is not stale against its parent's", () => {
+  it("keeps probe answers per instance: a child's lower probe id is not stale against its parent's", () => {
     const tracker = tracking("parent", "child");
-    tracker.report(report("parent", 100, 3, false, "heartbeat"));
-    expect(tracker.report(report("child", 1, 1, false, "heartbeat"))).toBe("accepted");
+    void tracker.pull(["parent", "child"], new AbortController().signal);
+    const child = tracker.probeFor("child")!;
+    const parent = tracker.probeFor("parent")!;
+    tracker.report(report("parent", 3, "probe", parent));
+    expect(tracker.report(report("child", 1, "probe", child))).toBe("accepted");
     expect(tracker.inflight(["parent", "child"])).toBe(4);
     expect(tracker.staleReports).toBe(0);
   });
 
+  it("stops pulling on zero hints once the wait has ended or been aborted", async () => {
+    const tracker = tracking("a", "b");
+    const ended = watch(tracker, ["a"]);
+    answerProbe(tracker, "a", 0);
+    const controller = new AbortController();
+    const aborted = watch(tracker, ["b"], controller.signal);
+    answerProbe(tracker, "b", 1);
+    controller.abort(new Error("deadline"));
+    await flush();
+    expect(ended.settled && aborted.settled).toBe(true);
+    tracker.report(report("a", 0, "zero"));
+    tracker.report(report("b", 0, "zero"));
+    expect(tracker.probeFor("a")).toBeUndefined();
+    expect(tracker.probeFor("b")).toBeUndefined();
+  });
+
   it("keeps no state for an instance it was not told about", () => {
     const tracker = tracking("a");
-    expect(tracker.report(report("x".repeat(200), 9e15, 0))).toBe("unknown");
+    expect(tracker.report(report("x".repeat(200), 0))).toBe("unknown");
     expect(tracker.view("x".repeat(200))).toBeUndefined();
     expect(tracker.unknownReports).toBe(1);
     tracker.retire("a");
-    expect(tracker.report(report("a", 1, 0))).toBe("unknown");
+    expect(tracker.report(report("a", 0))).toBe("unknown");
   });
 
   it("a busy instance that exits (retired) no longer holds the wait", async () => {
     const tracker = tracking("parent", "child");
-    tracker.report(report("parent", 9, 1, true, "busy"));
-    tracker.report(report("child", 3, 0));
     const wait = watch(tracker, ["parent", "child"]);
-    answerProbe(tracker, "child", 3, 0);
+    answerProbe(tracker, "parent", 1);
+    answerProbe(tracker, "child", 0);
     await vi.advanceTimersByTimeAsync(1000);
     expect(wait.settled).toBe(false);
     tracker.retire("parent");
-    await vi.advanceTimersByTimeAsync(0);
+    await flush();
     expect(wait.settled).toBe(true);
   });
 
@@ -184,10 +330,10 @@ describe("InflightTracker.waitForZero", () => {
   it("rejects with the signal's reason when aborted", async () => {
     const tracker = tracking("a");
     const controller = new AbortController();
-    tracker.report(report("a", 1, 1, true, "busy"));
     const wait = watch(tracker, ["a"], controller.signal);
+    answerProbe(tracker, "a", 1);
     controller.abort(new Error("deadline"));
-    await vi.advanceTimersByTimeAsync(0);
+    await flush();
     expect(wait.settled).toBe(true);
     expect((wait.error as Error).message).toBe("deadline");
   });
@@ -195,38 +341,39 @@ describe("InflightTracker.waitForZero", () => {
   it("rejects at once when the signal is already aborted", async () => {
     const tracker = tracking("a");
     const wait = watch(tracker, ["a"], AbortSignal.abort(new Error("too late")));
-    await vi.advanceTimersByTimeAsync(0);
+    await flush();
     expect((wait.error as Error).message).toBe("too late");
   });
 });
 
 describe("InflightTracker.status", () => {
   it("is never before a report, reporting after one, silent after three missed heartbeats", () => {
-    const tracker = (() => { const t = new InflightTracker({ heartbeatMs: 1000 }); t.expect("a"); return t; })();
+    const tracker = tracking("a");
     expect(tracker.status("a")).toBe("never");
-    tracker.report(report("a", 1, 0, false, "heartbeat"));
+    tracker.report(report("a", 0, "heartbeat", undefined, false));
     expect(tracker.status("a")).toBe("reporting");
     vi.advanceTimersByTime(3000);
     expect(tracker.status("a")).toBe("reporting");
     vi.advanceTimersByTime(1);
     expect(tracker.status("a")).toBe("silent");
-    // A repeat of the same counter state still proves the filter is alive.
-    tracker.report(report("a", 1, 0, false, "heartbeat"));
+    tracker.report(report("a", 0, "heartbeat", undefined, false));
     expect(tracker.status("a")).toBe("reporting");
     expect(tracker.view("a")?.reports).toBe(2);
   });
 
-  it("a stale report does not make a silent filter look alive", () => {
-    const tracker = (() => { const t = new InflightTracker({ heartbeatMs: 1000 }); t.expect("a"); return t; })();
-    tracker.report(report("a", 5, 0, false, "heartbeat"));
+  it("a stale probe answer does not make a silent filter look alive", () => {
+    const tracker = tracking("a");
+    void tracker.pull(["a"], new AbortController().signal);
+    const older = tracker.probeFor("a")!;
+    answerProbe(tracker, "a", 0);
     vi.advanceTimersByTime(5000);
-    tracker.report(report("a", 4, 0, false, "heartbeat"));
+    expect(tracker.report(report("a", 0, "probe", older))).toBe("stale");
     expect(tracker.status("a")).toBe("silent");
   });
 
   it("is never again once the instance is retired", () => {
     const tracker = tracking("a");
-    tracker.report(report("a", 1, 0));
+    tracker.report(report("a", 0));
     tracker.retire("a");
     expect(tracker.status("a")).toBe("never");
   });
@@ -234,27 +381,52 @@ describe("InflightTracker.status", () => {
 
 describe("parseReport", () => {
   it("reads a report", () => {
-    const body = { instance: "42-1-0", epoch: 0, seq: 3, inflight: 1, draining: true, reason: "busy" };
+    const body = { instance: "42-1-0", epoch: 0, inflight: 1, draining: true, reason: "busy" };
     expect(parseReport(body)).toEqual(body);
-  });
-
-  it("defaults draining to false and reason to unknown", () => {
-    expect(parseReport({ instance: "a", epoch: 0, seq: 0, inflight: 0 })).toMatchObject({ draining: false, reason: "unknown" });
   });
 
   it("reads a probe answer", () => {
-    const body = { instance: "a", epoch: 1, seq: 3, inflight: 0, draining: true, reason: "probe", probe: 42 };
+    const body = { instance: "a", epoch: 1, inflight: 0, draining: true, reason: "probe", probe: 42 };
     expect(parseReport(body)).toEqual(body);
   });
 
+  it("takes the largest exact counts and probe ids", () => {
+    const max = Number.MAX_SAFE_INTEGER;
+    const body = { instance: "a", epoch: max, inflight: max, draining: true, reason: "probe", probe: max };
+    expect(parseReport(body)).toEqual(body);
+  });
+
+  it("drops keys it does not know (an older filter's seq)", () => {
+    expect(parseReport({ instance: "a", epoch: 0, seq: 3, inflight: 0, draining: false, reason: "heartbeat", extra: {} }))
+      .toEqual({ instance: "a", epoch: 0, inflight: 0, draining: false, reason: "heartbeat" });
+  });
+
+  it("defaults draining to false (anything but true) and reason to unknown, and cuts a long reason", () => {
+    expect(parseReport({ instance: "a", epoch: 0, inflight: 0 })).toEqual({ instance: "a", epoch: 0, inflight: 0, draining: false, reason: "unknown" });
+    expect(parseReport({ instance: "a", epoch: 0, inflight: 0, draining: "true", reason: 7 })).toMatchObject({ draining: false, reason: "unknown" });
+    expect(parseReport({ instance: "a", epoch: 0, inflight: 0, reason: "r".repeat(100) }).reason).toBe("r".repeat(40));
+  });
+
   it.each([
-    [{ instance: "a", epoch: 0, seq: 1e300, inflight: 0 }, "Report field seq is not a count: 1e+300"],
-    [{ instance: "a", epoch: 0, seq: 1, inflight: 0, probe: "1" }, 'Report field probe is not a count: "1"'],
     [null, "Report must be a JSON object"],
-    [{ epoch: 0, seq: 0, inflight: 0 }, "Report field instance is not a short string: undefined"],
-    [{ instance: "a", epoch: 0, seq: -1, inflight: 0 }, "Report field seq is not a count: -1"],
-    [{ instance: "a", epoch: 0, seq: 1, inflight: 1.5 }, "Report field inflight is not a count: 1.5"],
-    [{ instance: "a", epoch: "0", seq: 1, inflight: 1 }, 'Report field epoch is not a count: "0"'],
+    ["a", "Report must be a JSON object"],
+    [{ epoch: 0, inflight: 0 }, "Report field instance is not a short string: undefined"],
+    [{ instance: 1, epoch: 0, inflight: 0 }, "Report field instance is not a short string: 1"],
+    [{ instance: "x".repeat(201), epoch: 0, inflight: 0 }, `Report field instance is not a short string: "${"x".repeat(39)}`],
+    [{ instance: "a", inflight: 0 }, "Report field epoch is not a count: undefined"],
+    [{ instance: "a", epoch: "0", inflight: 1 }, 'Report field epoch is not a count: "0"'],
+    [{ instance: "a", epoch: -1, inflight: 1 }, "Report field epoch is not a count: -1"],
+    [{ instance: "a", epoch: 0 }, "Report field inflight is not a count: undefined"],
+    [{ instance: "a", epoch: 0, inflight: 1e300 }, "Report field inflight is not a count: 1e+300"],
+    [{ instance: "a", epoch: 0, inflight: 2 ** 53 }, "Report field inflight is not a count: 9007199254740992"],
+    [{ instance: "a", epoch: 0, inflight: -1 }, "Report field inflight is not a count: -1"],
+    [{ instance: "a", epoch: 0, inflight: 1.5 }, "Report field inflight is not a count: 1.5"],
+    [{ instance: "a", epoch: 0, inflight: null }, "Report field inflight is not a count: null"],
+    [{ instance: "a", epoch: 0, inflight: 0, probe: "1" }, 'Report field probe is not a count: "1"'],
+    [{ instance: "a", epoch: 0, inflight: 0, probe: -1 }, "Report field probe is not a count: -1"],
+    [{ instance: "a", epoch: 0, inflight: 0, probe: 2.5 }, "Report field probe is not a count: 2.5"],
+    [{ instance: "a", epoch: 0, inflight: 0, probe: 2 ** 53 }, "Report field probe is not a count: 9007199254740992"],
+    [{ instance: "a", epoch: 0, inflight: 0, probe: null }, "Report field probe is not a count: null"],
   ])("refuses %j", (body, message) => {
     expect(() => parseReport(body)).toThrow(message);
   });
