@@ -15,11 +15,9 @@ const readSlot = __alloc(8, 0);
 /** Whether this VM learned from the agent that it drains (sticky: a drain ends with the process). */
 export let draining = false;
 
-/** Records that the agent drains; true only the first time in this VM. */
-export function learnDraining(): bool {
-  if (draining) return false;
+/** Records that the agent drains (this VM pushes moves to and from zero from now on). */
+export function learnDraining(): void {
   draining = true;
-  return true;
 }
 
 /**

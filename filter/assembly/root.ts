@@ -38,6 +38,9 @@ function flushStreamsTotal(): void {
   if (n > 0) proxy_increment_metric(streamsTotal, n as i64);
 }
 
+/** Whether this VM's `drain_ack` went out (each VM acks once). */
+let acked = false;
+
 /** The root this VM reports through (the latest configured one that reports); null when none. */
 let reporter: Root | null = null;
 
@@ -210,8 +213,8 @@ export class Root {
 
   /**
    * Handles the agent's answer to a report: counts failures; on 200, learns from
-   * `x-lastcall-draining: 1` that a drain started (the one VM whose write set the shared flag acks
-   * it), then answers `x-lastcall-probe: <id>` with a probe report. The body is not read.
+   * `x-lastcall-draining: 1` that a drain started (this VM acks it once, with the gauge read
+   * then), then answers `x-lastcall-probe: <id>` with a probe report. The body is not read.
    */
   onHttpCallResponse(): void {
     const name = STATUS;
@@ -225,23 +228,27 @@ export class Root {
     }
     // Every VM acks the drain once, with the count read after it learned: a move to zero this VM
     // made before it knew (and so did not push) is part of that count.
-    if (answerSaysDraining() && learnDraining()) this.reportNow("drain_ack", 0);
+    if (answerSaysDraining()) {
+      learnDraining();
+      if (!acked) acked = this.reportNow("drain_ack", 0); // a failed ack goes out with the next answer
+    }
     const probe = answerProbe();
     if (probe != 0) this.reportNow("probe", probe);
   }
 
-  // Reads the process-wide count and reports it; a failed read sends nothing.
-  private reportNow(reason: string, probe: u64): void {
+  // Reads the process-wide count and reports it; a failed read sends nothing. True if sent.
+  private reportNow(reason: string, probe: u64): bool {
     const count = readCount();
-    if (count >= 0) this.report(reason, count as u64, probe);
-    else proxy_increment_metric(reportsFailed, 1);
+    if (count >= 0) return this.report(reason, count as u64, probe);
+    proxy_increment_metric(reportsFailed, 1);
+    return false;
   }
 
-  /** Sends one report of `count` to the agent. */
-  report(reason: string, count: u64, probe: u64): void {
+  /** Sends one report of `count` to the agent; true if the call was dispatched. */
+  report(reason: string, count: u64, probe: u64): bool {
     const config = this.config;
     const cluster = config.agentCluster;
-    if (cluster.byteLength == 0) return;
+    if (cluster.byteLength == 0) return false;
     const body = new Bytes().str('{"instance":"').buf(config.instanceJson)
       .str('","epoch":').num(config.epoch).str(',"inflight":').num(count)
       .str(draining ? ',"draining":true,"reason":"' : ',"draining":false,"reason":"').str(reason);
@@ -252,6 +259,7 @@ export class Root {
       body.ptr(), body.length, changetype<usize>(noTrailers), noTrailers.byteLength, config.pushTimeoutMs, OUT_U32,
     );
     proxy_increment_metric(result == Result.Ok ? reportsSent : reportsFailed, 1);
+    return result == Result.Ok;
   }
 }
 

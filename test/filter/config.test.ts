@@ -24,6 +24,8 @@ describe("plugin configuration", () => {
     ['{"token":"!~s3cr3t"}'],
     ['{"token":"\\u0041\\/b"}'], // escapes that unescape to visible ASCII
     [`{"token":"${"~".repeat(256)}"}`],
+    ['{"gauge":"lastcall_inflight_tcp"}'],
+    [`{"gauge":"${"a_0".repeat(21)}z"}`], // 64 characters
   ])("accepts %j", (configuration) => {
     const { host, vm } = configure(configuration);
     expect(vm.configured).toBe(true);
@@ -58,6 +60,11 @@ describe("plugin configuration", () => {
     ['{"agent_cluster":"\\ud800"}', 'lone surrogate in a string: "\\ud800"'],
     ["[".repeat(5000), "JSON nested too deeply"],
     ['{"token":7}', '"token" must be a string: 7'],
+    ['{"gauge":""}', '"gauge" must be 1 to 64 characters from a-z, 0-9 and _: ""'],
+    ['{"gauge":"Lastcall"}', '"gauge" must be 1 to 64 characters from a-z, 0-9 and _: "Lastcall"'],
+    ['{"gauge":"a.b"}', '"gauge" must be 1 to 64 characters from a-z, 0-9 and _: "a.b"'],
+    [`{"gauge":"${"a".repeat(65)}"}`, `"gauge" must be 1 to 64 characters from a-z, 0-9 and _: "${"a".repeat(65)}"`],
+    ['{"gauge":5}', '"gauge" must be a string: 5'],
     ['{"token":null}', '"token" must be a string: null'],
     [`{"token":"${"a".repeat(257)}"}`, `"token" must be at most 256 visible ASCII characters (0x21 to 0x7e): "${"a".repeat(199)}...`],
     ['{"token":"a b"}', '"token" must be at most 256 visible ASCII characters (0x21 to 0x7e): "a b"'],

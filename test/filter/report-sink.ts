@@ -5,11 +5,10 @@ import { EventEmitter } from "node:events";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 
-/** One report as the filter sent it. */
+/** One report as the filter sent it (docs/filter-protocol.md: no sequence number, no VM id). */
 export interface Report {
   instance: string;
   epoch: number;
-  seq: number;
   inflight: number;
   draining: boolean;
   reason: "heartbeat" | "drain_ack" | "zero" | "busy" | "probe";
@@ -35,6 +34,8 @@ export interface ReportSink {
   token: string | undefined;
   /** Puts `x-lastcall-probe: <id>` on the next answer (one answer only). */
   probe(id: number): void;
+  /** Reports whose reason is `reason`. */
+  count(reason: Report["reason"]): number;
   /** Resolves with the first report (from now on) matching `predicate`. */
   next(predicate: (report: Report) => boolean, timeoutMs?: number): Promise<Report>;
   /** Closes the server. */
@@ -80,6 +81,9 @@ export async function startReportSink(): Promise<ReportSink> {
     token: undefined,
     probe(id) {
       probes.push(id);
+    },
+    count(reason) {
+      return reports.filter((report) => report.reason === reason).length;
     },
     next(predicate, timeoutMs = 15_000) {
       return new Promise((done, fail) => {

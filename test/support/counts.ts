@@ -52,15 +52,16 @@ export async function reportsAccepted(status: string): Promise<number> {
 }
 
 /**
- * The agent's count (`/v1/state` `inflight`) once `reports` more filter reports have been
- * accepted after the call. Every filter VM (each worker's, and the main thread's) sends a
- * heartbeat per period: with `reports` one more than the VMs, a heartbeat period has passed and
- * the latest report of each process was composed after the call (unless one spent a whole
- * period on the way).
+ * The agent's count (`/v1/state` `inflight`: the latest report of each process, summed) once
+ * `reports` more filter reports have been accepted after the call. Each filter VM (every
+ * worker's, and the main thread's) sends one heartbeat per period, plus, when its process is at
+ * zero while the agent waits, one probe answer per zero hint: with `reports` more than the VMs
+ * can send in one period (VMs + 1, or 2 × VMs + 1 when a process stands at zero during a drain),
+ * a period has passed and every VM's latest heartbeat was composed after the call.
  *
  * @example
  * ```ts
- * expect(await agentCountAfterReports(status, 4)).toBe(12);
+ * expect(await agentCountAfterReports(status, 4)).toBe(12); // 2 workers and the main thread
  * ```
  */
 export async function agentCountAfterReports(status: string, reports: number): Promise<number> {
