@@ -89,21 +89,23 @@ if (termination) {
   line("  the client, a streaming response cut short);");
   line("- tail: last good response → Envoy gone; total: signal → Envoy gone.");
   if (sizes) {
-    line("- lastcall's own share of the tail: the client's last good response → lastcall's `envoy_quit_requested` event");
-    line("  (logged once Envoy answered `POST /quitquitquit`), both on the machine's wall clock (ms); in parentheses, →");
-    line("  `drain_wait_done` (the drain decided: the pushed zero confirmed by a probe the filter answers, then the");
-    line("  delivery check). The rest of the tail is Envoy's own exit. Runs whose last response came before the");
-    line("  minimum drain ended are left out of it (their share would be the floor's wait); negative: the client read");
-    line("  its last byte after lastcall had asked Envoy to quit (a slow reader's bytes already in its socket).");
+    line("- lastcall's own share of the tail: the client's last good response → Envoy told to quit (Envoy received");
+    line("  `POST /quitquitquit`: the start time in Envoy's admin access log, which the harness adds to lastcall's");
+    line("  config), both on the machine's wall clock (ms). In parentheses: → `drain_wait_done` (the drain decided: the");
+    line("  pushed zero confirmed by a probe the filter answers) and → `envoy_quit_requested` (lastcall logs it once Envoy");
+    line("  has answered the quit, which Envoy does only after part of its own shutdown: that part is Envoy's). The rest");
+    line("  of the tail is Envoy's own exit. Runs whose last response came before the minimum drain ended are left out");
+    line("  (their share would be the floor's wait); negative: the client read its last byte after Envoy was told to");
+    line("  quit (a slow reader's bytes already in its socket).");
   }
   line();
   for (const workload of termination.summary) {
     line(`**Workload \`${workload.workload}\`**: ${workload.what}.`);
     line();
-    line("| contender | failed (all runs) | tail | total | killed at grace | lastcall's own share (decided) |");
+    line("| contender | failed (all runs) | tail | total | killed at grace | lastcall's own share (decided; quit answered) |");
     line("|---|---|---|---|---|---|");
     for (const c of workload.contenders) {
-      const share = c.lastcall_share_ms?.n ? `${spread(c.lastcall_share_ms, ms)} (${ms(c.lastcall_decided_ms.median)})${c.runs_ended_in_floor ? `, ${c.runs_ended_in_floor} run(s) in the floor left out` : ""}` : "";
+      const share = c.lastcall_share_ms?.n ? `${spread(c.lastcall_share_ms, ms)} (${ms(c.lastcall_decided_ms.median)}; ${ms(c.lastcall_quit_answered_ms.median)})${c.runs_ended_in_floor ? `, ${c.runs_ended_in_floor} run(s) in the floor left out` : ""}` : "";
       line(`| ${c.label} | ${c.failed_total} | ${spread(c.tail_ms, ms)} | ${spread(c.total_ms, ms)} | ${c.killed_at_grace} of ${c.runs} | ${share} |`);
     }
     line();
@@ -128,13 +130,13 @@ if (termination) {
       const here = inflight.filter((x) => x.w.clusters === size && x.c.lastcall_share_ms?.n);
       goals.push([`termination: lastcall's own share of the tail (last response → Envoy told to quit) ≤ 10 ms median, ${fmt(size)} clusters`,
         here.length > 0 && here.every((x) => x.c.lastcall_share_ms.median <= 10),
-        here.length ? here.map((x) => `${x.w.workload} ${ms(x.c.lastcall_share_ms.median)} (decided ${ms(x.c.lastcall_decided_ms.median)})`).join(", ") : "not measured"]);
+        here.length ? here.map((x) => `${x.w.workload} ${ms(x.c.lastcall_share_ms.median)} (decided ${ms(x.c.lastcall_decided_ms.median)}, quit answered ${ms(x.c.lastcall_quit_answered_ms.median)})`).join(", ") : "not measured"]);
     }
     const small = inflight.find((x) => x.w.workload === "busy");
     const large = inflight.find((x) => x.w.workload === `busy-${sizes.large}`);
     const ratio = small && large ? large.c.tail_ms.median / small.c.tail_ms.median : Number.NaN;
     goals.push([`termination: tail at ${fmt(sizes.large)} clusters within 1.5× of ${fmt(sizes.small)} clusters (\`inflight\`, workload \`busy\`)`, ratio <= 1.5,
-      Number.isFinite(ratio) ? `×${fmt(ratio, 2)}: ${ms(large.c.tail_ms.median)} vs ${ms(small.c.tail_ms.median)}` : "not measured"]);
+      Number.isFinite(ratio) ? `×${fmt(ratio, 2)}: ${ms(large.c.tail_ms.median)} vs ${ms(small.c.tail_ms.median)}${large.c.envoy_exit_ms?.n ? `; of which Envoy's own exit (told to quit → gone) ${ms(large.c.envoy_exit_ms.median)} vs ${ms(small.c.envoy_exit_ms.median)}` : ""}` : "not measured"]);
   }
   const slower = [];
   for (const { w, c } of inflight) {

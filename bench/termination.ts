@@ -1,8 +1,9 @@
 // Item 1, the headline: one Envoy configuration, one upstream, one client workload; each
 // contender in turn is told to stop as Kubernetes would, rounds alternating contenders. Per run:
 // failed requests, tail (last good response → Envoy gone), total (signal → Envoy gone), and for
-// lastcall its own share of the tail: last good response (client clock) → its `envoy_quit_requested`
-// event (the same machine's wall clock), and → `drain_wait_done`.
+// lastcall its own share of the tail: last good response (client, Date.now()) → Envoy told to quit
+// (Envoy's admin access log: when it received POST /quitquitquit, the same wall clock); also →
+// lastcall's `drain_wait_done` and → `envoy_quit_requested` (logged once Envoy answered the quit).
 // Workloads: `busy` (no idle connection) and `idle` (the same plus idle keep-alive clients) on a
 // configuration of 100 clusters, and `busy` again on one of 5,000 clusters (lastcall only): the
 // last word before the stop must not grow with Envoy's stats.
@@ -51,8 +52,16 @@ interface Run {
   leftover_run_dir?: string;
   agent_exit?: string;
   lastcall_events?: Record<string, unknown>[];
-  /** lastcall only: last good response (client) → its events; negative when the client read its last byte after. */
-  lastcall_share?: { decided_ms: number; quit_requested_ms: number; after_floor: boolean };
+  /** lastcall only: last good response (client) → these moments; negative when the client read its last byte after. */
+  lastcall_share?: {
+    /** → `drain_wait_done` (the drain decided). */
+    decided_ms: number;
+    /** → Envoy received `POST /quitquitquit` (its admin access log): lastcall's own share of the tail. */
+    told_ms: number;
+    /** → `envoy_quit_requested` (Envoy answered the quit). */
+    quit_requested_ms: number;
+    after_floor: boolean;
+  };
   failures: string[];
 }
 
@@ -115,6 +124,7 @@ async function oneRun(contenderIndex: number, workload: (typeof WORKLOADS)[numbe
       lastcall_events: events,
       lastcall_share: events && {
         decided_ms: sinceLastGood(events, "drain_wait_done", outcome.lastGoodWallMs),
+        told_ms: round2((running.quitReceivedAt?.() ?? Number.NaN) - outcome.lastGoodWallMs),
         quit_requested_ms: sinceLastGood(events, "envoy_quit_requested", outcome.lastGoodWallMs),
         // The minimum drain runs from the drain's start (just before `listeners_draining`).
         after_floor: !(sinceLastGood(events, "listeners_draining", outcome.lastGoodWallMs) > -PARITY.lagMs),
@@ -157,7 +167,7 @@ for (const workload of WORKLOADS) {
       }
       runs.push(run);
       save(false);
-      const share = run.lastcall_share ? `, lastcall's share ${run.lastcall_share.quit_requested_ms} ms (decided ${run.lastcall_share.decided_ms} ms)` : "";
+      const share = run.lastcall_share ? `, lastcall's share ${run.lastcall_share.told_ms} ms (decided ${run.lastcall_share.decided_ms} ms, quit answered ${run.lastcall_share.quit_requested_ms} ms)` : "";
       progress("termination", `${workload.id} round ${r + 1}/${ROUNDS} ${run.contender}: failed ${run.failed}, tail ${run.tail_ms} ms, total ${run.total_ms} ms${share}${run.killed_at_grace ? " (killed at grace)" : ""}${run.leftover_run_dir ? ` LEFTOVER ${run.leftover_run_dir}` : ""}`);
       if (run.failed > 0) progress("termination", `  ${run.failures.slice(0, 3).join("; ")}`);
     }
@@ -185,8 +195,11 @@ function save(complete: boolean): void {
         ...(c.id.startsWith("lastcall") ? {
           // Its own share of the tail, from runs whose last good response came after the minimum
           // drain (before it, the share would be the floor's wait, not lastcall's).
-          lastcall_share_ms: summarize(mine.filter(afterFloor).map((run) => run.lastcall_share?.quit_requested_ms ?? Number.NaN), 1),
+          lastcall_share_ms: summarize(mine.filter(afterFloor).map((run) => run.lastcall_share?.told_ms ?? Number.NaN), 1),
           lastcall_decided_ms: summarize(mine.filter(afterFloor).map((run) => run.lastcall_share?.decided_ms ?? Number.NaN), 1),
+          lastcall_quit_answered_ms: summarize(mine.filter(afterFloor).map((run) => run.lastcall_share?.quit_requested_ms ?? Number.NaN), 1),
+          // The rest of the tail: Envoy told to quit → its process gone (Envoy's own shutdown).
+          envoy_exit_ms: summarize(mine.map((run) => run.tail_ms - (run.lastcall_share?.told_ms ?? Number.NaN)), 1),
           runs_ended_in_floor: mine.filter((run) => !afterFloor(run)).length,
         } : {}),
       };
@@ -198,7 +211,7 @@ function save(complete: boolean): void {
     complete,
     parity: { grace_ms: PARITY.graceMs, endpoint_lag_ms: PARITY.lagMs, concurrency: PARITY.concurrency },
     clusters: { small: SMALL_CLUSTERS, large: LARGE_CLUSTERS, large_contenders: LARGE_CONTENDERS },
-    lastcall_share: "client's last good response (Date.now()) → lastcall's envoy_quit_requested event ts (after Envoy answered POST /quitquitquit); decided: → drain_wait_done",
+    lastcall_share: "client's last good response (Date.now()) → Envoy received POST /quitquitquit (its admin access log START_TIME); decided: → lastcall's drain_wait_done ts; quit answered: → lastcall's envoy_quit_requested ts (logged after Envoy answered)",
     rounds: ROUNDS,
     seconds: round2((performance.now() - began) / 1000),
     lastcall_run_dirs_left: runs.filter((run) => run.leftover_run_dir).map((run) => run.leftover_run_dir),

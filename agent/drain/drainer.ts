@@ -10,7 +10,13 @@ import type { RunOptions } from "../options.ts";
 import type { InflightTracker } from "./in-flight.ts";
 import type { ModeContext } from "./modes/context.ts";
 import { finishOldEpochs } from "./old-epochs.ts";
-import { DrainEnded, drainListeners, type DrainPlan, stopEnvoys, stopTargetOf, waitDrained } from "./shutdown.ts";
+import { DrainEnded, drainListeners, type DrainPlan, type Settled, stopEnvoys, stopTargetOf, waitDrained } from "./shutdown.ts";
+
+/**
+ * How old the wait's last reading may be for the stop to report it as the state at the stop
+ * (`inflight_at_stop`, `bytes_unsent_at_stop`) instead of reading again.
+ */
+export const SETTLED_FRESH_MS = 50;
 
 /** What the drainer needs from the agent. */
 export interface DrainerDeps {
@@ -51,9 +57,13 @@ export interface StopOutcome {
  * ```
  */
 export async function undeliveredBy(live: readonly LiveEnvoy[]): Promise<Undelivered | undefined> {
-  const table = await readTcpTable(); // once for all of them
+  // Once for all of them, and only the tables their listeners were found in (each read walks the
+  // kernel's whole connection hash); both until those are known.
+  const running = live.filter((l) => l.process.running);
+  const known = new Set(running.flatMap((l) => [...l.listenTables]));
+  const table = await readTcpTable("/proc", running.every((l) => l.listenTables.size > 0) ? [...known] : undefined);
   if (!table) return undefined;
-  const each = await Promise.all(live.filter((l) => l.process.running).map((l) => undelivered(l.process.pid, { listenPorts: l.listenPorts, table })));
+  const each = await Promise.all(running.map((l) => undelivered(l.process.pid, { listenPorts: l.listenPorts, listenTables: l.listenTables, table })));
   if (each.some((u) => u === undefined)) return undefined;
   return each.reduce<Undelivered>((sum, u) => ({
     connections: sum.connections + u!.connections,
@@ -85,6 +95,8 @@ export class Drainer {
   readonly #finishing = new WeakSet<LiveEnvoy>();
   readonly #unfinished = new Set<Promise<void>>();
   #plan?: DrainPlan;
+  /** The last reading of the drain's wait (see shutdown.ts). */
+  #settled?: Settled;
 
   constructor(deps: DrainerDeps) {
     this.#deps = deps;
@@ -209,6 +221,7 @@ export class Drainer {
     const plan = this.#plan;
     if (!plan || !live.ready || live.listenersDraining) return;
     if (!live.admin || live.adminHandedOver) {
+      live.listenersDraining = true; // its child drained them (said once)
       this.#log("listeners_not_drained", { epoch: live.info.epoch, pid: live.info.pid, why: "its admin went to a hot-restart child" });
       return;
     }
@@ -252,7 +265,13 @@ export class Drainer {
     Promise.all(running.map((l) => l.process.exited)).then(end("envoy_exited"));
     try {
       const waitForApp = (s: AbortSignal) => this.#deps.app.waitGone(s);
-      const deps = { ...this.modeContext(), measure: (s: AbortSignal) => this.measure(s), waitForApp, undelivered: () => undeliveredBy(this.#envoys.all()) };
+      const deps = {
+        ...this.modeContext(),
+        measure: (s: AbortSignal) => this.measure(s),
+        waitForApp,
+        undelivered: () => undeliveredBy(this.#envoys.all()),
+        settled: (last: Settled) => void (this.#settled = last),
+      };
       return await waitDrained(plan, deps, ended.signal);
     } finally {
       clearTimeout(timer);
@@ -289,10 +308,14 @@ export class Drainer {
     // Everything from here fits in what is left of the grace period (less a little for exiting).
     const graceEnd = (plan.terminatedAt ?? plan.startedAt) + this.#o.graceMs - 300;
     const measureMs = Math.floor(Math.max(50, Math.min(500, (graceEnd - Date.now()) / 4)));
-    const [inflightAtStop, left] = await Promise.all([
-      this.measure(AbortSignal.timeout(measureMs)).catch(() => undefined).then((n) => n ?? this.#tracker.inflight(this.#envoys.reporters())),
-      undeliveredBy(this.#envoys.all()),
-    ]);
+    // A wait that ended on a zero just now has read both already: no second read in the tail.
+    const settled = this.#settled !== undefined && Date.now() - this.#settled.at <= SETTLED_FRESH_MS ? this.#settled : undefined;
+    const [inflightAtStop, left] = settled
+      ? [settled.inflight, settled.bytesUnsent === undefined ? undefined : { bytes: settled.bytesUnsent }]
+      : await Promise.all([
+        this.measure(AbortSignal.timeout(measureMs)).catch(() => undefined).then((n) => n ?? this.#tracker.inflight(this.#envoys.reporters())),
+        undeliveredBy(this.#envoys.all()),
+      ]);
     const stopBudget = () => Math.max(200, graceEnd - Date.now());
     const targets = this.#envoys.all().filter((l) => l.process.running);
     for (const l of targets) this.#deps.retiring.add(l.info.instance);

@@ -66,6 +66,7 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
     minDrainMs: 0,
     startedAt,
     deadline: startedAt + o.parentShutdownMs,
+    epochs: old.map((l) => l.info.epoch),
   };
   deps.markDraining(reporters);
   const ended = new AbortController();

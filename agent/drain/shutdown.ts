@@ -29,6 +29,8 @@ export interface DrainPlan {
   terminatedAt?: number;
   /** The latest moment to begin stopping Envoy: signal + grace − stop margin. */
   deadline: number;
+  /** The old epochs a reload's drain is for (absent for the termination's drain). */
+  epochs?: number[];
 }
 
 /** Why waiting ended early, as an abort reason. */
@@ -108,25 +110,45 @@ export interface WaitDeps extends ModeContext {
   waitForApp?(signal: AbortSignal): Promise<boolean>;
   /** Response bytes the Envoys still have to deliver on accepted connections; undefined when unknown. */
   undelivered?(): Promise<Undelivered | undefined>;
+  /** What the wait read last, right before it ended (a counting mode's zero, the bytes left). */
+  settled?(last: Settled): void;
 }
 
-/** Poll period while Envoy's last responses are still being delivered. */
+/** The last reading of a drain's wait, taken right before it ended. */
+export interface Settled {
+  /** When it was read, in ms since the epoch. */
+  at: number;
+  inflight: number;
+  bytesUnsent?: number;
+}
+
+/** Longest pause between two looks at what Envoy's last responses still have to deliver. */
 export const DELIVERY_POLL_MS = 50;
+/** Shortest pause: each look reads the kernel's TCP tables (a few ms of CPU). */
+const DELIVERY_POLL_MIN_MS = 2;
 
 /**
  * Waits until no accepted connection of the Envoys has a response byte left to deliver (the
  * kernel's send queue is empty, so Envoy's own buffer is too). A slow reader keeps its
  * connection's queue full long after Envoy finished the stream: this is what makes "done" mean
- * the client's last byte. Resolves true if it had to wait.
+ * the client's last byte. Looks again when the queues should be empty at the rate they have
+ * been emptying (at most every 50 ms), so the end is seen a few ms after it comes. Resolves with
+ * whether it had to wait, and the last reading.
  */
-export async function waitDelivered(deps: WaitDeps, signal: AbortSignal): Promise<boolean> {
+export async function waitDelivered(deps: WaitDeps, signal: AbortSignal): Promise<{ waited: boolean; left?: Undelivered }> {
   let waited = false;
+  let previous: { bytes: number; at: number } | undefined;
   for (;;) {
+    const started = Date.now();
     const left = await deps.undelivered?.();
-    if (!left || left.bytes === 0) return waited;
+    const at = Date.now();
+    if (!left || left.bytes === 0) return { waited, left };
     if (!waited) deps.log("drain_flushing", { bytes: left.bytes, connections: left.sending });
     waited = true;
-    await delay(DELIVERY_POLL_MS, signal);
+    const rate = previous && previous.bytes > left.bytes ? (previous.bytes - left.bytes) / Math.max(1, at - previous.at) : 0;
+    const untilEmpty = rate > 0 ? left.bytes / rate - (at - started) : DELIVERY_POLL_MS;
+    previous = { bytes: left.bytes, at };
+    await delay(Math.min(DELIVERY_POLL_MS, Math.max(DELIVERY_POLL_MIN_MS, Math.floor(untilEmpty))), signal);
   }
 }
 
@@ -172,10 +194,17 @@ export async function waitDrained(plan: DrainPlan, deps: WaitDeps, ended: AbortS
           continue;
         }
         // The last responses may still be on their way to slow readers; once they are
-        // delivered, count once more (a request may have come meanwhile).
-        if (await waitDelivered(deps, ended)) continue;
+        // delivered, count and look once more, together (a request may have come meanwhile).
+        let delivery = await waitDelivered(deps, ended);
+        let inflight = now ?? 0;
+        if (delivery.waited) {
+          const [again, left] = await Promise.all([deps.measure(ended).catch(() => undefined), deps.undelivered?.()]);
+          if ((again ?? 0) > 0 || (left?.bytes ?? 0) > 0) continue;
+          [delivery, inflight] = [{ waited: true, left }, again ?? 0];
+        }
+        deps.settled?.({ at: Date.now(), inflight, ...(delivery.left ? { bytesUnsent: delivery.left.bytes } : {}) });
       }
-      log("drain_wait_done", { mode: plan.mode, reason, ms: Date.now() - plan.startedAt });
+      log("drain_wait_done", { mode: plan.mode, reason, ms: Date.now() - plan.startedAt, ...(plan.epochs ? { epochs: plan.epochs } : {}) });
       return reason;
     }
   } catch (error) {

@@ -21,7 +21,12 @@ export interface TcpSocket {
   txQueue: number;
   rxQueue: number;
   inode: number;
+  /** The table it was read from, when read by {@linkcode readTcpTable}. */
+  table?: TcpTableName;
 }
+
+/** The two TCP tables of /proc/net. */
+export type TcpTableName = "tcp" | "tcp6";
 
 /** Decodes /proc's hex address: IPv4 as one little-endian word, IPv6 as four. */
 function decodeAddress(hex: string): string {
@@ -65,11 +70,15 @@ export function parseTcpTable(text: string): TcpSocket[] {
   return rows;
 }
 
-/** Every TCP socket of this network namespace; undefined without /proc. */
-export async function readTcpTable(proc = "/proc"): Promise<TcpSocket[] | undefined> {
-  const texts = await Promise.all(["tcp", "tcp6"].map((name) => readFile(`${proc}/net/${name}`, "utf8").catch(() => undefined)));
+/**
+ * Every TCP socket of this network namespace, from the given tables (both by default); undefined
+ * without /proc. Each read walks the kernel's whole connection hash (several ms whatever the
+ * number of sockets): read only the tables that can hold what you look for.
+ */
+export async function readTcpTable(proc = "/proc", tables: readonly TcpTableName[] = ["tcp", "tcp6"]): Promise<TcpSocket[] | undefined> {
+  const texts = await Promise.all(tables.map((name) => readFile(`${proc}/net/${name}`, "utf8").catch(() => undefined)));
   if (texts.every((t) => t === undefined)) return undefined;
-  return texts.flatMap((t) => (t === undefined ? [] : parseTcpTable(t)));
+  return texts.flatMap((t, i) => (t === undefined ? [] : parseTcpTable(t).map((row) => ({ ...row, table: tables[i] }))));
 }
 
 /** Inodes of the sockets process `pid` holds open; undefined when its fds cannot be read. */
@@ -107,6 +116,8 @@ export interface UndeliveredOptions {
    * the ports), and call once while the process serves.
    */
   listenPorts?: Set<number>;
+  /** The tables those listening sockets were found in (gathered like `listenPorts`). */
+  listenTables?: Set<TcpTableName>;
   /** The table to look in, when the caller read it once for several processes. */
   table?: TcpSocket[];
   /** Where procfs is mounted. @default "/proc" */
@@ -125,11 +136,15 @@ export interface UndeliveredOptions {
  * ```
  */
 export async function undelivered(pid: number, options: UndeliveredOptions = {}): Promise<Undelivered | undefined> {
-  const { listenPorts = new Set<number>(), proc = "/proc" } = options;
+  const { listenPorts = new Set<number>(), listenTables, proc = "/proc" } = options;
   const [inodes, table] = await Promise.all([socketInodes(pid, proc), options.table ?? readTcpTable(proc)]);
   if (!inodes || !table) return undefined;
   const own = table.filter((s) => inodes.has(s.inode));
-  for (const s of own) if (s.state === TCP_STATE.listen) listenPorts.add(s.localPort);
+  for (const s of own) {
+    if (s.state !== TCP_STATE.listen) continue;
+    listenPorts.add(s.localPort);
+    if (s.table) listenTables?.add(s.table);
+  }
   const result: Undelivered = { connections: 0, sending: 0, bytes: 0 };
   for (const s of own) {
     if (s.state === TCP_STATE.listen || !listenPorts.has(s.localPort)) continue;

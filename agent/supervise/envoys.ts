@@ -8,6 +8,7 @@ import { prepareBootstrap } from "./bootstrap-file.ts";
 import { AdminClient, readAdminAddress } from "../envoy/admin.ts";
 import { envoyArgs } from "../envoy/args.ts";
 import { type Bootstrap, TCP_INSTANCE_SUFFIX } from "../envoy/bootstrap.ts";
+import type { TcpTableName } from "../envoy/sockets.ts";
 import { type EnvoyProcess, spawnEnvoy } from "../envoy/process.ts";
 import type { RunOptions } from "../options.ts";
 import { ownPid } from "../runtime/process.ts";
@@ -43,6 +44,8 @@ export interface LiveEnvoy {
   xds?: XdsProxy;
   /** Ports it was seen listening on (its listeners close before its last connections do). */
   listenPorts: Set<number>;
+  /** The /proc/net tables those listening sockets were found in (tcp, tcp6). */
+  listenTables: Set<TcpTableName>;
   /** How the drain of this old epoch of a reload ended, for its `epoch_exit` line. */
   drained?: { drain_reason: string; inflight_at_stop: number; bytes_unsent_at_stop?: number };
 }
@@ -227,6 +230,7 @@ export class Envoys {
       hung: false,
       listenersDraining: false,
       listenPorts: new Set(),
+      listenTables: new Set(),
       reporters,
       xds,
     };

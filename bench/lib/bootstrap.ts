@@ -24,6 +24,19 @@ export interface BenchBootstrapOptions {
   extraClusters?: number;
   /** Port of a report sink, as cluster `lastcall_agent`. */
   agentPort?: number;
+  /** With `admin`: a file where Envoy logs every admin request (`<start time, s.ms> <method> <path>`). */
+  adminAccessLog?: string;
+}
+
+/**
+ * Admin access log lines: wall-clock second (ms precision) Envoy received the request, method
+ * and path, e.g. `1795504984.406 POST /quitquitquit` (read by {@linkcode adminRequestTimes}).
+ */
+const ADMIN_LOG_FORMAT = "%START_TIME(%s.%3f)% %REQ(:METHOD)% %REQ(:PATH)%\n";
+
+/** When Envoy received each admin request `method path` (Date.now() ms), from an admin access log's text. */
+export function adminRequestTimes(log: string, method: string, path: string): number[] {
+  return log.split("\n").map((line) => line.split(" ")).filter((f) => f[1] === method && f[2] === path).map((f) => Math.round(Number(f[0]) * 1000));
 }
 
 /** The lastcall filter as `lastcall run` would configure it, for Envoys run without the agent. */
@@ -81,9 +94,20 @@ export function benchBootstrap(options: BenchBootstrapOptions): Record<string, u
     },
   };
   if (options.admin) {
-    config.admin = "port" in options.admin
+    const admin: Record<string, unknown> = "port" in options.admin
       ? { address: { socket_address: { address: "127.0.0.1", port_value: options.admin.port } } }
       : { address: { pipe: { path: options.admin.pipe } } };
+    if (options.adminAccessLog) {
+      admin.access_log = [{
+        name: "envoy.access_loggers.file",
+        typed_config: {
+          "@type": "type.googleapis.com/envoy.extensions.access_loggers.file.v3.FileAccessLog",
+          path: options.adminAccessLog,
+          log_format: { text_format_source: { inline_string: ADMIN_LOG_FORMAT } },
+        },
+      }];
+    }
+    config.admin = admin;
   }
   return config;
 }

@@ -1,10 +1,10 @@
 // The termination contenders: each starts its own way in front of the same Envoy configuration
 // and is told to stop the way Kubernetes tells it (SIGTERM, or preStop hooks then SIGTERM).
-import { existsSync, mkdtempSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { freePort } from "../../test/support/lastcall.ts";
-import { benchBootstrap } from "./bootstrap.ts";
+import { adminRequestTimes, benchBootstrap } from "./bootstrap.ts";
 import { ANCHORS, type Child, ROOT, envoyBinary, get, start, until } from "./context.ts";
 import { listenerPort, untilReady } from "./envoy.ts";
 import { children, commandLine, executable, signalIfSame, startTime } from "./proc.ts";
@@ -39,6 +39,8 @@ export interface Running {
   agentExit?: () => string | undefined;
   /** Only for lastcall: its drain and stop events (LASTCALL_EVENTS), to explain a run and time its own share of the tail. */
   drainEvents?: () => Record<string, unknown>[];
+  /** Only for lastcall, once `exited` settled: when Envoy received `POST /quitquitquit` (Date.now() ms, its admin access log). */
+  quitReceivedAt?: () => number | undefined;
   /** Last output, for error messages. */
   output(): string;
 }
@@ -57,10 +59,10 @@ export interface Contender {
 /** lastcall's events a termination run keeps, in order: what its share of the tail is measured from. */
 const LASTCALL_EVENTS = /"event":"(listeners_draining|min_drain_wait|drain_resumed|drain_flushing|drain_wait_done|envoy_quit_requested|terminated)"/;
 
-function tempConfig(config: unknown): { dir: string; path: string } {
+function tempConfig(config: (dir: string) => unknown): { dir: string; path: string } {
   const dir = mkdtempSync(join(tmpdir(), "lcperf-"));
   const path = join(dir, "envoy.json");
-  writeFileSync(path, JSON.stringify(config));
+  writeFileSync(path, JSON.stringify(config(dir)));
   return { dir, path };
 }
 
@@ -97,7 +99,9 @@ function lastcall(mode: "inflight" | "requests"): Contender {
     label: `lastcall --drain-mode ${mode}`,
     settings: `--grace = pod grace, --min-drain = endpoint lag${mode === "requests" ? ", --drain-mode requests" : ""}`,
     async start(upstreamPort, parity) {
-      const { dir, path } = tempConfig(benchBootstrap({ upstreamPort, extraClusters: parity.clusters - 1 }));
+      // Admin as lastcall would add it (loopback, --admin-port 0), plus an access log: when Envoy
+      // was told to quit, on its own clock (lastcall logs `envoy_quit_requested` once Envoy answered).
+      const { dir, path } = tempConfig((d) => benchBootstrap({ upstreamPort, extraClusters: parity.clusters - 1, admin: { port: 0 }, adminAccessLog: join(d, "admin.log") }));
       let ready: { pid: number; admin: string } | undefined;
       const drainEvents: Record<string, unknown>[] = [];
       const child = start(join(ROOT, "dist/lastcall"), [
@@ -107,7 +111,15 @@ function lastcall(mode: "inflight" | "requests"): Contender {
         if (line.includes('"event":"ready"')) ready = JSON.parse(line) as { pid: number; admin: string };
         if (LASTCALL_EVENTS.test(line)) drainEvents.push(JSON.parse(line) as Record<string, unknown>);
       } });
-      const exited = withCleanup(child, dir);
+      let quitAt: number | undefined;
+      const exited = child.exited.then(() => {
+        try {
+          quitAt = adminRequestTimes(readFileSync(join(dir, "admin.log"), "utf8"), "POST", "/quitquitquit")[0];
+        } catch {
+          // no log: Envoy never started, or was not asked to quit
+        }
+        rmSync(dir, { recursive: true, force: true });
+      });
       const died = child.exited.then(() => { throw new Error(`lastcall exited early:\n${child.output().slice(-3000)}`); });
       died.catch(() => {});
       const { pid, admin, port } = await Promise.race([until(() => ready, "lastcall's ready event"), died])
@@ -122,6 +134,7 @@ function lastcall(mode: "inflight" | "requests"): Contender {
         leftover: () => (runDir.startsWith(tmpdir()) && existsSync(runDir) ? runDir : undefined),
         agentExit: () => exitText,
         drainEvents: () => drainEvents,
+        quitReceivedAt: () => quitAt,
         output: child.output,
       };
     },
@@ -136,7 +149,7 @@ function istio(exitOnZero: boolean): Contender {
     settings: exitOnZero ? "MINIMUM_DRAIN_DURATION = endpoint lag" : "none",
     async start(upstreamPort, parity) {
       const adminPort = await freePort();
-      const { dir, path } = tempConfig(benchBootstrap({ upstreamPort, admin: { port: adminPort }, extraClusters: parity.clusters - 1 }));
+      const { dir, path } = tempConfig(() => benchBootstrap({ upstreamPort, admin: { port: adminPort }, extraClusters: parity.clusters - 1 }));
       const args = ["--envoy", envoyBinary(), "--config", path, "--admin-port", String(adminPort), "--concurrency", String(parity.concurrency)];
       if (exitOnZero) args.push("--exit-on-zero", "--min-drain", `${parity.lagMs}ms`);
       const child = start(join(ANCHORS, "istio-agent"), args);

@@ -3,14 +3,14 @@
 // during a drain; at every step, once Envoy is quiescent, three counts agree with the number
 // still held: Envoy's own `downstream_rq_active`, the filter's process-wide gauge, and the
 // agent's count. The drain ends on the last of them, never before. The random order comes from a
-// seeded PRNG: the seed is printed when a test fails (`LASTCALL_TEST_SEED=<seed>` replays it).
+// seeded PRNG: the seed is printed when a test fails (`TEST_SEED=<seed>` replays it).
+import { writeFileSync } from "node:fs";
 import { connect, type ClientHttp2Session } from "node:http2";
 import { describe, expect, it, onTestFailed } from "vitest";
 import type { Outcome } from "../filter/clients.ts";
 import { agentCountAfterReports, envoyCounts } from "../support/counts.ts";
 import { waitFor } from "../support/envoy.ts";
 import { type HeldClient, heldId, holdHttp1, holdHttp2 } from "../support/held-clients.ts";
-import { writeFileSync } from "node:fs";
 import { freePort, inboundConfig, isAlive, type LastcallEvent, startLastcall, type TestLastcall, writeConfig } from "../support/lastcall.ts";
 import { randomBatches, type Random, seededRandom, shuffled, testSeed } from "../support/seeded-random.ts";
 import { agentState, serving, upstreamForFile } from "../support/serving.ts";
@@ -24,7 +24,7 @@ const completed: Outcome = { status: 200, reset: false };
 /** A seeded PRNG for this test; its seed is printed if the test fails. */
 function randomForTest(): { seed: number; random: Random } {
   const seed = testSeed();
-  onTestFailed(() => console.error(`exact-count: seed ${seed} (replay with LASTCALL_TEST_SEED=${seed})`));
+  onTestFailed(() => console.error(`exact-count: seed ${seed} (replay with TEST_SEED=${seed})`));
   return { seed, random: seededRandom(seed) };
 }
 
@@ -47,7 +47,9 @@ async function countsAre(c: Counted, expected: number, step: string): Promise<vo
   await waitFor(async () => ((await envoyCounts(admin)).rqActive === expected ? true : undefined), {
     what: `Envoy's downstream_rq_active to be ${expected} (${step})`,
   });
-  const envoy = await envoyCounts(admin); // read again: the stream that left last has been deleted
+  // Read again: Envoy lowers its count as a stream completes, the filter a moment later, as the
+  // stream is deleted; by this second read the last stream to leave is gone from both.
+  const envoy = await envoyCounts(admin);
   expect({ step, rqActive: envoy.rqActive, gauge: envoy.gauge }).toEqual({ step, rqActive: expected, gauge: expected });
   expect({ step, agent: await agentCountAfterReports(c.status, c.vms + 1) }).toEqual({ step, agent: expected });
 }
@@ -109,6 +111,8 @@ describe("the count is exact across workers", () => {
       console.log(`--concurrency ${concurrency}: after the last release: ${after.join(", ")}`);
       expect(after.filter((n) => ["drain_wait_done", "envoy_quit_requested", "terminated"].includes(n)))
         .toEqual(["drain_wait_done", "envoy_quit_requested", "terminated"]);
+      // No second read found a request after a pulled zero; the floor (--min-drain 5s) had passed
+      // (each step waits a heartbeat), so nothing but the count held the end back.
       expect(names(lc)).not.toContain("drain_resumed");
       expect(names(lc)).not.toContain("min_drain_wait");
       expect(names(lc)).not.toContain("drain_fallback");
@@ -285,10 +289,7 @@ describe("a hot restart during the drain", () => {
       await waitFor(async () => ((await read()).childGauge === childLeft ? true : undefined), { what: `the child's gauge to be ${childLeft} (${step})` });
       expect((await read()).childGauge).toBe(childLeft); // its own: exact as soon as the streams are gone
       // The parent's and Envoy's totals come through the stats merge, up to a flush late.
-      await waitFor(async () => {
-        const got = await read();
-        return got.parentGauge === want.parentGauge && got.rqActive === want.rqActive ? true : undefined;
-      }, { what: `the child's admin to show ${JSON.stringify(want)}, last ${JSON.stringify(await read())}`, timeoutMs: 5000 });
+      await expect.poll(read, { timeout: 5000, interval: 50 }).toEqual(want);
       // A process at zero answers a probe for each of its heartbeats (the agent pulls on every
       // zero hint while it waits): up to two reports per VM per period, so twice the VMs, and one.
       const reports = 2 * counted.vms + 1;
@@ -332,6 +333,7 @@ describe("a hot restart during the drain", () => {
     expect(done).toMatchObject({ reason: "inflight_zero" });
     expect(lc.events.indexOf(done!)).toBeGreaterThanOrEqual(eventsBefore);
     expect(Date.parse(done!.ts)).toBeGreaterThanOrEqual(releasedAt);
+    expect(lc.events.indexOf(done!)).toBeLessThan(names(lc).indexOf("envoy_quit_requested"));
     const after = names(lc).slice(eventsBefore);
     console.log(`hot restart: after the last release: ${after.join(", ")}`);
     expect(after.filter((n) => ["envoy_quit_requested", "terminated"].includes(n))).toEqual(["envoy_quit_requested", "terminated"]);

@@ -1,22 +1,23 @@
 // A small seeded PRNG for tests that pick things at random (an order, batch sizes): the seed is
-// printed when the test fails, and `LASTCALL_TEST_SEED=<seed>` replays exactly that run.
+// printed when the test fails, and `TEST_SEED=<seed>` replays exactly that run (not a
+// `LASTCALL_*` name: those are lastcall's flags, and the lastcalls a test starts inherit them).
 
 /** A random number source in [0, 1). */
 export type Random = () => number;
 
 /**
- * The seed of this run: `LASTCALL_TEST_SEED` when set (a whole number), else a fresh one.
+ * The seed of this run: `TEST_SEED` when set (a whole number), else a fresh one.
  *
  * @example
  * ```ts
  * const seed = testSeed(); // 2654435761
  * ```
- * @throws {RangeError} naming the value when `LASTCALL_TEST_SEED` is not a whole number
+ * @throws {RangeError} naming the value when `TEST_SEED` is not a whole number
  */
 export function testSeed(): number {
-  const text = process.env.LASTCALL_TEST_SEED;
+  const text = process.env.TEST_SEED;
   if (text === undefined || text === "") return Math.floor(Math.random() * 2 ** 32);
-  if (!/^\d+$/.test(text) || Number(text) >= 2 ** 32) throw new RangeError(`LASTCALL_TEST_SEED must be a whole number below 2^32, not ${JSON.stringify(text)}`);
+  if (!/^\d+$/.test(text) || Number(text) >= 2 ** 32) throw new RangeError(`TEST_SEED must be a whole number below 2^32, not ${JSON.stringify(text)}`);
   return Number(text);
 }
 
