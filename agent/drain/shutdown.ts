@@ -194,13 +194,18 @@ export async function waitDrained(plan: DrainPlan, deps: WaitDeps, ended: AbortS
           continue;
         }
         // The last responses may still be on their way to slow readers; once they are
-        // delivered, count and look once more, together (a request may have come meanwhile).
-        let delivery = await waitDelivered(deps, ended);
+        // delivered, count once more: a request may have come meanwhile (one that came and went
+        // within the last look at the queues, its bytes still queued, is the same few-ms race
+        // as one that comes between this count and the stop).
+        const delivery = await waitDelivered(deps, ended);
         let inflight = now ?? 0;
         if (delivery.waited) {
-          const [again, left] = await Promise.all([deps.measure(ended).catch(() => undefined), deps.undelivered?.()]);
-          if ((again ?? 0) > 0 || (left?.bytes ?? 0) > 0) continue;
-          [delivery, inflight] = [{ waited: true, left }, again ?? 0];
+          const again = await deps.measure(ended).catch(() => undefined);
+          if (again !== undefined && again > 0) {
+            log("drain_resumed", { inflight: again, after: "delivered" });
+            continue;
+          }
+          inflight = again ?? 0;
         }
         deps.settled?.({ at: Date.now(), inflight, ...(delivery.left ? { bytesUnsent: delivery.left.bytes } : {}) });
       }
