@@ -1,5 +1,5 @@
 // Downstream clients for the real-Envoy tests: HTTP/1.1, HTTP/2 prior knowledge, WebSocket.
-import { request } from "node:http";
+import { type ClientRequest, request } from "node:http";
 import { type ClientHttp2Session, connect, constants } from "node:http2";
 import WebSocket from "ws";
 
@@ -13,11 +13,28 @@ export interface Outcome {
 
 /** GETs `path` over HTTP/1.1 (one connection per request); resets it after `resetAfterMs` if given. */
 export function http1(port: number, path: string, resetAfterMs?: number): Promise<Outcome> {
+  const req = request({ host: "127.0.0.1", port, path, agent: false });
+  const timer = resetAfterMs === undefined ? undefined : setTimeout(() => req.destroy(), resetAfterMs);
+  const outcome = outcomeOf(req).finally(() => clearTimeout(timer));
+  req.end();
+  return outcome;
+}
+
+/**
+ * How one HTTP/1.1 request ends: its status, and whether its response was cut (reset before it,
+ * or mid-body). The body is read and dropped.
+ *
+ * @example
+ * ```ts
+ * const req = request({ host: "127.0.0.1", port, path: "/" });
+ * const outcome = outcomeOf(req); // { status: 200, reset: false }
+ * req.end();
+ * ```
+ */
+export function outcomeOf(req: ClientRequest): Promise<Outcome> {
   return new Promise((done) => {
-    const req = request({ host: "127.0.0.1", port, path, agent: false });
     let status: number | undefined;
     let complete = false;
-    const timer = resetAfterMs === undefined ? undefined : setTimeout(() => req.destroy(), resetAfterMs);
     req.on("response", (response) => {
       status = response.statusCode;
       response.on("end", () => { complete = true; });
@@ -26,11 +43,7 @@ export function http1(port: number, path: string, resetAfterMs?: number): Promis
     });
     req.on("error", () => {});
     // 'close' comes last whatever happened: a whole response, a reset before it, or one mid-body.
-    req.on("close", () => {
-      clearTimeout(timer);
-      done(complete ? { status, reset: false } : { status, reset: true });
-    });
-    req.end();
+    req.on("close", () => done({ status, reset: !complete }));
   });
 }
 

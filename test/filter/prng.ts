@@ -1,11 +1,3 @@
-/** A seeded PRNG (mulberry32): the same seed gives the same interleaving, so failures replay. */
-export function prng(seed: number): () => number {
-  let state = seed >>> 0;
-  return () => {
-    state = (state + 0x6d2b79f5) >>> 0;
-    let t = state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+// The filter tests' name for the one seeded PRNG (mulberry32) of the test support: the same seed
+// gives the same interleaving, so failures replay.
+export { seededRandom as prng } from "../support/seeded-random.ts";

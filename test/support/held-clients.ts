@@ -4,7 +4,7 @@
 import type { IncomingMessage } from "node:http";
 import { request } from "node:http";
 import { type ClientHttp2Session, constants } from "node:http2";
-import type { Outcome } from "../filter/clients.ts";
+import { type Outcome, outcomeOf } from "../filter/clients.ts";
 
 /** One held request, seen from the client. */
 export interface HeldClient {
@@ -35,18 +35,7 @@ export function heldId(request: IncomingMessage): number {
  */
 export function holdHttp1(port: number, id: number): HeldClient {
   const req = request({ host: "127.0.0.1", port, path: `/hold?id=${id}`, agent: false });
-  const outcome = new Promise<Outcome>((done) => {
-    let status: number | undefined;
-    let complete = false;
-    req.on("response", (response) => {
-      status = response.statusCode;
-      response.on("end", () => { complete = true; });
-      response.on("error", () => {});
-      response.resume();
-    });
-    req.on("error", () => {});
-    req.on("close", () => done({ status, reset: !complete }));
-  });
+  const outcome = outcomeOf(req);
   req.end();
   return { id, outcome, abort: () => req.destroy() };
 }
