@@ -70,7 +70,7 @@ it("rewrites listeners from an LDS file, follows its changes, and drains to the 
   await waitFor(async () => ((await get(ports.edge, "/")).headers["x-version"] === "2" ? true : undefined), { what: "version 2 of the file", timeoutMs: 15_000 });
   expect((await dumpedHttpFilters(admin, "edge"))[0][0].name).toBe("lastcall_inflight");
 
-  // A TCP connection through the tcp_proxy listener is counted (one gauge for both variants).
+  // A TCP connection through the tcp_proxy listener is counted (in the TCP variant's gauge).
   const socket = connect(ports.tcp, "127.0.0.1");
   await new Promise((done) => socket.once("connect", done));
   await waitFor(async () => ((await inflightGauge(admin)) === 1 ? true : undefined), { what: "the TCP connection to be counted" });

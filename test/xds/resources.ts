@@ -125,10 +125,10 @@ export function get(port: number, path: string): Promise<{ status: number; heade
   });
 }
 
-/** The filter's gauge in Envoy: requests in flight now. */
+/** The filter's gauges in Envoy, summed: requests (HTTP) and connections (TCP variant) in flight now. */
 export async function inflightGauge(adminUrl: string): Promise<number> {
-  const body = await fetch(`${adminUrl}/stats?filter=^wasmcustom\\.lastcall_inflight$&format=json`).then((r) => r.json()) as { stats: Array<{ name: string; value: number }> };
-  return body.stats.find((s) => s.name === "wasmcustom.lastcall_inflight")?.value ?? 0;
+  const body = await fetch(`${adminUrl}/stats?filter=^wasmcustom\\.lastcall_inflight(_tcp)?(_odd)?$&format=json`).then((r) => r.json()) as { stats: Array<{ name: string; value: number }> };
+  return body.stats.reduce((sum, s) => sum + s.value, 0);
 }
 
 /** One counter of Envoy's. */
