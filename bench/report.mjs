@@ -214,7 +214,7 @@ if (polling) {
       dearer.push(`${fmt(n)} clusters ${fmt(req.idle.cpu_ms.median / req.poll_period_s, 1)} vs ${fmt(istio.idle.cpu_ms.median / istio.poll_period_s, 1)} ms`);
     }
   }
-  if (dearer.length) notAhead.push(`polling: lastcall's \`requests\` mode (Istio-compatible, polls every ${(polling.cells.find((c) => c.query === "lastcall-requests")?.poll_period_s ?? 0.2) * 1000} ms) costs Envoy more CPU per second of drain than Istio's 1 s poll (${dearer.join("; ")} per s). The default \`inflight\` mode polls nothing; its one read at the stop costs what one Istio poll does.`);
+  if (dearer.length) notAhead.push(`polling: lastcall's \`requests\` mode (Istio-compatible, polls every ${(polling.cells.find((c) => c.query === "lastcall-requests")?.poll_period_s ?? 0.2) * 1000} ms) costs Envoy more CPU per second of drain than Istio's 1 s poll (${dearer.join("; ")} per s). The default \`inflight\` mode polls nothing, and its last count before the stop is a pull through the filter (one gauge read), not a read of Envoy's stats; only listeners the filter cannot see add one stats read at the stop, costing what one Istio poll does.`);
 }
 
 // ---- 3. filter load and cost ----
