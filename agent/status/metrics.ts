@@ -43,7 +43,7 @@ export function createMetrics(source: MetricsSource): Registry {
   gauge("lastcall_ready", "1 when /healthz/ready answers 200", (g) => g.set(source.ready() ? 1 : 0));
   gauge("lastcall_inflight_requests", "Requests in flight in Envoy, as the filter last reported", (g) => g.set(source.inflight()));
   gauge("lastcall_filter_reports_total", "Filter reports accepted", (g) => g.set(source.reports().accepted));
-  gauge("lastcall_filter_stale_reports_total", "Filter reports ignored as older than one already seen", (g) => g.set(source.reports().stale));
+  gauge("lastcall_filter_stale_reports_total", "Filter probe answers ignored: older than one already seen, or to a probe never issued", (g) => g.set(source.reports().stale));
   gauge("lastcall_filter_unknown_reports_total", "Reports naming no live Envoy of this agent (answered, nothing kept)", (g) => g.set(source.reports().unknown));
   gauge("lastcall_filter_refused_reports_total", "Reports refused for a missing or wrong token", (g) => g.set(source.reports().refused));
   gauge("lastcall_drain_seconds", "Duration of the last drain, from signal to Envoy stop", (g) => {
