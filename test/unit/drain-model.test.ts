@@ -13,6 +13,7 @@
 // reads made after it began. Liveness: once every stream has ended and the network stops losing
 // messages, both waits resolve within one heartbeat period: each VM's heartbeat saying 0 is a zero
 // hint answered with a probe, and the second wait's pull takes a held report (the long poll).
+import { setMaxListeners } from "node:events";
 import fc from "fast-check";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import { type InflightReport, InflightTracker, type ReportOutcome } from "../../agent/drain/in-flight.ts";
@@ -112,6 +113,7 @@ async function run(s: Scenario, makeTracker: () => InflightTracker = () => new I
   const answers: Array<{ vm: Vm; answer: ReportAnswer }> = [];
   const reads = new Map<number, Read>(); // by probe id
   const stopPulls = new AbortController();
+  setMaxListeners(0, stopPulls.signal); // the model may leave many pulls pending on it at once
   let tick = 0;
   let broken: unknown;
   let ended: number | undefined;
@@ -304,6 +306,6 @@ describe("the drain, modelled against a lossy network", () => {
       { numRuns: 300, endOnFailure: true },
     );
     expect(result.failed).toBe(true);
-    expect(String(result.errorInstance)).toMatch(/: the wait ended|: a pull on/); // safety, not liveness
+    expect(String(result.errorInstance)).toMatch(/: the wait ended|: a pull on|: a pull resolved with a sum/); // safety, not liveness
   });
 });
