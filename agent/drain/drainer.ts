@@ -60,8 +60,8 @@ export async function undeliveredBy(live: readonly LiveEnvoy[]): Promise<Undeliv
   // Once for all of them, and only the tables their listeners were found in (each read walks the
   // kernel's whole connection hash); both until those are known.
   const running = live.filter((l) => l.process.running);
-  const known = new Set(running.flatMap((l) => [...l.listenTables]));
-  const table = await readTcpTable("/proc", running.every((l) => l.listenTables.size > 0) ? [...known] : undefined);
+  const tables = running.every((l) => l.listenTables.size > 0) ? [...new Set(running.flatMap((l) => [...l.listenTables]))] : undefined;
+  const table = await readTcpTable("/proc", tables);
   if (!table) return undefined;
   const each = await Promise.all(running.map((l) => undelivered(l.process.pid, { listenPorts: l.listenPorts, listenTables: l.listenTables, table })));
   if (each.some((u) => u === undefined)) return undefined;
@@ -290,10 +290,12 @@ export class Drainer {
     if (all.length === 0) return 0;
     const context = this.modeContext();
     const pullable = this.#filtered && instances.length > 0 && all.every((l) => l.reporters.length > 0);
-    if (pullable && context.statsCounted.length === 0) return await this.#tracker.pull(instances, signal);
-    const only = all.length === 1 ? all[0] : undefined;
-    if (!only?.admin || only.adminHandedOver) return pullable ? await this.#tracker.pull(instances, signal) : undefined;
-    const stats = parseStatsJson(await only.admin.stats(`^wasmcustom\\.${GAUGE_NAMES}$|downstream_rq_active$`, signal));
+    // Envoy's stats can be read from one Envoy only (a child's stats import its parent's).
+    const only = all.length === 1 && !all[0].adminHandedOver ? all[0] : undefined;
+    const admin = only?.admin;
+    if (pullable && (context.statsCounted.length === 0 || !admin)) return await this.#tracker.pull(instances, signal);
+    if (!only || !admin) return undefined;
+    const stats = parseStatsJson(await admin.stats(`^wasmcustom\\.${GAUGE_NAMES}$|downstream_rq_active$`, signal));
     if (!pullable) return activeRequests(stats, context.statPrefixes);
     const gauge = stats.filter((s) => isInflightGauge(s.name)).reduce((sum, s) => sum + s.value, 0);
     const filtered = new Set(only.bootstrap.filteredStatPrefixes); // the gauge counts these already
@@ -307,15 +309,7 @@ export class Drainer {
   async stop(plan: DrainPlan): Promise<StopOutcome> {
     // Everything from here fits in what is left of the grace period (less a little for exiting).
     const graceEnd = (plan.terminatedAt ?? plan.startedAt) + this.#o.graceMs - 300;
-    const measureMs = Math.floor(Math.max(50, Math.min(500, (graceEnd - Date.now()) / 4)));
-    // A wait that ended on a zero just now has read both already: no second read in the tail.
-    const settled = this.#settled !== undefined && Date.now() - this.#settled.at <= SETTLED_FRESH_MS ? this.#settled : undefined;
-    const [inflightAtStop, left] = settled
-      ? [settled.inflight, settled.bytesUnsent === undefined ? undefined : { bytes: settled.bytesUnsent }]
-      : await Promise.all([
-        this.measure(AbortSignal.timeout(measureMs)).catch(() => undefined).then((n) => n ?? this.#tracker.inflight(this.#envoys.reporters())),
-        undeliveredBy(this.#envoys.all()),
-      ]);
+    const { inflight: inflightAtStop, bytesUnsent } = await this.#readingAtStop(graceEnd);
     const stopBudget = () => Math.max(200, graceEnd - Date.now());
     const targets = this.#envoys.all().filter((l) => l.process.running);
     for (const l of targets) this.#deps.retiring.add(l.info.instance);
@@ -325,6 +319,19 @@ export class Drainer {
     const newest = targets.filter((l) => !targets.some((o) => o.info.generation === l.info.generation && o.info.epoch > l.info.epoch));
     await stopEnvoys(newest.map(stopTargetOf), this.#log, stopBudget() / 2);
     await stopEnvoys(targets.filter((l) => l.process.running).map(stopTargetOf), this.#log, stopBudget());
-    return { inflightAtStop, bytesUnsentAtStop: left?.bytes };
+    return { inflightAtStop, bytesUnsentAtStop: bytesUnsent };
+  }
+
+  // What is in flight and undelivered right before the stop. A wait that ended on a zero just now
+  // has read both already: no second read in the tail.
+  async #readingAtStop(graceEnd: number): Promise<Omit<Settled, "at">> {
+    const settled = this.#settled;
+    if (settled && Date.now() - settled.at <= SETTLED_FRESH_MS) return settled;
+    const measureMs = Math.floor(Math.max(50, Math.min(500, (graceEnd - Date.now()) / 4)));
+    const [inflight, left] = await Promise.all([
+      this.measure(AbortSignal.timeout(measureMs)).catch(() => undefined).then((n) => n ?? this.#tracker.inflight(this.#envoys.reporters())),
+      undeliveredBy(this.#envoys.all()),
+    ]);
+    return { inflight, ...(left ? { bytesUnsent: left.bytes } : {}) };
   }
 }

@@ -31,8 +31,6 @@ export interface InstanceView {
   epoch: number;
   /** The count of the latest report to arrive (a hint: reports may arrive out of order). */
   inflight: number;
-  /** A report was composed by a filter VM that knew the agent is draining. */
-  drainingAcked: boolean;
   /** The answer of the latest probe, when one was answered. */
   pulled?: Pulled;
   /** When the latest report arrived, in ms since the epoch. */
@@ -161,7 +159,6 @@ export class InflightTracker {
       instance: report.instance,
       epoch: report.epoch,
       inflight: report.inflight,
-      drainingAcked: (known?.drainingAcked ?? false) || report.draining,
       reportedAt: at,
       reports: (known?.reports ?? 0) + 1,
       ...(probe > 0 ? { pulled: { probe, inflight: report.inflight, at } } : known?.pulled ? { pulled: known.pulled } : {}),

@@ -26,7 +26,7 @@ export interface OldEpochDeps {
   markDraining(ids: readonly string[]): void;
   /** The mode context over the given reporters. */
   modeContext(instances: () => string[]): ModeContext;
-  /** Requests in flight in the given Envoys, from Envoy's admin (a cold reload's old Envoy). */
+  /** Requests in flight in the old Envoys now (a pull through their filters, or their admin). */
   measure(signal: AbortSignal): Promise<number | undefined>;
   undelivered(live: readonly LiveEnvoy[]): Promise<Undelivered | undefined>;
 }
@@ -88,7 +88,7 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
       reason = await waitDrained(plan, {
         ...context,
         ...(request.kind === "hot" ? { statsCounted: [] } : {}),
-        measure: request.kind === "hot" ? (s) => deps.tracker.pull(reporters, s) : (s) => deps.measure(s),
+        measure: deps.measure,
         undelivered: () => deps.undelivered(old),
       }, ended.signal);
     } else {

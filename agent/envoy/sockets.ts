@@ -47,7 +47,7 @@ function decodeAddress(hex: string): string {
  * parseTcpTable(await readFile("/proc/net/tcp", "utf8"))[0].localPort;
  * ```
  */
-export function parseTcpTable(text: string): TcpSocket[] {
+export function parseTcpTable(text: string, table?: TcpTableName): TcpSocket[] {
   const rows: TcpSocket[] = [];
   for (const line of text.split("\n").slice(1)) {
     const f = line.trim().split(/\s+/);
@@ -65,6 +65,7 @@ export function parseTcpTable(text: string): TcpSocket[] {
       txQueue: parseInt(tx, 16),
       rxQueue: parseInt(rx, 16),
       inode: Number(inode),
+      ...(table ? { table } : {}),
     });
   }
   return rows;
@@ -78,7 +79,7 @@ export function parseTcpTable(text: string): TcpSocket[] {
 export async function readTcpTable(proc = "/proc", tables: readonly TcpTableName[] = ["tcp", "tcp6"]): Promise<TcpSocket[] | undefined> {
   const texts = await Promise.all(tables.map((name) => readFile(`${proc}/net/${name}`, "utf8").catch(() => undefined)));
   if (texts.every((t) => t === undefined)) return undefined;
-  return texts.flatMap((t, i) => (t === undefined ? [] : parseTcpTable(t).map((row) => ({ ...row, table: tables[i] }))));
+  return texts.flatMap((t, i) => (t === undefined ? [] : parseTcpTable(t, tables[i])));
 }
 
 /** Inodes of the sockets process `pid` holds open; undefined when its fds cannot be read. */

@@ -30,13 +30,23 @@ export function gaugeName(base: string, epoch: u64): string {
   return epoch % 2 == 0 ? base : base + "_odd";
 }
 
-/** Defines the VM's gauge once (metric ids are per VM); false if the host refused it. */
+/**
+ * Defines (or finds) a `wasmcustom.<name>` metric of this VM and returns its id; -1 if the host
+ * refused it. Metric ids are per VM.
+ */
+export function defineMetric(type: MetricType, name: string): i64 {
+  const bytes = utf8(name);
+  store<u32>(OUT_U32, 0);
+  if (proxy_define_metric(type, changetype<usize>(bytes), bytes.byteLength, OUT_U32) != Result.Ok) return -1;
+  return load<u32>(OUT_U32) as i64;
+}
+
+/** Defines the VM's gauge once; false if the host refused it. */
 export function defineGauge(base: string, epoch: u64): bool {
   if (gaugeDefined) return true;
-  const name = utf8(gaugeName(base, epoch));
-  store<u32>(OUT_U32, 0);
-  if (proxy_define_metric(MetricType.Gauge, changetype<usize>(name), name.byteLength, OUT_U32) != Result.Ok) return false;
-  gauge = load<u32>(OUT_U32);
+  const id = defineMetric(MetricType.Gauge, gaugeName(base, epoch));
+  if (id < 0) return false;
+  gauge = id as u32;
   gaugeDefined = true;
   return true;
 }

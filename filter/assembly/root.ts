@@ -1,11 +1,11 @@
 // One plugin instance per VM: configuration, metrics, heartbeats and the reports to the agent.
 import {
-  Buffer, HeaderMap, LogLevel, MetricType, Result, proxy_define_metric, proxy_get_buffer_bytes,
+  Buffer, HeaderMap, LogLevel, MetricType, Result, proxy_get_buffer_bytes,
   proxy_get_header_map_value, proxy_get_property, proxy_http_call, proxy_increment_metric, proxy_log,
   proxy_set_tick_period_milliseconds,
 } from "./abi";
 import { Config, configErrorLine, parseConfig } from "./config";
-import { defineGauge, draining, learnDraining, readCount, takeFinished } from "./count";
+import { defineGauge, defineMetric, draining, learnDraining, readCount, takeFinished } from "./count";
 import { Bytes, OUT_PTR, OUT_SIZE, OUT_U32, freeHostBlock, takeHostBytes, utf8 } from "./memory";
 
 /** The `root_id` the Envoy plugin configuration must use. */
@@ -17,19 +17,19 @@ let streamsTotal: u32 = 0;
 let reportsSent: u32 = 0;
 let reportsFailed: u32 = 0;
 
-function defineMetric(type: MetricType, name: string): u32 {
-  const bytes = utf8(name);
-  store<u32>(OUT_U32, 0);
-  proxy_define_metric(type, changetype<usize>(bytes), bytes.byteLength, OUT_U32);
-  return load<u32>(OUT_U32);
-}
-
 function defineMetrics(): void {
   if (metricsDefined) return;
   metricsDefined = true;
-  streamsTotal = defineMetric(MetricType.Counter, "lastcall_streams_total");
-  reportsSent = defineMetric(MetricType.Counter, "lastcall_reports_sent");
-  reportsFailed = defineMetric(MetricType.Counter, "lastcall_reports_failed");
+  streamsTotal = defineMetric(MetricType.Counter, "lastcall_streams_total") as u32;
+  reportsSent = defineMetric(MetricType.Counter, "lastcall_reports_sent") as u32;
+  reportsFailed = defineMetric(MetricType.Counter, "lastcall_reports_failed") as u32;
+}
+
+// The process-wide count now; -1 (and one failed report counted) if the host failed the read.
+function countOrFail(): i64 {
+  const count = readCount();
+  if (count < 0) proxy_increment_metric(reportsFailed, 1);
+  return count;
 }
 
 // Adds the streams this VM finished since the last heartbeat to `lastcall_streams_total`.
@@ -58,11 +58,7 @@ export function forgetRoot(root: Root, others: Root[]): void {
 export function pushTransition(started: bool): void {
   const root = reporter;
   if (root === null) return;
-  const count = readCount();
-  if (count < 0) {
-    proxy_increment_metric(reportsFailed, 1);
-    return;
-  }
+  const count = countOrFail();
   if (started ? count == 1 : count == 0) root.report(started ? "busy" : "zero", count as u64, 0);
 }
 
@@ -238,10 +234,8 @@ export class Root {
 
   // Reads the process-wide count and reports it; a failed read sends nothing. True if sent.
   private reportNow(reason: string, probe: u64): bool {
-    const count = readCount();
-    if (count >= 0) return this.report(reason, count as u64, probe);
-    proxy_increment_metric(reportsFailed, 1);
-    return false;
+    const count = countOrFail();
+    return count >= 0 && this.report(reason, count as u64, probe);
   }
 
   /** Sends one report of `count` to the agent; true if the call was dispatched. */
