@@ -3,6 +3,7 @@
 import inspector from "node:inspector";
 import { constants as osConstants } from "node:os";
 import process from "node:process";
+import { setTimeout } from "node:timers";
 
 // A log reader that goes away (a closed pipe: EPIPE) must not take the proxy down in the middle
 // of a drain: what is written after that is dropped.
@@ -77,24 +78,32 @@ function unhandled(signal: HandledSignal): void {
   exitWith(signalStatus(signal));
 }
 
-/** How long after a SIGUSR1 lastcall looks out for an inspector a runtime opened anyway. */
-const INSPECTOR_WATCH_MS = 1000;
+/**
+ * How long after a SIGUSR1 lastcall looks out for an inspector a runtime opened anyway: every
+ * millisecond for the first 100 ms, then every 10 ms (a loaded node opens it late, not never).
+ */
+const INSPECTOR_WATCH_MS = 10_000;
+
+/** An inspector open before any signal could open one: the operator's `--inspect`, left open. */
+const operatorInspector = inspector.url() !== undefined;
 
 // Node opens no inspector once a SIGUSR1 listener exists. Deno (2.9.2 and later) opens its
-// inspector on SIGUSR1 whatever listeners there are, a moment after they ran: it is closed as
-// soon as it is seen. Only one opened by the signal: a `--inspect` of the operator stays open.
+// inspector on SIGUSR1 whatever listeners there are, a moment after they ran (later on a loaded
+// node): it is closed as soon as it is seen. Whose inspector it is was decided as the process
+// started, not when the signal came: one the runtime opened before this listener ran is closed too.
 function closeInspectorOpenedBySignal(): void {
-  if (inspector.url()) return;
-  const until = Date.now() + INSPECTOR_WATCH_MS;
+  if (operatorInspector) return;
+  const since = Date.now();
   const look = () => {
     if (inspector.url()) {
       inspector.close();
       writeErr("lastcall: closed the inspector the runtime opened on SIGUSR1");
-    } else if (Date.now() < until) {
-      setTimeout(look, 1);
+      return;
     }
+    const waited = Date.now() - since;
+    if (waited < INSPECTOR_WATCH_MS) setTimeout(look, waited < 100 ? 1 : 10).unref();
   };
-  setTimeout(look, 0);
+  setTimeout(look, 0).unref();
 }
 
 for (const signal of HANDLED_SIGNALS) {
