@@ -7,12 +7,13 @@
 import { mkdtemp, rm } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { delay, EventQueue } from "./lib/async.ts";
-import { RestartBudget, restartDelay } from "./supervise/backoff.ts";
+import { EventQueue } from "./lib/async.ts";
+import { CrashRestarts } from "./supervise/crash-restarts.ts";
 import { prepareBootstrap } from "./supervise/bootstrap-file.ts";
 import { InflightTracker } from "./drain/in-flight.ts";
+import { HolderBook } from "./drain/holders.ts";
+import { DrainWatch } from "./drain/waiting.ts";
 import { Drainer, undeliveredBy } from "./drain/drainer.ts";
-import { DrainEnded } from "./drain/shutdown.ts";
 import { type DiedDraining, terminate } from "./drain/terminate.ts";
 import { reload, type ReloadContext } from "./supervise/reload.ts";
 import { bindFailure, describeExit, type EnvoyExit } from "./envoy/process.ts";
@@ -25,6 +26,7 @@ import { watchHealth } from "./supervise/health.ts";
 import type { EventLog } from "./lib/log.ts";
 import type { RunOptions } from "./options.ts";
 import { ReportDesk } from "./status/reports.ts";
+import { DrainMetrics } from "./drain/drain-metrics.ts";
 import { prepareRunDir } from "./supervise/run-dir.ts";
 import type { StatusServer } from "./status/listen.ts";
 import { createReportToken } from "./status/report-token.ts";
@@ -61,8 +63,12 @@ export class Agent {
   readonly #events = new EventQueue<AgentEvent>();
   readonly #tracker: InflightTracker;
   readonly #desk: ReportDesk;
-  readonly #budget: RestartBudget;
+  /** What the filters' VMs said holds a drain. */
+  readonly #holders = new HolderBook();
+  readonly #crashes: CrashRestarts;
   readonly #app: AppWatch;
+  /** How drains ended, for `/metrics`. */
+  readonly #drains = new DrainMetrics();
   /** Secret the filter sends with its reports: anything else on the status port is refused. */
   readonly #reportToken = createReportToken();
   /** Envoys being stopped on purpose: their exit is no crash. */
@@ -80,7 +86,6 @@ export class Agent {
   #terminateSources: string[] = [];
   #terminating = false;
   #drainer!: Drainer;
-  #restartAttempt = 0;
   #failure?: string;
   /** Envoys that exited by themselves during the termination: what they had in flight, and how they ended. */
   readonly #diedDraining: DiedDraining[] = [];
@@ -93,8 +98,20 @@ export class Agent {
     this.#desk = new ReportDesk(this.#tracker, {
       heartbeatMs: options.heartbeatMs,
       draining: (instance) => this.#drainer?.isDraining(instance) ?? false,
+      holders: this.#holders,
     });
-    this.#budget = new RestartBudget(options.restartBudget);
+    this.#crashes = new CrashRestarts({
+      budget: options.restartBudget,
+      log,
+      state: this.#state,
+      closing: this.#closing.signal,
+      due: () => this.#events.push({ type: "restart_due" }),
+      gaveUp: (message) => {
+        this.#failure = message;
+        this.#events.push({ type: "done", code: EXIT.envoyGaveUp });
+      },
+      start: (signal) => this.#startEnvoy("restart", false, signal),
+    });
     this.#app = new AppWatch({ port: options.appPort }, log);
   }
 
@@ -145,25 +162,15 @@ export class Agent {
             this.#onExit(event.instance, event.exit);
             break;
           case "restart_due":
-            if (!this.#terminating && this.#state.phase === "restarting") this.#task((s) => this.#restartAfterCrash(s));
+            if (!this.#terminating && this.#state.phase === "restarting") this.#task((s) => this.#crashes.restart(s));
             break;
           case "reload":
             if (this.#terminating) this.#log("reload_skipped", { reason: event.reason, why: "terminating" });
             else this.#task((s) => reload(this.#reloadContext(), event.reason, s));
             break;
           case "drain":
-            // Steps 1–5 without the stop: the wait is logged (`drain_wait_done`), Envoy runs on.
-            if (!this.#drainer.plan && !this.#terminating) {
-              // A fault in the wait is the agent's own bug: said, and the termination still stops Envoy.
-              const plan = this.#drainer.start("POST /drain");
-              this.#drainer.waitDrained(plan).then(
-                // An end the wait did not log itself (the deadline): said, so /drain's caller knows.
-                (reason) => {
-                  if (!this.#terminating && DrainEnded.reasons.includes(reason)) this.#log("drain_wait_done", { mode: plan.mode, reason, ms: Date.now() - plan.startedAt });
-                },
-                (error) => this.#log("drain_wait_failed", { error: String(error) }),
-              );
-            }
+            // Steps 1–5 without the stop (drainer.ts): Envoy runs on.
+            if (!this.#terminating) this.#drainer.drainInPlace(() => this.#terminating);
             break;
           case "terminate":
             this.#terminating = true;
@@ -224,6 +231,8 @@ export class Agent {
         this.#state.drainStartedAt = plan.startedAt;
         this.#state.phase = "draining";
       },
+      drains: this.#drains,
+      watch: new DrainWatch({ envoys: this.#envoys, tracker: this.#tracker, holders: this.#holders, app: this.#app, log: this.#log }),
     });
     this.#server = await serveStatus(o.statusAddress, o.statusPort, {
       view: () => this.#statusView(),
@@ -232,6 +241,7 @@ export class Agent {
       reportToken: this.#reportToken,
       quit: () => this.terminate("POST /quitquitquit"),
       drain: () => this.drain(),
+      drains: this.#drains,
     });
     if (o.watch.length > 0) {
       this.#unwatch = await watchFiles(o.watch, (paths) => this.reload(`changed: ${paths.join(", ")}`));
@@ -248,7 +258,7 @@ export class Agent {
       signal,
       xds: { log: this.#log, onReporter: (id) => this.#tracker.expect(id) },
     });
-    if (configChanged) this.#budget.refill();
+    if (configChanged) this.#crashes.refill();
     for (const id of live.reporters) this.#tracker.expect(id);
     this.#syncState();
     if (this.#state.phase !== "draining" && this.#state.phase !== "stopping") this.#state.phase = "starting";
@@ -286,7 +296,10 @@ export class Agent {
     const wasNewest = this.#envoys.newest()?.info.instance === instance;
     const live = this.#envoys.remove(instance);
     const inflightBefore = this.#tracker.inflight(live?.reporters ?? []);
-    for (const id of live?.reporters ?? []) this.#tracker.retire(id);
+    for (const id of live?.reporters ?? []) {
+      this.#tracker.retire(id);
+      this.#holders.forget(id);
+    }
     this.#syncState();
     const fields = { epoch: live?.info.epoch, pid: live?.info.pid, exit: describeExit(exit), ...live?.drained };
     const asked = this.#retiring.delete(instance);
@@ -315,36 +328,7 @@ export class Agent {
       this.#events.push({ type: "fatal", error });
       return;
     }
-    this.#crashed(describeExit(exit), Date.now() - (live?.startedAt ?? 0));
-  }
-
-  /** Spends the budget on a failed run and schedules the next start, or gives up. */
-  #crashed(lastExit: string, ranMs: number): void {
-    const attempt = this.#budget.spend(ranMs);
-    if (attempt === undefined) {
-      this.#state.phase = "stopped";
-      this.#failure = `Envoy kept exiting (last: ${lastExit}); restart budget of ${this.#budget.limit} spent`;
-      this.#log("gave_up", { restarts: this.#budget.spent, last_exit: lastExit, message: this.#failure });
-      this.#events.push({ type: "done", code: EXIT.envoyGaveUp });
-      return;
-    }
-    this.#restartAttempt = attempt;
-    const delayMs = restartDelay(attempt);
-    this.#state.phase = "restarting";
-    this.#log("restart_scheduled", { attempt, delay_ms: delayMs, last_exit: lastExit });
-    delay(delayMs, this.#closing.signal).then(() => this.#events.push({ type: "restart_due" }), () => {});
-  }
-
-  /** Starts Envoy again after a crash; a start that fails counts as one more crash. */
-  async #restartAfterCrash(signal: AbortSignal): Promise<void> {
-    this.#state.restarts++;
-    try {
-      await this.#startEnvoy("restart", false, signal);
-    } catch (error) {
-      if (signal.aborted) return;
-      this.#log("restart_failed", { attempt: this.#restartAttempt, error: (error as Error).message, details: (error as StartError).details ?? [] });
-      this.#crashed((error as Error).message, 0);
-    }
+    this.#crashes.crashed(describeExit(exit), Date.now() - (live?.startedAt ?? 0));
   }
 
   // ---- reload ------------------------------------------------------------------------------
@@ -383,13 +367,14 @@ export class Agent {
       },
       syncState: () => this.#syncState(),
       died: this.#diedDraining,
+      drains: this.#drains,
     }, source);
   }
 
   // ---- status ------------------------------------------------------------------------------
 
   #statusView(): StatusView {
-    return { state: this.#state, envoys: this.#envoys, tracker: this.#tracker, filtered: this.#filterWasm !== undefined };
+    return { state: this.#state, envoys: this.#envoys, tracker: this.#tracker, filtered: this.#filterWasm !== undefined, drain: () => this.#drainer.view() };
   }
 
   async #close(): Promise<void> {

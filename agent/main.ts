@@ -8,10 +8,11 @@ import { resolveRunOptions, runCommand, UsageError } from "./commands/run.ts";
 import { shutdownEnvoy, shutdownManager } from "./commands/contour.ts";
 import { execApp } from "./commands/exec.ts";
 import { waitReady } from "./commands/wait.ts";
+import { DEFAULT_STATUS_BASE, statusCommand } from "./commands/status.ts";
 import { addKubernetesCommands } from "./commands/k8s.ts";
 import { StartError } from "./lib/errors.ts";
 import { createEventLog } from "./lib/log.ts";
-import { durationArg, integerArg, listArg, option, runOptionList, strictBooleanEnvironment, VALUE_SYNTAX_HELP } from "./options.ts";
+import { durationArg, integerArg, listArg, option, runOptionList, statusUrlArg, strictBooleanEnvironment, VALUE_SYNTAX_HELP } from "./options.ts";
 import { VERSION } from "./version.ts";
 
 /** Builds the command-line program; `run` resolves each command's exit code. */
@@ -37,6 +38,14 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
     .addOption(option("--status-url <url>", "the agent's readiness URL").default("http://127.0.0.1:15020/healthz/ready"))
     .exitOverride()
     .action((o) => run(waitReady({ statusUrl: o.statusUrl, timeoutMs: o.timeout })));
+
+  program.command("status")
+    .description("print what a running lastcall is doing: phase, Envoy epoch, requests in flight; during a drain, what it waits for (oldest first) and the time left. Exit 1 when it does not answer")
+    .addOption(option("--status-url <url>", "the agent's status server (a URL with a path, as wait's .../healthz/ready, means its origin)").default(DEFAULT_STATUS_BASE).argParser(statusUrlArg))
+    .addOption(option("--json", "print GET /v1/state as lastcall answered it: one line of JSON"))
+    .addOption(option("--timeout <duration>", "give up on an answer after").default(2000, "2s").argParser(durationArg))
+    .exitOverride()
+    .action((o) => run(statusCommand({ statusUrl: o.statusUrl, json: o.json === true, timeoutMs: o.timeout })));
 
   program.command("exec")
     .description("wait for readiness, run the app, then ask the agent to quit and exit with the app's status")
@@ -98,10 +107,11 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
     .addOption(option("--filter-wasm <path>", "reference this filter module file (default: the shipped module, inline)"))
     .addOption(option("--heartbeat <duration>", "filter heartbeat period").default(1000, "1s").argParser(durationArg))
     .addOption(option("--exclude-path <path>", "request path not counted (repeatable or comma-separated)").default([]).argParser(listArg))
+    .addOption(option("--holder-paths", "name the method and path of the requests a drain waits for (costs two header reads per request)"))
     .exitOverride()
     .action((o) =>
       // Writes nothing: the filter module is carried inline unless --filter-wasm names a file.
-      run(printBootstrap({ ...o, filter: o.filter !== false, heartbeatMs: o.heartbeat }))
+      run(printBootstrap({ ...o, filter: o.filter !== false, heartbeatMs: o.heartbeat, holderPaths: o.holderPaths === true }))
     );
   addKubernetesCommands(program, run);
   // After every option exists, so no command is left with commander's lax boolean variables.

@@ -40,6 +40,11 @@ export interface RunOptions {
   excludePath: string[];
   /** Filter heartbeat period. @default 1000 */
   heartbeatMs: number;
+  /**
+   * Name the method and path of what holds a drain (`drain_waiting`, `/v1/state`): the filter reads
+   * them at every request's headers (plugin key `holder_paths`). @default false
+   */
+  holderPaths: boolean;
   /** Folder for generated bootstraps; defaults to a fresh temporary folder. */
   runDir?: string;
   /**
@@ -102,6 +107,28 @@ export function integerArg(min: number, max: number): (value: string) => number 
 /** Returns a parser that accepts one of `choices`. */
 export function choiceArg<T extends string>(choices: readonly T[]): (value: string) => T {
   return (value) => (choices.includes(value as T) ? (value as T) : invalid(`Expected one of: ${choices.join(", ")}.`));
+}
+
+/**
+ * Parses `--status-url` of `lastcall status` into the status server's origin: a base URL, any
+ * URL of the status server (`lastcall wait`'s `.../healthz/ready` included) or `host:port`.
+ *
+ * @example
+ * ```ts
+ * statusUrlArg("http://127.0.0.1:15020/healthz/ready"); // "http://127.0.0.1:15020"
+ * statusUrlArg("10.0.0.7:15020"); // "http://10.0.0.7:15020"
+ * ```
+ */
+export function statusUrlArg(value: string): string {
+  const text = value.trim();
+  let url: URL | undefined;
+  try {
+    url = new URL(/^[a-z][a-z0-9+.-]*:\/\//i.test(text) ? text : `http://${text}`);
+  } catch { /* refused below */ }
+  if (!url || (url.protocol !== "http:" && url.protocol !== "https:") || !url.hostname) {
+    invalid("Expected the status server's http URL, such as http://127.0.0.1:15020.");
+  }
+  return url.origin;
 }
 
 // A Map, not an object literal: `"constructor"` must not find Object.prototype's.
@@ -210,6 +237,7 @@ export function runOptionList(): Option[] {
     option("--filter-wasm <path>", "the in-flight filter module (default: the one shipped with lastcall)"),
     option("--exclude-path <path>", "request path the filter does not count; '*' suffix for a prefix (repeatable or comma-separated)").default([]).argParser(listArg),
     option("--heartbeat <duration>", "filter heartbeat period").default(1000, "1s").argParser(durationArg),
+    option("--holder-paths", "name the method and path of the requests a drain waits for (costs two header reads per request)"),
     option("--run-dir <dir>", "folder for generated bootstraps, lastcall's alone: made fresh (0700) at start (default: a new temporary folder)"),
     option("--drain-time <duration>", "Envoy --drain-time-s, rounded up to whole seconds: how long draining listeners still accept (left at its default, raised to cover --min-drain)").default(5000, "5s").argParser(durationArg),
     option("--parent-shutdown <duration>", "the longest the old Envoy of a reload may finish its requests and deliveries; what is left then is cut and said").default(600_000, "10m").argParser(durationArg),

@@ -35,7 +35,12 @@ const noRequestHeaders = join(ROOT, "dist/bench/filter-no-request-headers.wasm")
 const VARIANTS: Variant[] = [
   { id: "none", label: "no wasm filter", filter: { kind: "none" } },
   { id: "noop", label: "no-op module, same exports", filter: { kind: "wasm", wasm: join(ROOT, "dist/bench/noop.wasm"), vmId: "noop", rootId: "noop", configuration: "" } },
-  ...(existsSync(before) ? [{ id: "before", label: "lastcall filter before issue 15 (shared-data counter)", filter: lastcallFilter(before), saturatedOnly: true }] : []),
+  ...(existsSync(before) ? [{
+    id: "before",
+    // `npm run bench -- --before <commit>` builds it from another commit (build/bench.mjs).
+    label: process.env.LASTCALL_BENCH_BEFORE ? `lastcall filter at ${process.env.LASTCALL_BENCH_BEFORE}` : "lastcall filter before issue 15 (shared-data counter)",
+    filter: lastcallFilter(before), saturatedOnly: true,
+  }] : []),
   { id: "lastcall", label: "lastcall filter", filter: lastcallFilter() },
   ...(existsSync(noRequestHeaders) ? [{ id: "no-rqh", label: "lastcall filter without proxy_on_request_headers (measurement only)", filter: lastcallFilter(noRequestHeaders), saturatedOnly: true }] : []),
 ];

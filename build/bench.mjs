@@ -12,6 +12,8 @@
 //     benchmark scripts bundled with esbuild;
 //  5. bench scripts, one process each; 6. bench/report.mjs.
 // --quick: one round and short loads, to prove the harness (numbers not for publishing).
+// --before <commit>: build the "before" filter from that commit instead (e.g. the filter just
+// before a change, to show the change did not move the request path).
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
@@ -85,7 +87,13 @@ function buildAnchors() {
  * The filter as it was before issue 15's counting contract (one process-wide counter in shared
  * data, a compare-and-swap per +1 and −1), built from git, for the before/after comparison.
  */
-const FILTER_BEFORE_COMMIT = "ed4e6f7";
+const beforeArg = process.argv.find((a) => a.startsWith("--before="))?.slice("--before=".length)
+  ?? (process.argv.includes("--before") ? process.argv[process.argv.indexOf("--before") + 1] : undefined);
+if (beforeArg !== undefined && !/^[0-9a-f]{7,40}$/.test(beforeArg)) {
+  console.error(`bench: --before must be a commit id (7 to 40 hex digits), not ${JSON.stringify(beforeArg)}`);
+  process.exit(2);
+}
+const FILTER_BEFORE_COMMIT = beforeArg ?? "ed4e6f7";
 
 async function buildBenchAssets() {
   const out = join(root, "dist/bench");
@@ -132,7 +140,8 @@ console.error(`bench: built in ${Math.round((Date.now() - began) / 1000)} s; run
 for (const name of SCRIPTS.filter((s) => only.includes(s))) {
   const started = Date.now();
   const result = spawnSync(process.execPath, [join(root, `dist/bench/${name}.mjs`), ...(quick ? ["--quick"] : [])], {
-    cwd: root, stdio: ["ignore", "inherit", "inherit"], env: { ...process.env, ENVOY_BIN: envoy },
+    cwd: root, stdio: ["ignore", "inherit", "inherit"],
+    env: { ...process.env, ENVOY_BIN: envoy, ...(beforeArg ? { LASTCALL_BENCH_BEFORE: beforeArg } : {}) },
   });
   if (result.status !== 0) fail(`${name} failed (exit ${result.status ?? result.signal})`);
   // A benchmark that exits 0 without writing its results measured nothing: say so, loudly.

@@ -19,6 +19,8 @@ export interface BootstrapCommandOptions {
   filterWasm?: string;
   heartbeatMs: number;
   excludePath: string[];
+  /** `--holder-paths`: the filter keeps each request's method and path to name what holds a drain. */
+  holderPaths?: boolean;
 }
 
 /** Stands for the module in the derived config until it is replaced by the inline bytes. */
@@ -58,7 +60,10 @@ export async function printBootstrap(o: BootstrapCommandOptions): Promise<number
       filter: o.filter
         ? {
           wasmPath: o.filterWasm ?? INLINE_PLACEHOLDER,
-          pluginConfig: { agent_cluster: AGENT_CLUSTER, heartbeat_ms: o.heartbeatMs, epoch: 0, instance: "", exclude_paths: o.excludePath },
+          pluginConfig: {
+            agent_cluster: AGENT_CLUSTER, heartbeat_ms: o.heartbeatMs, epoch: 0, instance: "", exclude_paths: o.excludePath,
+            ...(o.holderPaths ? { holder_paths: true } : {}),
+          },
         }
         : undefined,
     }));

@@ -159,6 +159,7 @@ export function resolveRunOptions(command: Command, envoyArgs: string[]): RunOpt
     filterWasm: v.filterWasm,
     excludePath: v.excludePath,
     heartbeatMs: v.heartbeat,
+    holderPaths: v.holderPaths === true,
     runDir: v.runDir,
     drainTimeMs: v.drainTime,
     parentShutdownMs: v.parentShutdown,

@@ -10,13 +10,10 @@ import type { RunOptions } from "../options.ts";
 import type { InflightTracker } from "./in-flight.ts";
 import type { ModeContext } from "./modes/context.ts";
 import { finishOldEpochs } from "./old-epochs.ts";
-import { DrainEnded, drainListeners, type DrainPlan, type Settled, stopEnvoys, stopTargetOf, waitDrained } from "./shutdown.ts";
+import type { DrainView, DrainWatch } from "./waiting.ts";
+import type { DrainMetrics } from "./drain-metrics.ts";
+import { DrainEnded, drainListeners, type DrainPlan, SETTLED_FRESH_MS, type Settled, stopEnvoys, stopTargetOf, waitDrained } from "./shutdown.ts";
 
-/**
- * How old the wait's last reading may be for the stop to report it as the state at the stop
- * (`inflight_at_stop`, `bytes_unsent_at_stop`) instead of reading again.
- */
-export const SETTLED_FRESH_MS = 50;
 
 /** What the drainer needs from the agent. */
 export interface DrainerDeps {
@@ -37,6 +34,10 @@ export interface DrainerDeps {
   closing: AbortSignal;
   /** A drain began: the agent fails readiness. */
   onStart(plan: DrainPlan): void;
+  /** Says what the drain waits for while it waits. */
+  watch: DrainWatch;
+  /** How drains end, for `/metrics` (the old-epoch drains of reloads are observed here). */
+  drains?: DrainMetrics;
 }
 
 /** How a stop went. */
@@ -45,6 +46,11 @@ export interface StopOutcome {
   inflightAtStop: number;
   /** Response bytes not yet delivered at the stop (kernel send queues of accepted connections), when known. */
   bytesUnsentAtStop?: number;
+  /**
+   * From the wait's last reading of zero to the stop's order (ms), when the last wait ended on
+   * a zero; the caller knows whether this drain's wait did (a counting mode's zero).
+   */
+  lastZeroToStopMs?: number;
 }
 
 /**
@@ -112,6 +118,11 @@ export class Drainer {
     return this.#plan;
   }
 
+  /** What the drain under way waits for (`drain` of `/v1/state`); undefined outside a drain. */
+  view(): DrainView | undefined {
+    return this.#plan && this.#deps.watch.view(this.#plan);
+  }
+
   /** Whether the filter reporting as `instance` should be told to drain. */
   isDraining(instance: string): boolean {
     return this.#plan !== undefined || this.#oldDraining.has(instance);
@@ -137,6 +148,7 @@ export class Drainer {
       modeContext: (instances) => this.modeContext(instances),
       measure: (s) => this.measure(s, old.flatMap((l) => l.reporters)),
       undelivered: (live) => undeliveredBy(live),
+      drains: this.#deps.drains,
     }, { kind, signal: AbortSignal.any([signal, this.#deps.closing]) });
     const settled = done.catch(() => {}).then(() => void this.#unfinished.delete(settled));
     this.#unfinished.add(settled);
@@ -173,6 +185,29 @@ export class Drainer {
   }
 
   /**
+   * `POST /drain`: steps 1–5 without the stop, once; the wait's end is logged (`drain_wait_done`)
+   * and Envoy runs on. A termination meanwhile takes the drain over (`terminating`).
+   */
+  drainInPlace(terminating: () => boolean): void {
+    if (this.#plan) return;
+    const plan = this.start("POST /drain");
+    // Nothing is stopped: nothing is cut.
+    const metered = this.#deps.drains?.started("drain", () => plan.deadline);
+    this.waitDrained(plan).then(
+      // An end the wait did not log itself (the deadline): said, so /drain's caller knows.
+      (reason) => {
+        if (!terminating() && DrainEnded.reasons.includes(reason)) this.#log("drain_wait_done", { mode: plan.mode, reason, ms: Date.now() - plan.startedAt });
+        metered?.ended({ reason, drainMs: Date.now() - plan.startedAt, inflightAtStop: 0 });
+      },
+      // A fault in the wait is lastcall's own bug: said, and a termination still stops Envoy.
+      (error) => {
+        metered?.ended();
+        this.#log("drain_wait_failed", { error: String(error) });
+      },
+    );
+  }
+
+  /**
    * Step 1 (readiness fails) at once, steps 2–4 on every Envoy that can be asked; idempotent. A
    * termination (`terminating`) after a `POST /drain` keeps that drain and takes its deadline
    * from now: the grace period runs from the signal.
@@ -190,6 +225,7 @@ export class Drainer {
     }
     const startedAt = now;
     const plan: DrainPlan = {
+      source,
       mode: o.drainMode,
       scope: o.drainScope,
       failHealthcheck: o.failHealthcheck,
@@ -263,6 +299,8 @@ export class Drainer {
     if (this.#deps.stopNow.aborted) end("stopped_now")();
     const running = this.#envoys.all().filter((l) => l.process.running);
     Promise.all(running.map((l) => l.process.exited)).then(end("envoy_exited"));
+    const waitOver = new AbortController();
+    void this.#deps.watch.sayWhileWaiting(plan, AbortSignal.any([ended.signal, waitOver.signal]));
     try {
       const waitForApp = (s: AbortSignal) => this.#deps.app.waitGone(s);
       const deps = {
@@ -274,6 +312,7 @@ export class Drainer {
       };
       return await waitDrained(plan, deps, ended.signal);
     } finally {
+      waitOver.abort();
       clearTimeout(timer);
     }
   }
@@ -317,9 +356,11 @@ export class Drainer {
     // Envoy requires: a parent stopped first makes the child abort as it shuts down); whatever
     // still runs after that is stopped next.
     const newest = targets.filter((l) => !targets.some((o) => o.info.generation === l.info.generation && o.info.epoch > l.info.epoch));
+    const zero = this.#settled?.inflight === 0 ? this.#settled.at : undefined;
+    const lastZeroToStopMs = zero === undefined ? undefined : Date.now() - zero;
     await stopEnvoys(newest.map(stopTargetOf), this.#log, stopBudget() / 2);
     await stopEnvoys(targets.filter((l) => l.process.running).map(stopTargetOf), this.#log, stopBudget());
-    return { inflightAtStop, bytesUnsentAtStop: bytesUnsent };
+    return { inflightAtStop, bytesUnsentAtStop: bytesUnsent, ...(lastZeroToStopMs !== undefined ? { lastZeroToStopMs } : {}) };
   }
 
   // What is in flight and undelivered right before the stop. A wait that ended on a zero just now

@@ -4,6 +4,8 @@
 // and a crash-restarted Envoy starts afresh. Reports are hints; the truth is a pull: a probe the
 // agent sends down, answered by a read of the gauge made after the agent asked. A drain ends on a
 // pulled zero, so neither a lost nor a reordered report can end it.
+import { type HoldersReport, parseHolders } from "./holders.ts";
+
 /** One report of the filter, as posted to `/v1/inflight`. */
 export interface InflightReport {
   instance: string;
@@ -14,6 +16,10 @@ export interface InflightReport {
   reason: string;
   /** The probe this report answers (reason `probe`). */
   probe?: number;
+  /** The worker VM that sent it (its start time in ns, as a decimal string), when the filter says. */
+  vm?: string;
+  /** Its oldest live streams (reason `holders`), asked for during a drain only. */
+  holders?: HoldersReport;
 }
 
 /** A pulled count: the answer to one probe. */
@@ -77,6 +83,12 @@ export function parseReport(body: unknown): InflightReport {
     reason: typeof r.reason === "string" ? r.reason.slice(0, 40) : "unknown",
   };
   if (r.probe !== undefined) report.probe = int("probe");
+  if (r.vm !== undefined) {
+    if (typeof r.vm !== "string" || !/^\d{1,20}$/.test(r.vm)) throw new TypeError(`Report field vm is not a VM id: ${JSON.stringify(r.vm)?.slice(0, 40)}`);
+    report.vm = r.vm;
+  }
+  const holders = parseHolders(r);
+  if (holders) report.holders = holders;
   return report;
 }
 

@@ -12,7 +12,8 @@ import type { EventLog } from "../lib/log.ts";
 import type { RunOptions } from "../options.ts";
 import type { InflightTracker } from "./in-flight.ts";
 import type { ModeContext } from "./modes/context.ts";
-import { DELIVERY_POLL_MS, DrainEnded, drainListeners, type DrainPlan, stopEnvoys, stopTargetOf, waitDrained } from "./shutdown.ts";
+import type { DrainMetrics } from "./drain-metrics.ts";
+import { DELIVERY_POLL_MS, DrainEnded, drainListeners, type DrainPlan, SETTLED_FRESH_MS, type Settled, stopEnvoys, stopTargetOf, waitDrained } from "./shutdown.ts";
 import { delay } from "../lib/async.ts";
 
 /** What finishing old Envoys needs from the drainer. */
@@ -29,6 +30,8 @@ export interface OldEpochDeps {
   /** Requests in flight in the old Envoys now (a pull through their filters, or their admin). */
   measure(signal: AbortSignal): Promise<number | undefined>;
   undelivered(live: readonly LiveEnvoy[]): Promise<Undelivered | undefined>;
+  /** How drains end, for `/metrics` (kind `reload`). */
+  drains?: DrainMetrics;
 }
 
 /** How an old Envoy's drain is run. */
@@ -69,6 +72,9 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
     epochs: old.map((l) => l.info.epoch),
   };
   deps.markDraining(reporters);
+  const metered = deps.drains?.started("reload", () => plan.deadline);
+  /** The wait's last reading (see shutdown.ts). */
+  let settled: Settled | undefined;
   const ended = new AbortController();
   const timer = setTimeout(() => ended.abort(new DrainEnded("deadline")), o.parentShutdownMs);
   const onAbort = () => ended.abort(request.signal.reason);
@@ -90,6 +96,7 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
         ...(request.kind === "hot" ? { statsCounted: [] } : {}),
         measure: deps.measure,
         undelivered: () => deps.undelivered(old),
+        settled: (last) => void (settled = last),
       }, ended.signal);
     } else {
       reason = "connections_closed";
@@ -100,6 +107,7 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
   } catch (error) {
     const cause = ended.signal.aborted ? ended.signal.reason : error;
     if (!(cause instanceof DrainEnded)) {
+      metered?.ended();
       if (request.signal.aborted) return "aborted";
       throw error;
     }
@@ -108,14 +116,31 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
     clearTimeout(timer);
     request.signal.removeEventListener("abort", onAbort);
   }
-  if (request.signal.aborted) return "aborted";
-  const left = await deps.undelivered(old);
-  const inflight = deps.tracker.inflight(reporters);
+  if (request.signal.aborted) {
+    metered?.ended();
+    return "aborted";
+  }
+  // A zero read before the limit is not how it ended.
+  const last = DrainEnded.reasons.includes(reason) ? undefined : settled;
+  const zeroAt = last?.inflight === 0 ? last.at : undefined;
+  // The wait's last reading when it is fresh, else a pull; the latest report to arrive is only a
+  // hint (a VM's earlier report can arrive after its later one), the last resort.
+  const fresh = last && Date.now() - last.at <= SETTLED_FRESH_MS ? last.inflight : undefined;
+  const [inflight, left] = await Promise.all([
+    fresh ?? deps.measure(AbortSignal.timeout(500)).catch(() => undefined).then((n) => n ?? deps.tracker.inflight(reporters)),
+    deps.undelivered(old),
+  ]);
   const cut = { inflight_at_stop: inflight, ...(left ? { bytes_unsent_at_stop: left.bytes } : {}) };
   for (const l of old) l.drained = { drain_reason: reason, ...cut };
-  deps.log("epoch_drained", { epochs, reason, ms: Date.now() - startedAt, ...cut });
-  if (request.kind === "hot") return reason; // its child ends it (see above)
+  const drainMs = Date.now() - startedAt;
+  deps.log("epoch_drained", { epochs, reason, ms: drainMs, ...cut });
+  const outcome = { reason, drainMs, inflightAtStop: inflight, ...(left ? { bytesUnsent: left.bytes } : {}) };
+  if (request.kind === "hot") {
+    metered?.ended(outcome); // lastcall stops no hot parent: no time to a stop
+    return reason; // its child ends it (see above)
+  }
   for (const l of old) deps.retiring.add(l.info.instance);
+  metered?.ended({ ...outcome, ...(zeroAt !== undefined ? { lastZeroToStopMs: Date.now() - zeroAt } : {}) });
   await stopEnvoys(old.map(stopTargetOf), deps.log, 3000);
   return reason;
 }

@@ -15,6 +15,8 @@ import { DRAIN_WAITS } from "./modes/index.ts";
 
 /** The plan of one drain, resolved from the options at the moment of the signal. */
 export interface DrainPlan {
+  /** What began it: a signal, `POST /drain`, `POST /quitquitquit`. */
+  source?: string;
   mode: DrainMode;
   scope: DrainScope;
   failHealthcheck: boolean;
@@ -32,6 +34,12 @@ export interface DrainPlan {
   /** The old epochs a reload's drain is for (absent for the termination's drain). */
   epochs?: number[];
 }
+
+/**
+ * How old the wait's last reading may be for the stop to report it as the state at the stop
+ * (`inflight_at_stop`, `bytes_unsent_at_stop`) instead of reading again.
+ */
+export const SETTLED_FRESH_MS = 50;
 
 /** Why waiting ended early, as an abort reason. */
 export class DrainEnded extends Error {

@@ -6,7 +6,9 @@ import type { EventLog } from "../lib/log.ts";
 import type { RunOptions } from "../options.ts";
 import type { AgentState } from "../state.ts";
 import type { Envoys } from "../supervise/envoys.ts";
+import type { DrainMetrics } from "./drain-metrics.ts";
 import type { Drainer } from "./drainer.ts";
+import { DrainEnded } from "./shutdown.ts";
 
 /** An Envoy that exited by itself during the termination: what it had in flight, how it ended. */
 export interface DiedDraining {
@@ -27,6 +29,8 @@ export interface TerminateContext {
   syncState(): void;
   /** Envoys killed under the drain so far (filled by the agent as they exit). */
   died: readonly DiedDraining[];
+  /** How drains end, for `/metrics`. */
+  drains?: DrainMetrics;
 }
 
 /**
@@ -41,6 +45,7 @@ export interface TerminateContext {
 export async function terminate(c: TerminateContext, source: string): Promise<number> {
   c.log("terminate", { source });
   const plan = c.drainer.start(source, true);
+  const metered = c.drains?.started("termination", () => plan.deadline);
   await c.preempt();
   const hadEnvoy = c.envoys.all().some((l) => l.process.running);
   await c.drainer.stopUnready();
@@ -48,16 +53,29 @@ export async function terminate(c: TerminateContext, source: string): Promise<nu
   let reason = hadEnvoy ? "envoy_not_ready" : "envoy_not_running";
   let inflightAtStop = 0;
   let bytesUnsentAtStop: number | undefined;
+  let lastZeroToStopMs: number | undefined;
   if (c.envoys.all().some((l) => l.process.running)) {
     reason = await c.drainer.waitDrained(plan);
     c.state.phase = "stopping";
-    ({ inflightAtStop, bytesUnsentAtStop } = await c.drainer.stop(plan));
+    const stopped = await c.drainer.stop(plan);
+    ({ inflightAtStop, bytesUnsentAtStop } = stopped);
+    // A counting mode's wait that ended on its own read a zero right before it returned.
+    const counting = plan.mode === "inflight" || plan.mode === "requests";
+    if (counting && !DrainEnded.reasons.includes(reason)) lastZeroToStopMs = stopped.lastZeroToStopMs;
   }
   // Envoys killed under the drain took their requests with them: the last count known of them.
   const died = c.died;
   inflightAtStop += died.reduce((sum, d) => sum + d.inflight, 0);
   if (died.length > 0 && reason === "inflight_zero") reason = "envoy_exited";
+  if (died.length > 0) lastZeroToStopMs = undefined; // not a drain that ended on zero
   const summary = { mode: c.options.drainMode, reason, drainMs: Date.now() - plan.startedAt, inflightAtStop };
+  metered?.ended({
+    reason,
+    drainMs: summary.drainMs,
+    inflightAtStop,
+    ...(bytesUnsentAtStop !== undefined ? { bytesUnsent: bytesUnsentAtStop } : {}),
+    ...(lastZeroToStopMs !== undefined ? { lastZeroToStopMs } : {}),
+  });
   c.state.termination = summary;
   c.state.phase = "stopped";
   c.log("terminated", {
@@ -66,6 +84,7 @@ export async function terminate(c: TerminateContext, source: string): Promise<nu
     drain_ms: summary.drainMs,
     inflight_at_stop: inflightAtStop,
     ...(bytesUnsentAtStop !== undefined ? { bytes_unsent_at_stop: bytesUnsentAtStop } : {}),
+    ...(lastZeroToStopMs !== undefined ? { last_zero_to_stop_ms: lastZeroToStopMs } : {}),
     ...(died.length > 0 ? { envoy_exits: died.map((d) => d.exit) } : {}),
   });
   // Whoever reads the exit status learns that it was not a clean termination.

@@ -2,6 +2,7 @@
 import { Gauge, Registry } from "prom-client";
 import type { AgentState, Phase } from "../state.ts";
 import type { XdsStatsSnapshot } from "../xds/stats.ts";
+import type { DrainMetrics } from "../drain/drain-metrics.ts";
 
 const PHASES: Phase[] = ["starting", "running", "restarting", "draining", "stopping", "stopped"];
 
@@ -15,6 +16,8 @@ export interface MetricsSource {
   reports(): { accepted: number; stale: number; unknown: number; refused: number };
   /** Counters of the xDS proxies (agent/xds/). */
   xds?(): XdsStatsSnapshot;
+  /** How drains ended, and the drains under way (drain-metrics.ts). */
+  drains?: DrainMetrics;
 }
 
 /**
@@ -46,7 +49,8 @@ export function createMetrics(source: MetricsSource): Registry {
   gauge("lastcall_filter_stale_reports_total", "Filter probe answers ignored: older than one already seen, or to a probe never issued", (g) => g.set(source.reports().stale));
   gauge("lastcall_filter_unknown_reports_total", "Reports naming no live Envoy of this agent (answered, nothing kept)", (g) => g.set(source.reports().unknown));
   gauge("lastcall_filter_refused_reports_total", "Reports refused for a missing or wrong token", (g) => g.set(source.reports().refused));
-  gauge("lastcall_drain_seconds", "Duration of the last drain, from signal to Envoy stop", (g) => {
+  // The termination's outcome, set right before lastcall exits (see lastcall_drain_duration_seconds).
+  gauge("lastcall_drain_seconds", "Duration of the termination's drain, from signal to Envoy stop", (g) => {
     const t = source.state().termination;
     if (t) g.set(t.drainMs / 1000);
   });
@@ -54,10 +58,11 @@ export function createMetrics(source: MetricsSource): Registry {
     const t = source.state().termination;
     if (t) g.set(t.inflightAtStop);
   });
-  gauge("lastcall_termination", "1 for the reason the last drain ended", (g) => {
+  gauge("lastcall_termination", "1 for the reason the termination's drain ended", (g) => {
     const t = source.state().termination;
     if (t) g.set({ reason: t.reason, mode: t.mode }, 1);
   }, ["reason", "mode"]);
+  source.drains?.register(registry);
   if (source.xds) addXdsMetrics(gauge, source.xds);
   return registry;
 }

@@ -4,6 +4,7 @@
 // probe down when it pulls a count. A report is answered at once when it carries a probe, or when
 // its filter does not know yet of a drain.
 import type { InflightReport, InflightTracker } from "../drain/in-flight.ts";
+import { type HolderBook, MAX_HOLDERS } from "../drain/holders.ts";
 import { reportTimeoutMs } from "../envoy/bootstrap.ts";
 
 /** The agent's answer to one report. */
@@ -12,6 +13,8 @@ export interface ReportAnswer {
   draining: boolean;
   /** A probe id: the filter reads its counter afresh and reports it back. */
   probe?: number;
+  /** During a drain: how many of its oldest live streams the VM should name (a `holders` report). */
+  holders?: number;
 }
 
 /** Options of {@linkcode ReportDesk}. */
@@ -20,6 +23,8 @@ export interface ReportDeskOptions {
   heartbeatMs: number;
   /** Whether reports of `instance` should be told to drain. */
   draining(instance: string): boolean;
+  /** Where the VMs' holders are kept; without it none are asked for. */
+  holders?: HolderBook;
 }
 
 interface Hold {
@@ -64,13 +69,18 @@ export class ReportDesk {
       this.#answering = undefined;
     }
     if (outcome === "unknown") return { draining: this.#options.draining(instance) };
+    const book = this.#options.holders;
+    if (book && report.vm && report.holders) book.record(instance, report.epoch, report.vm, report.holders);
     let probe = this.#tracker.probeFor(instance);
     const wasDraining = this.#options.draining(instance);
     // A filter VM that does not know of the drain yet (its report came after the drain began
     // released the held ones) is told at once: held, it would learn a heartbeat period late.
     const uninformed = wasDraining && !report.draining;
     if (probe === undefined && !uninformed) probe = await this.#hold(instance, wasDraining);
-    return { draining: this.#options.draining(instance), probe };
+    const draining = this.#options.draining(instance);
+    // While a drain waits, each VM names what holds it about once a second, asked in an answer.
+    if (draining && book && report.vm && book.wants(instance, report.vm)) return { draining, probe, holders: MAX_HOLDERS };
+    return { draining, probe };
   }
 
   /** A drain began: answer every held heartbeat now, so every filter learns of it at once. */

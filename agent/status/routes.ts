@@ -6,15 +6,22 @@
 // is capped.
 import { Hono } from "hono";
 import { type InflightReport, parseReport } from "../drain/in-flight.ts";
+import type { DrainView } from "../drain/waiting.ts";
 import type { AgentState } from "../state.ts";
 import type { AppReport } from "../supervise/app-watch.ts";
 import { bodyCap } from "./body-cap.ts";
 import { loopbackOnly } from "./loopback-only.ts";
 import { type ConnectionMaker, type ConnectionPorts, notThroughEnvoy } from "./not-through-envoy.ts";
 import { requireReportToken } from "./report-token.ts";
+import type { ReportAnswer } from "./reports.ts";
 
-/** The largest report body accepted; a real report is about 150 bytes. */
-export const REPORT_MAX_BYTES = 4096;
+export type { ReportAnswer };
+
+/**
+ * The largest report body accepted: a report is about 170 bytes, one naming a VM's 32 oldest
+ * streams (paths cut at 256 bytes, escaped) up to about 14 KiB.
+ */
+export const REPORT_MAX_BYTES = 16_384;
 
 /** The largest body of any other request (`POST /v1/app` sends about 80 bytes). */
 export const REQUEST_MAX_BYTES = 4096;
@@ -28,24 +35,19 @@ export const DRAINING_HEADER = "x-lastcall-draining";
 /** Response header of `POST /v1/inflight`: the probe being answered, when there is one. */
 export const PROBE_HEADER = "x-lastcall-probe";
 
+/** Response header of `POST /v1/inflight` during a drain: name your oldest N live streams. */
+export const HOLDERS_HEADER = "x-lastcall-holders";
+
 /** Readiness with the reason operators need when it is not ready. */
 export interface ReadinessAnswer {
   ready: boolean;
   reason: string;
 }
 
-/** The agent's answer to one filter report. */
-export interface ReportAnswer {
-  /** The agent is draining. */
-  draining: boolean;
-  /** The probe (a positive integer) this answer completes, when there is one. */
-  probe?: number;
-}
-
 /** What the routes need from the agent. */
 export interface StatusControls {
   readiness(): Promise<ReadinessAnswer>;
-  state(): AgentState & { inflight: number; filter: string };
+  state(): AgentState & { inflight: number; filter: string; drain?: DrainView };
   metrics(): Promise<string>;
   /**
    * The secret the filter sends in `x-lastcall-token` with each report (at least 16
@@ -107,9 +109,10 @@ export function createStatusApp(controls: StatusControls): Hono {
       } catch (error) {
         return c.json({ error: (error as Error).message }, 400);
       }
-      const { draining, probe } = await controls.report(report);
+      const { draining, probe, holders } = await controls.report(report);
       c.header(DRAINING_HEADER, draining ? "1" : "0");
       if (probe !== undefined) c.header(PROBE_HEADER, String(probe));
+      if (holders !== undefined) c.header(HOLDERS_HEADER, String(holders));
       return c.json(probe === undefined ? { draining } : { draining, probe });
     },
   );

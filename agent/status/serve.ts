@@ -3,12 +3,14 @@
 // the server itself, wired to the agent.
 import type { AppWatch } from "../supervise/app-watch.ts";
 import type { InflightTracker } from "../drain/in-flight.ts";
+import type { DrainView } from "../drain/waiting.ts";
 import type { Envoys, LiveEnvoy } from "../supervise/envoys.ts";
 import { StartError } from "../lib/errors.ts";
 import type { ReportDesk } from "./reports.ts";
 import { createStatusApp, type ReadinessAnswer } from "./routes.ts";
 import { listen, type StatusServer } from "./listen.ts";
 import { createMetrics } from "./metrics.ts";
+import type { DrainMetrics } from "../drain/drain-metrics.ts";
 import { connectionMaker } from "./not-through-envoy.ts";
 import type { AgentState } from "../state.ts";
 
@@ -19,6 +21,8 @@ export interface StatusView {
   tracker: InflightTracker;
   /** Whether the filter is in Envoy. */
   filtered: boolean;
+  /** What the drain under way waits for; undefined outside a drain. */
+  drain?(): DrainView | undefined;
 }
 
 /** The Envoy that serves, when it is ready and answering and no drain began. */
@@ -56,13 +60,18 @@ export async function readiness(v: StatusView): Promise<ReadinessAnswer> {
   return { ready: false, reason: answer.reason ?? answer.state };
 }
 
+/** What `/v1/state` answers. */
+export type StateSnapshot = AgentState & { inflight: number; filter: string; drain?: DrainView };
+
 /** A copy of the state with the in-flight view, for `/v1/state`. */
-export function snapshot(v: StatusView): AgentState & { inflight: number; filter: string } {
+export function snapshot(v: StatusView): StateSnapshot {
   const reporters = v.envoys.serving()?.reporters ?? v.envoys.newest()?.reporters ?? [];
+  const drain = v.drain?.();
   return {
     ...structuredClone(v.state),
     inflight: v.tracker.inflight(v.envoys.reporters()),
     filter: !v.filtered ? "disabled" : reporters.length === 0 ? "not inserted" : v.tracker.status(reporters[0]),
+    ...(drain ? { drain } : {}),
   };
 }
 
@@ -87,6 +96,8 @@ export interface StatusWiring {
   quit(): void;
   /** `POST /drain`. */
   drain(): void;
+  /** How drains ended, for `/metrics`. */
+  drains?: DrainMetrics;
 }
 
 /**
@@ -106,6 +117,7 @@ export async function serveStatus(address: string, port: number, w: StatusWiring
     ready: () => readyNow(w.view()),
     reports: () => ({ accepted: reportsAccepted(w.view()), stale: w.view().tracker.staleReports, unknown: w.view().tracker.unknownReports, refused }),
     xds: () => w.view().envoys.xdsStats.snapshot(),
+    drains: w.drains,
   });
   const app = createStatusApp({
     readiness: () => readiness(w.view()),

@@ -146,6 +146,11 @@ export class AppWatch {
     this.#sweeper = setInterval(() => this.expire(), Math.min(1000, this.#leaseMs)).unref();
   }
 
+  /** The apps `lastcall exec` said run (not one known only by its port), for `/v1/state`. */
+  apps(): Array<{ id: string; pid?: number }> {
+    return [...this.#running].map(([id, lease]) => (lease.pid === undefined ? { id } : { id, pid: lease.pid }));
+  }
+
   /** Whether an app is known to run now. */
   async running(): Promise<boolean> {
     this.expire();

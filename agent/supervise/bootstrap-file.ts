@@ -93,6 +93,8 @@ export async function prepareBootstrap(envoyBinary: string, o: RunOptions, reque
             instance: request.instance,
             exclude_paths: o.excludePath,
             token: request.reportToken,
+            // Only when asked: each request's method and path are then read at its headers.
+            ...(o.holderPaths ? { holder_paths: true } : {}),
           },
         }
         : undefined,

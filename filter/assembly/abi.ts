@@ -63,3 +63,13 @@ export declare function proxy_http_call(
   clusterPtr: usize, clusterSize: usize, headersPtr: usize, headersSize: usize, bodyPtr: usize, bodySize: usize,
   trailersPtr: usize, trailersSize: usize, timeoutMs: u32, tokenOut: usize,
 ): u32;
+
+// @ts-ignore: decorator
+@external("env", "proxy_set_effective_context")
+/** Makes later host calls of this callback act for context `id` (a live stream, or a root). */
+export declare function proxy_set_effective_context(id: u32): u32;
+
+// @ts-ignore: decorator
+@external("env", "proxy_get_current_time_nanoseconds")
+/** Writes the host's wall-clock time, unix ns, to `resultOut` (u64). */
+export declare function proxy_get_current_time_nanoseconds(resultOut: usize): u32;

@@ -27,6 +27,11 @@ export class Config {
   gauge: string = "lastcall_inflight";
   /** Unescaped exclude_paths entries; a trailing `*` marks a prefix. */
   excludePaths: ArrayBuffer[] = [];
+  /**
+   * Keep each request's method and path (query cut) at its request headers, to name them among
+   * the holders of a drain (two header reads per request: off unless the operator asks).
+   */
+  holderPaths: bool = false;
   /** Why the configuration was refused; empty when it is valid. */
   error: string = "";
   /** The offending bytes named in the error. */
@@ -162,6 +167,8 @@ class Parser {
       config.epoch = this.integer(key, start, end, 0, MAX_SAFE);
     } else if (key == "exclude_paths") {
       this.paths(config, start, end);
+    } else if (key == "holder_paths") {
+      config.holderPaths = this.boolean(key, start, end);
     } else {
       this.fail('unknown key "' + key + '"', start, end);
     }
@@ -180,6 +187,17 @@ class Parser {
       return 0;
     }
     return value;
+  }
+
+  boolean(key: string, start: usize, end: usize): bool {
+    this.pos = start;
+    const yes = this.word("true");
+    if (yes || this.word("false")) {
+      if (this.pos == end) return yes;
+    }
+    this.pos = end;
+    this.fail('"' + key + '" must be true or false', start, end);
+    return false;
   }
 
   paths(config: Config, start: usize, end: usize): void {

@@ -4,9 +4,13 @@
 // Only the callbacks the filter acts on are exported: Envoy (proxy-wasm-cpp-host) does not enter
 // the VM for a callback the module does not export and goes on as if it answered Continue (or,
 // for `proxy_on_done`, "done"). So a request costs three calls into the VM (context create,
-// request headers, delete).
+// request headers, delete). Each VM also keeps its live streams' ids in a fixed table (live.ts:
+// a load and a store each way) to name them when the agent asks during a drain; only when a
+// plugin of the VM has `holder_paths` does it read each request's method and path (kept.ts).
 import "./abort";
 import { countEnd, countStart, draining } from "./count";
+import { keepRequest } from "./kept";
+import { liveEnd, liveStart, ownsSlot } from "./live";
 import { Root, forgetRoot, pushTransition } from "./root";
 
 export { malloc, malloc as proxy_on_memory_allocate } from "./memory";
@@ -18,11 +22,20 @@ let excluding = 0;
 const streamRoots = new Map<u32, u32>();
 /** Streams that left the count early (an excluded path): their deletion does not count again. */
 const uncounted = new Set<u32>();
+/** Roots of this VM whose plugin has `holder_paths`: only then are methods and paths kept. */
+let keeping = 0;
+/** Whether request headers have anything to do (`excluding > 0 || keeping > 0`): one branch otherwise. */
+let atHeaders = false;
 
-function countExcluding(): void {
+function countHeaderWork(): void {
   excluding = 0;
+  keeping = 0;
   const all = roots.values();
-  for (let i = 0; i < all.length; i++) if (all[i].config.excludePaths.length > 0) excluding++;
+  for (let i = 0; i < all.length; i++) {
+    if (all[i].config.excludePaths.length > 0) excluding++;
+    if (all[i].config.holderPaths) keeping++;
+  }
+  atHeaders = excluding > 0 || keeping > 0;
 }
 
 /** ABI version marker: proxy-wasm 0.2.0. */
@@ -31,10 +44,11 @@ export function proxy_abi_version_0_2_0(): void {}
 /** A root context (rootId 0), or a stream/connection: in the count from now. */
 export function proxy_on_context_create(id: u32, rootId: u32): void {
   if (rootId == 0) {
-    roots.set(id, new Root());
+    roots.set(id, new Root(id));
     return;
   }
   countStart();
+  liveStart(id);
   if (excluding > 0) streamRoots.set(id, rootId);
   if (draining) pushTransition(true);
 }
@@ -48,7 +62,7 @@ export function proxy_on_vm_start(rootId: u32, vmConfigSize: u32): u32 {
 export function proxy_on_configure(rootId: u32, size: u32): u32 {
   if (!roots.has(rootId)) return 0;
   const ok = roots.get(rootId).configure(size);
-  countExcluding();
+  countHeaderWork();
   return ok ? 1 : 0;
 }
 
@@ -62,15 +76,27 @@ export function proxy_on_http_call_response(rootId: u32, token: u32, headers: u3
   if (roots.has(rootId)) roots.get(rootId).onHttpCallResponse();
 }
 
-/** Request headers: an excluded path leaves the count now (exactly once). */
+/**
+ * Request headers: an excluded path leaves the count now (exactly once); otherwise, with
+ * `holder_paths`, a tracked stream's method and path are kept. Without either key: one branch.
+ */
 export function proxy_on_request_headers(id: u32, headers: u32, endOfStream: u32): u32 {
-  if (excluding == 0 || !streamRoots.has(id)) return 0;
+  if (!atHeaders) return 0;
+  if (excluding > 0 && excludedNow(id)) return 0;
+  if (keeping > 0 && ownsSlot(id)) keepRequest(id);
+  return 0;
+}
+
+// Whether stream `id` left the count at these headers (its path is excluded by its plugin).
+function excludedNow(id: u32): bool {
+  if (!streamRoots.has(id)) return false;
   const rootId = streamRoots.get(id);
-  if (!roots.has(rootId) || uncounted.has(id) || !roots.get(rootId).isExcluded()) return 0;
+  if (!roots.has(rootId) || uncounted.has(id) || !roots.get(rootId).isExcluded()) return false;
   uncounted.add(id);
   countEnd(false);
+  liveEnd(id);
   if (draining) pushTransition(false);
-  return 0;
+  return true;
 }
 
 /** Deletion: a stream leaves the count exactly once; a root is forgotten. */
@@ -79,7 +105,7 @@ export function proxy_on_delete(id: u32): void {
     const root = roots.get(id);
     roots.delete(id);
     forgetRoot(root, roots.values());
-    countExcluding();
+    countHeaderWork();
     return;
   }
   if (streamRoots.size > 0) streamRoots.delete(id);
@@ -88,5 +114,6 @@ export function proxy_on_delete(id: u32): void {
     return;
   }
   countEnd(true);
+  liveEnd(id);
   if (draining) pushTransition(false);
 }

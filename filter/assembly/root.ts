@@ -1,11 +1,12 @@
 // One plugin instance per VM: configuration, metrics, heartbeats and the reports to the agent.
 import {
-  Buffer, HeaderMap, LogLevel, MetricType, Result, proxy_get_buffer_bytes,
+  Buffer, HeaderMap, LogLevel, MetricType, Result, proxy_get_buffer_bytes, proxy_get_current_time_nanoseconds,
   proxy_get_header_map_value, proxy_get_property, proxy_http_call, proxy_increment_metric, proxy_log,
   proxy_set_tick_period_milliseconds,
 } from "./abi";
 import { Config, configErrorLine, parseConfig } from "./config";
 import { defineGauge, defineMetric, draining, learnDraining, readCount, takeFinished } from "./count";
+import { appendHolders, parseHolderCount } from "./holders";
 import { Bytes, OUT_PTR, OUT_SIZE, OUT_U32, freeHostBlock, takeHostBytes, utf8 } from "./memory";
 
 /** The `root_id` the Envoy plugin configuration must use. */
@@ -36,6 +37,19 @@ function countOrFail(): i64 {
 function flushStreamsTotal(): void {
   const n = takeFinished();
   if (n > 0) proxy_increment_metric(streamsTotal, n as i64);
+}
+
+/**
+ * This VM's id in reports (`"vm"`): the host's clock, unix ns, read when the VM first configures
+ * (its worker VMs start one after the other, so each has its own).
+ */
+let vmId = "";
+
+function learnVmId(): void {
+  if (vmId.length > 0) return;
+  store<u64>(OUT_PTR, 0);
+  proxy_get_current_time_nanoseconds(OUT_PTR);
+  vmId = load<u64>(OUT_PTR).toString();
 }
 
 /** Whether this VM's `drain_ack` went out (each VM acks once). */
@@ -88,6 +102,7 @@ const STATUS = utf8(":status");
 const OK_STATUS = utf8("200");
 const DRAINING_HEADER = utf8("x-lastcall-draining");
 const PROBE_HEADER = utf8("x-lastcall-probe");
+const HOLDERS_HEADER = utf8("x-lastcall-holders");
 const MAX_PROBE: u64 = 9007199254740991; // 2^53 - 1: exact for a JavaScript agent
 
 // Looks up one header of the agent's answer. When true, OUT_PTR/OUT_SIZE hold the value, which the
@@ -129,15 +144,31 @@ function answerProbe(): u64 {
   return id;
 }
 
+// How many holders the answer asks for (`x-lastcall-holders`, 1 to 32); 0 when absent or anything else.
+function answerHolders(): i32 {
+  if (!answerHeader(HOLDERS_HEADER)) return 0;
+  const ptr = load<u32>(OUT_PTR) as usize;
+  const n = parseHolderCount(ptr, load<u32>(OUT_SIZE) as usize);
+  freeHostBlock(ptr);
+  return n;
+}
+
 /** The root context of one plugin in one VM. */
 export class Root {
+  /** This root's context id (the effective context goes back to it after the holders are read). */
+  readonly id: u32;
   /** Settings from the last accepted `proxy_on_configure`. */
   config: Config = new Config();
   private headers: ArrayBuffer = new ArrayBuffer(0);
 
+  constructor(id: u32) {
+    this.id = id;
+  }
+
   /** Parses and applies the plugin configuration; false (and one error line) if refused. */
   configure(size: u32): bool {
     defineMetrics();
+    learnVmId();
     let text = new ArrayBuffer(0);
     if (size > 0) {
       store<u32>(OUT_PTR, 0);
@@ -210,7 +241,8 @@ export class Root {
   /**
    * Handles the agent's answer to a report: counts failures; on 200, learns from
    * `x-lastcall-draining: 1` that a drain started (this VM acks it once, with the gauge read
-   * then), then answers `x-lastcall-probe: <id>` with a probe report. The body is not read.
+   * then), then answers `x-lastcall-probe: <id>` with a probe report and, once it knows of a drain,
+   * `x-lastcall-holders: <n>` with a holders report. The body is not read.
    */
   onHttpCallResponse(): void {
     const name = STATUS;
@@ -230,24 +262,32 @@ export class Root {
     }
     const probe = answerProbe();
     if (probe != 0) this.reportNow("probe", probe);
+    // Holders are named during a drain only: an ask on an answer to a VM that knows of none is ignored.
+    const holders = answerHolders();
+    if (holders > 0 && draining) this.reportNow("holders", 0, holders);
   }
 
   // Reads the process-wide count and reports it; a failed read sends nothing. True if sent.
-  private reportNow(reason: string, probe: u64): bool {
+  private reportNow(reason: string, probe: u64, holders: i32 = 0): bool {
     const count = countOrFail();
-    return count >= 0 && this.report(reason, count as u64, probe);
+    return count >= 0 && this.report(reason, count as u64, probe, holders);
   }
 
-  /** Sends one report of `count` to the agent; true if the call was dispatched. */
-  report(reason: string, count: u64, probe: u64): bool {
+  /**
+   * Sends one report of `count` to the agent (with this VM's `holders` oldest live streams when
+   * not 0); true if the call was dispatched.
+   */
+  report(reason: string, count: u64, probe: u64, holders: i32 = 0): bool {
     const config = this.config;
     const cluster = config.agentCluster;
     if (cluster.byteLength == 0) return false;
     const body = new Bytes().str('{"instance":"').buf(config.instanceJson)
       .str('","epoch":').num(config.epoch).str(',"inflight":').num(count)
-      .str(draining ? ',"draining":true,"reason":"' : ',"draining":false,"reason":"').str(reason);
-    if (probe != 0) body.str('","probe":').num(probe).str("}");
-    else body.str('"}');
+      .str(draining ? ',"draining":true,"reason":"' : ',"draining":false,"reason":"').str(reason).str('"');
+    if (probe != 0) body.str(',"probe":').num(probe);
+    body.str(',"vm":"').str(vmId).str('"');
+    if (holders > 0) appendHolders(body, holders, this.id);
+    body.str("}");
     const result = proxy_http_call(
       changetype<usize>(cluster), cluster.byteLength, changetype<usize>(this.headers), this.headers.byteLength,
       body.ptr(), body.length, changetype<usize>(noTrailers), noTrailers.byteLength, config.pushTimeoutMs, OUT_U32,

@@ -92,6 +92,20 @@ describe("lastcall bootstrap writes nothing and prints what Envoy accepts", () =
     expect(agentAddress(JSON.parse(result.stdout))).toMatch(ip);
   });
 
+  it("--holder-paths puts holder_paths in the filter's configuration; without it the key is absent", async () => {
+    const configs = (stdout: string) => {
+      const found: string[] = [];
+      JSON.parse(stdout, (key, value) => (key === "configuration" && found.push(String(value?.value ?? "")), value));
+      return found.map((text) => JSON.parse(text) as Record<string, unknown>);
+    };
+    const plain = await bootstrap(["--config", config]);
+    const asked = await bootstrap(["--config", config, "--holder-paths"]);
+    expect([plain.code, asked.code]).toEqual([0, 0]);
+    expect(configs(plain.stdout).length).toBeGreaterThan(0);
+    expect(configs(plain.stdout).every((c) => !("holder_paths" in c))).toBe(true);
+    expect(configs(asked.stdout).every((c) => c.holder_paths === true)).toBe(true);
+  });
+
   it("a --status-address that does not resolve is one line, exit 2", async () => {
     const result = await bootstrap(["--config", config, "--status-address", "no-such-host.invalid"]);
     expect(result).toMatchObject({ code: 2, stdout: "" });

@@ -4,7 +4,7 @@
 // tests here send traffic to loopback addresses only.
 import { request } from "node:http";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { createStatusApp, type StatusControls } from "../../agent/status/routes.ts";
+import { createStatusApp, REPORT_MAX_BYTES, type StatusControls } from "../../agent/status/routes.ts";
 import { listen, type StatusServer } from "../../agent/status/listen.ts";
 import { connectionMaker } from "../../agent/status/not-through-envoy.ts";
 
@@ -77,9 +77,9 @@ describe("report bodies over a real connection", () => {
     });
   }
 
-  it.each([["content-length", false], ["chunked", true]])("over 4 KiB with %s: 413", async (_name, chunked) => {
+  it.each([["content-length", false], ["chunked", true]])("over 16 KiB with %s: 413", async (_name, chunked) => {
     const { controls } = await serve();
-    expect(await post(server!.port, 8192, chunked as boolean)).toBe(413);
+    expect(await post(server!.port, REPORT_MAX_BYTES + 1, chunked as boolean)).toBe(413);
     expect(controls.report).not.toHaveBeenCalled();
   });
 });

@@ -26,6 +26,8 @@ describe("plugin configuration", () => {
     [`{"token":"${"~".repeat(256)}"}`],
     ['{"gauge":"lastcall_inflight_tcp"}'],
     [`{"gauge":"${"a_0".repeat(21)}z"}`], // 64 characters
+    ['{"holder_paths":true}'],
+    ['{ "holder_paths" : false , "exclude_paths":["/a"]}'],
   ])("accepts %j", (configuration) => {
     const { host, vm } = configure(configuration);
     expect(vm.configured).toBe(true);
@@ -72,6 +74,11 @@ describe("plugin configuration", () => {
     ['{"token":"\\u007f"}', '"token" must be at most 256 visible ASCII characters (0x21 to 0x7e): "\\u007f"'],
     ['{"token":"\u00e9"}', '"token" must be at most 256 visible ASCII characters (0x21 to 0x7e): "\u00e9"'],
     ['{"token":"a\\r\\nx-injected: 1"}', '"token" must be at most 256 visible ASCII characters (0x21 to 0x7e)'],
+    ['{"holder_paths":1}', '"holder_paths" must be true or false: 1'],
+    ['{"holder_paths":"true"}', '"holder_paths" must be true or false: "true"'],
+    ['{"holder_paths":null}', '"holder_paths" must be true or false: null'],
+    ['{"holder_paths":[true]}', '"holder_paths" must be true or false: [true]'],
+    ['{"holder_paths":truex}', "malformed JSON"],
   ])("refuses %j with one error line", (configuration, message) => {
     const { host, vm } = configure(configuration);
     expect(vm.configured).toBe(false);
@@ -96,7 +103,7 @@ describe("plugin configuration", () => {
 
   test("random and truncated inputs never trap: each is accepted or refused with one line", () => {
     const random = prng(7);
-    const valid = '{"agent_cluster":"c","agent_authority":"a","heartbeat_ms":5,"push_timeout_ms":9,"epoch":1,"instance":"i\\u0041","exclude_paths":["/a*"],"token":"t\\u0021"}';
+    const valid = '{"agent_cluster":"c","agent_authority":"a","heartbeat_ms":5,"push_timeout_ms":9,"epoch":1,"instance":"i\\u0041","exclude_paths":["/a*"],"token":"t\\u0021","holder_paths":true}';
     const alphabet = '{}[]",:\\u0123456789abcdefxyz -.eE\n\t\u00e9\u{1f600}';
     const inputs: string[] = [];
     for (let cut = 0; cut <= valid.length; cut++) inputs.push(valid.slice(0, cut));

@@ -1,19 +1,40 @@
 // The agent's side of docs/filter-protocol.md for tests: records every `POST /v1/inflight` and
 // answers 200 with `x-lastcall-draining: 1|0` (and a JSON body for humans), `x-lastcall-probe: <id>`
-// once per asked probe, as the test decides. (This is the agent, not Envoy: a stand-in is fair.)
+// once per asked probe, `x-lastcall-holders: <n>` on the answers the test picks, as the test
+// decides. (This is the agent, not Envoy: a stand-in is fair.)
 import { EventEmitter } from "node:events";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 
-/** One report as the filter sent it (docs/filter-protocol.md: no sequence number, no VM id). */
+/** One live stream a VM named in a holders report. */
+export interface ReportedHolder {
+  id: number;
+  start_ns?: number;
+  method?: string;
+  path?: string;
+  address?: string;
+  protocol?: string;
+  cluster?: string;
+  route?: string;
+}
+
+/** One report as the filter sent it (docs/filter-protocol.md: no sequence number). */
 export interface Report {
   instance: string;
   epoch: number;
   inflight: number;
   draining: boolean;
-  reason: "heartbeat" | "drain_ack" | "zero" | "busy" | "probe";
+  reason: "heartbeat" | "drain_ack" | "zero" | "busy" | "probe" | "holders";
   /** The probe id answered (probe reports only). */
   probe?: number;
+  /** The sending VM's id (decimal u64). */
+  vm: string;
+  /** The VM's own count of its live streams (holders reports only). */
+  vm_inflight?: number;
+  /** The VM's oldest live streams (holders reports only). */
+  holders?: ReportedHolder[];
+  /** The body as sent. */
+  raw: string;
   /** Arrival order at the sink. */
   arrival: number;
   /** Request headers, lower-case. */
@@ -34,6 +55,8 @@ export interface ReportSink {
   token: string | undefined;
   /** Puts `x-lastcall-probe: <id>` on the next answer (one answer only). */
   probe(id: number): void;
+  /** When set, the value of `x-lastcall-holders` to answer `report` with (undefined: none). */
+  holdersFor: ((report: Report) => string | undefined) | undefined;
   /** Reports whose reason is `reason`. */
   count(reason: Report["reason"]): number;
   /** Resolves with the first report (from now on) matching `predicate`. */
@@ -55,7 +78,7 @@ export async function startReportSink(): Promise<ReportSink> {
         response.writeHead(404).end();
         return;
       }
-      const report = { ...JSON.parse(body), arrival: reports.length, headers: request.headers } as Report;
+      const report = { ...JSON.parse(body), raw: body, arrival: reports.length, headers: request.headers } as Report;
       reports.push(report);
       if (sink.token !== undefined && request.headers["x-lastcall-token"] !== sink.token) {
         response.writeHead(401).end();
@@ -67,6 +90,8 @@ export async function startReportSink(): Promise<ReportSink> {
       };
       const probe = probes.shift();
       if (probe !== undefined) headers["x-lastcall-probe"] = String(probe);
+      const holders = sink.holdersFor?.(report);
+      if (holders !== undefined) headers["x-lastcall-holders"] = holders;
       response.writeHead(sink.status, headers);
       response.end(JSON.stringify({ draining: sink.draining }));
       events.emit("report", report);
@@ -79,6 +104,7 @@ export async function startReportSink(): Promise<ReportSink> {
     draining: false,
     status: 200,
     token: undefined,
+    holdersFor: undefined,
     probe(id) {
       probes.push(id);
     },

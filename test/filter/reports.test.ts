@@ -13,7 +13,12 @@ const FAILED = "wasmcustom.lastcall_reports_failed";
 const HEADERS: [string, string][] = [[":method", "POST"], [":path", "/v1/inflight"], [":authority", "lastcall"], ["content-type", "application/json"]];
 
 interface Report { instance: string; epoch: number; inflight: number; draining: boolean; reason: string; probe?: number }
-const body = (call: HttpCall) => JSON.parse(call.body) as Report;
+/** A report's body without its `vm` (checked here: a decimal u64 string; its value: holders.test.ts). */
+const body = (call: HttpCall) => {
+  const { vm, ...report } = JSON.parse(call.body) as Report & { vm?: unknown };
+  expect(vm).toMatch(/^[1-9]\d*$/);
+  return report as Report;
+};
 const reasons = (calls: HttpCall[]) => calls.map((call) => body(call).reason);
 
 /** The agent's answer to a report: 200, `x-lastcall-draining` and maybe `x-lastcall-probe`; a body for humans. */
@@ -33,7 +38,7 @@ function heartbeat(host: ProxyWasmHost, vm: FilterVm, draining: boolean, probe?:
 
 describe("reports", () => {
   test("a heartbeat is one POST /v1/inflight with the process-wide gauge, keys in order, no seq", () => {
-    const host = new ProxyWasmHost();
+    const host = new ProxyWasmHost({ clock: () => 1_795_000_000_123_456_789n });
     const configuration = '{"instance":"pod-\\"a\\"","epoch":4,"agent_authority":"agent.local","push_timeout_ms":250}';
     const [a, b] = [host.createVm({ configuration }), host.createVm({ configuration })];
     const ids = [b.createStream(), b.createStream(), a.createStream()];
@@ -44,7 +49,7 @@ describe("reports", () => {
     expect(call!.cluster).toBe("lastcall_agent");
     expect(call!.timeoutMs).toBe(250);
     expect(call!.headers).toEqual([[":method", "POST"], [":path", "/v1/inflight"], [":authority", "agent.local"], ["content-type", "application/json"]]);
-    expect(call!.body).toBe('{"instance":"pod-\\"a\\"","epoch":4,"inflight":3,"draining":false,"reason":"heartbeat"}');
+    expect(call!.body).toBe('{"instance":"pod-\\"a\\"","epoch":4,"inflight":3,"draining":false,"reason":"heartbeat","vm":"1795000000123456789"}');
     expect(host.metric(SENT)).toBe(1);
     answer(call!, false);
     expect(host.metric(FAILED)).toBe(0);
@@ -290,14 +295,14 @@ describe("draining", () => {
 
 describe("probes", () => {
   test("a probe answer gets a probe report: the id after reason, the VM's flag, the gauge read now", () => {
-    const host = new ProxyWasmHost();
+    const host = new ProxyWasmHost({ clock: () => 1n });
     const [vm, other] = [host.createVm({ configuration: '{"instance":"x"}' }), host.createVm({ configuration: '{"instance":"x"}' })];
     const ids = [vm.createStream(), other.createStream()];
     vm.tick();
     vm.endStream(ids[0]!);
     answer(host.calls[0]!, false, "42");
     expect(host.calls).toHaveLength(2);
-    expect(host.calls[1]!.body).toBe('{"instance":"x","epoch":0,"inflight":1,"draining":false,"reason":"probe","probe":42}');
+    expect(host.calls[1]!.body).toBe('{"instance":"x","epoch":0,"inflight":1,"draining":false,"reason":"probe","probe":42,"vm":"1"}');
     answer(host.calls[1]!, false, "9007199254740991"); // the agent may probe a probe report: answered again
     expect(body(host.calls[2]!)).toEqual({ instance: "x", epoch: 0, inflight: 1, draining: false, reason: "probe", probe: 9007199254740991 });
     answer(host.calls[2]!, false);

@@ -12,7 +12,20 @@
 //   worker may run between two host calls of one VM. `beforeHostCall` lets a test run other VMs
 //   at that point (nested: they run to completion before this VM's call goes on), or fail the
 //   call with a host error; `afterHostCall` observes every state the process passes through;
-//   `onImport` sees every import the module calls, whatever it touches.
+//   `onImport` sees every import the module calls, whatever it touches;
+// - the effective context (proxy_set_effective_context, cpp-host exports.cc): BadArgument for an
+//   id the VM does not know, else every later host call of the callback acts for that context
+//   (its properties and request headers; an http call still belongs to the VM's root context, as
+//   cpp-host's http_call takes `root_context()`), until the callback returns;
+// - properties of a stream: `request.time` (8-byte little-endian int64, unix ns),
+//   `destination.address`, `request.protocol`, `xds.cluster_name` and `xds.route_name` (empty: an
+//   unnamed route); `request.method` and `request.url_path` from its request headers only
+//   while its own request-headers callback runs (Envoy 1.40 forgets a wasm context's request
+//   headers when that callback returns Continue; `keepRequestHeaders` models a host that keeps
+//   them); NotFound where the context has no such value;
+// - request header values are bytes, one per character of the test's string (latin1), so a test
+//   can send any byte, as a client can to Envoy;
+// - the clock (proxy_get_current_time_nanoseconds): the host's `clock`, unix ns.
 // Any import the module declares that is not modelled here throws when called.
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
@@ -50,6 +63,8 @@ export interface HttpCall {
   readonly vm: FilterVm;
   /** The token the host returned. */
   readonly token: number;
+  /** The effective context when the call was dispatched (the answer goes to the root context whatever it is). */
+  readonly effectiveContext: number;
   /** Cluster name (the call's "uri"). */
   readonly cluster: string;
   /** Request headers in order. */
@@ -74,6 +89,32 @@ export interface HostOptions {
   clusters?: string[];
   /** Lowest log level kept in `logs` (Envoy prints info = 2 and up by default). @default 0 */
   logLevel?: number;
+  /** Wall clock, unix ns (`proxy_get_current_time_nanoseconds`, a stream's `request.time`). @default the real clock */
+  clock?: () => bigint;
+  /**
+   * Whether `request.method` / `request.url_path` stay readable after the stream's request-headers
+   * callback (Envoy 1.40: no). `request.url_path` is the `:path` up to `?`, one byte per
+   * character (latin1), so a test can send any byte. @default false
+   */
+  keepRequestHeaders?: boolean;
+}
+
+/** Options of {@linkcode FilterVm.createStream}. */
+export interface StreamOptions {
+  /** Context id; must be free in the VM. @default the VM's next id (ids only grow, as in cpp-host) */
+  id?: number;
+  /** `request.time`, unix ns. @default the host's clock at creation */
+  startNs?: bigint;
+  /** `destination.address`: the local address the client reached. @default "127.0.0.1:10000" */
+  address?: string;
+  /** Whether the context has request properties (`request.time`; false: a TCP connection). @default true */
+  http?: boolean;
+  /** `request.protocol` (an HTTP stream only). @default "HTTP/1.1" */
+  protocol?: string;
+  /** `xds.cluster_name`: the upstream cluster. @default "app" */
+  cluster?: string;
+  /** `xds.route_name`: "" for an unnamed route. @default "" */
+  route?: string;
 }
 
 /** Options of {@linkcode ProxyWasmHost.createVm}. */
@@ -128,6 +169,10 @@ export class ProxyWasmHost {
   readonly #clusters: Set<string>;
   /** Lowest log level kept. */
   readonly logLevel: number;
+  /** Wall clock, unix ns. */
+  readonly clock: () => bigint;
+  /** See {@linkcode HostOptions.keepRequestHeaders}. */
+  readonly keepRequestHeaders: boolean;
   readonly #shared = new Map<string, Map<string, SharedEntry>>();
   #nextCas = 1;
   readonly #metrics = new Map<string, { type: number; value: bigint }>();
@@ -138,6 +183,8 @@ export class ProxyWasmHost {
     this.#module = new WebAssembly.Module(new Uint8Array(bytes));
     this.#clusters = new Set(options.clusters ?? ["lastcall_agent"]);
     this.logLevel = options.logLevel ?? 0;
+    this.keepRequestHeaders = options.keepRequestHeaders ?? false;
+    this.clock = options.clock ?? (() => BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e3)) * 1000n);
   }
 
   /** Imports the module declares, as `module.name`. */
@@ -212,6 +259,12 @@ export class ProxyWasmHost {
 interface StreamState {
   requestHeaders?: [string, string][];
   root: number;
+  startNs: bigint;
+  address: string;
+  http: boolean;
+  protocol: string;
+  cluster: string;
+  route: string;
 }
 
 /** One VM ("worker thread") with its root context and stream contexts. */
@@ -234,6 +287,8 @@ export class FilterVm {
   #nextContextId = 1;
   #nextToken = 1;
   #current = 0;
+  /** The effective context of the running callback (0: the one it runs for). */
+  #effective = 0;
   #callback: string | undefined;
   #callResponse: { headers: [string, string][]; body: Uint8Array } | undefined;
   #metricIds = new Map<number, string>();
@@ -280,9 +335,17 @@ export class FilterVm {
   }
 
   /** Creates a stream (or connection) context; returns its id. */
-  createStream(): number {
-    const id = this.#nextContextId++;
-    this.#streams.set(id, { root: this.rootContextId });
+  createStream(options: StreamOptions = {}): number {
+    const id = options.id ?? this.#nextContextId;
+    if (!Number.isInteger(id) || id <= 0 || id > 0xffffffff || id === this.rootContextId || this.#streams.has(id)) {
+      throw new Error(`proxy-wasm host: context id ${id} is not free in VM ${this.index}`);
+    }
+    this.#nextContextId = Math.max(this.#nextContextId, id + 1);
+    this.#streams.set(id, {
+      root: this.rootContextId, startNs: options.startNs ?? this.#host.clock(),
+      address: options.address ?? "127.0.0.1:10000", http: options.http ?? true,
+      protocol: options.protocol ?? "HTTP/1.1", cluster: options.cluster ?? "app", route: options.route ?? "",
+    });
     this.#call("proxy_on_context_create", id, id, this.rootContextId);
     return id;
   }
@@ -361,6 +424,7 @@ export class FilterVm {
     const fn = this.#exports[name];
     if (typeof fn !== "function") return 0; // Envoy skips callbacks the module does not export
     this.#current = context;
+    this.#effective = 0;
     this.#callback = name;
     try {
       return fn(...args) ?? 0;
@@ -369,6 +433,7 @@ export class FilterVm {
       throw error;
     } finally {
       this.#current = 0;
+      this.#effective = 0;
       this.#callback = undefined;
     }
   }
@@ -376,7 +441,7 @@ export class FilterVm {
   // Runs one host call that touches process-wide state between the race hooks.
   #hooked(call: HostCallPoint["call"], key: string, body: () => number, offset?: bigint): number {
     const host = this.#host;
-    const point: HostCallPoint = { vm: this, call, key, callback: this.#callback ?? "", context: this.#current, offset };
+    const point: HostCallPoint = { vm: this, call, key, callback: this.#callback ?? "", context: this.#context(), offset };
     const injected = host.beforeHostCall?.(point);
     const result = typeof injected === "number" ? injected : body();
     host.afterHostCall?.(point, result);
@@ -436,7 +501,43 @@ export class FilterVm {
     return result;
   }
   #isRoot(): boolean {
-    return this.#current === this.rootContextId;
+    return this.#context() === this.rootContextId;
+  }
+  /** The context host calls act for: the effective one if set (and still alive), else the running one. */
+  #context(): number {
+    const effective = this.#effective;
+    return effective !== 0 && (effective === this.rootContextId || this.#streams.has(effective)) ? effective : this.#current;
+  }
+  // A property of the effective context (undefined: NotFound), as Envoy's CEL attributes serialise it.
+  #property(path: string): Uint8Array | undefined {
+    const context = this.#context();
+    const stream = this.#streams.get(context);
+    const readable = this.#host.keepRequestHeaders || (this.#callback === "proxy_on_request_headers" && this.#current === context);
+    const header = (name: string) => (readable ? stream?.requestHeaders?.find(([k]) => k === name)?.[1] : undefined);
+    switch (path) {
+      case "plugin_root_id": return Buffer.from(this.#options.rootId);
+      case "plugin_name": return Buffer.from("lastcall");
+      case "plugin_vm_id": return Buffer.from(this.#options.vmId);
+      case "request.time": {
+        if (!stream?.http) return undefined;
+        const bytes = Buffer.alloc(8);
+        bytes.writeBigInt64LE(stream.startNs);
+        return bytes;
+      }
+      case "request.method": {
+        const method = header(":method");
+        return method === undefined ? undefined : Buffer.from(method);
+      }
+      case "request.url_path": {
+        const path = header(":path");
+        return path === undefined ? undefined : Buffer.from(path.split("?")[0]!, "latin1");
+      }
+      case "destination.address": return stream === undefined ? undefined : Buffer.from(stream.address);
+      case "request.protocol": return stream?.http ? Buffer.from(stream.protocol) : undefined;
+      case "xds.cluster_name": return stream === undefined ? undefined : Buffer.from(stream.cluster);
+      case "xds.route_name": return stream === undefined ? undefined : Buffer.from(stream.route);
+      default: throw new Error(`proxy-wasm host: property ${path} is not modelled`);
+    }
   }
 
   #imports(): Record<string, (...args: never[]) => unknown> {
@@ -451,11 +552,18 @@ export class FilterVm {
       },
       proxy_get_property: (pathPtr: number, pathSize: number, ptrPtr: number, sizePtr: number) => {
         const path = this.#string(pathPtr, pathSize).split("\0").filter(Boolean).join(".");
-        const properties: Record<string, string> = {
-          plugin_root_id: this.#options.rootId, plugin_name: "lastcall", plugin_vm_id: this.#options.vmId,
-        };
-        if (!(path in properties)) throw new Error(`proxy-wasm host: property ${path} is not modelled`);
-        return this.#copyOut(Buffer.from(properties[path]!), ptrPtr, sizePtr);
+        const value = this.#property(path);
+        return value === undefined ? WasmResult.NotFound : this.#copyOut(value, ptrPtr, sizePtr);
+      },
+      proxy_set_effective_context: (id: number) => {
+        const cid = id >>> 0;
+        if (cid !== this.rootContextId && !this.#streams.has(cid)) return WasmResult.BadArgument;
+        this.#effective = cid;
+        return WasmResult.Ok;
+      },
+      proxy_get_current_time_nanoseconds: (resultPtr: number) => {
+        new DataView(this.#memory.buffer).setBigUint64(resultPtr, BigInt.asUintN(64, host.clock()), true);
+        return WasmResult.Ok;
       },
       proxy_get_buffer_bytes: (type: number, start: number, length: number, ptrPtr: number, sizePtr: number) => {
         let buffer: Uint8Array | undefined;
@@ -472,14 +580,14 @@ export class FilterVm {
       proxy_get_header_map_value: (type: number, keyPtr: number, keySize: number, ptrPtr: number, sizePtr: number) => {
         if (type > 7) return WasmResult.BadArgument;
         let map: [string, string][] | undefined;
-        if (type === HEADERS_REQUEST) map = this.#streams.get(this.#current)?.requestHeaders;
+        if (type === HEADERS_REQUEST) map = this.#streams.get(this.#context())?.requestHeaders;
         else if (type === HEADERS_HTTP_CALL_RESPONSE) map = this.#callResponse?.headers;
         else throw new Error(`proxy-wasm host: header map ${type} is not modelled`);
         if (!map) return WasmResult.BadArgument; // Envoy: the map is not available now
         const key = this.#string(keyPtr, keySize).toLowerCase();
         const found = map.filter(([k]) => k === key).map(([, v]) => v);
         if (found.length === 0) return WasmResult.NotFound;
-        return this.#copyOut(Buffer.from(found.join(",")), ptrPtr, sizePtr);
+        return this.#copyOut(Buffer.from(found.join(","), type === HEADERS_REQUEST ? "latin1" : "utf8"), ptrPtr, sizePtr);
       },
       proxy_get_shared_data: (keyPtr: number, keySize: number, ptrPtr: number, sizePtr: number, casPtr: number) => {
         const key = this.#string(keyPtr, keySize);
@@ -529,7 +637,7 @@ export class FilterVm {
         });
       },
       proxy_set_tick_period_milliseconds: (periodMs: number) => {
-        if (!this.#isRoot() && !this.#streams.has(this.#current)) return WasmResult.BadArgument;
+        if (!this.#isRoot() && !this.#streams.has(this.#context())) return WasmResult.BadArgument;
         this.tickPeriodMs = periodMs >>> 0; // Envoy: the calling context's root context's timer
         return WasmResult.Ok;
       },
@@ -555,8 +663,9 @@ export class FilterVm {
     if (!names.has(":path") || !names.has(":method") || !names.has(":authority")) return WasmResult.BadArgument;
     const token = this.#nextToken++;
     const vm = this;
+    const effectiveContext = this.#context();
     const call: HttpCall = {
-      vm, token, cluster, headers, body, timeoutMs: timeoutMs >>> 0, settled: false,
+      vm, token, effectiveContext, cluster, headers, body, timeoutMs: timeoutMs >>> 0, settled: false,
       respond(status, responseBody = "", extra = []) {
         if (call.settled) throw new Error(`proxy-wasm host: call ${token} already settled`);
         call.settled = true;

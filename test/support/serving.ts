@@ -46,6 +46,8 @@ export interface AgentStateView {
   current?: { epoch: number; pid: number; instance: string };
   serving?: { epoch: number; pid: number; instance: string };
   epochs: Array<{ epoch: number; pid: number; instance: string }>;
+  /** While a drain is under way: what it waits for (agent/drain/waiting.ts). */
+  drain?: Record<string, unknown>;
 }
 
 /** Options of {@linkcode serving}. */

@@ -1,6 +1,6 @@
 // An upstream app that knows the truth: how many requests it is serving right now.
 //   GET /delay?ms=N                  answers after N ms
-//   GET /hold                        answers only when the test calls release()
+//   GET /hold, /hold/…               answers only when the test calls release()
 //   GET /stream?chunks=N&interval=ms streams N chunks, one every interval
 //   GET /bytes?n=N                   N bytes (content-length), as fast as the reader takes them
 //   WebSocket upgrade on any path    echo; in flight while the socket is open
@@ -80,7 +80,7 @@ export async function startUpstreamApp(): Promise<UpstreamApp> {
     if (url.pathname === "/delay") {
       const timer = setTimeout(() => response.end("ok"), number("ms", 0));
       response.once("close", () => clearTimeout(timer));
-    } else if (url.pathname === "/hold") {
+    } else if (url.pathname === "/hold" || url.pathname.startsWith("/hold/")) {
       heldResponses.push(response);
       response.once("close", () => {
         const index = heldResponses.indexOf(response);

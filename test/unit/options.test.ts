@@ -91,11 +91,19 @@ describe("boolean environment variables of lastcall run", () => {
     expect(runOptions(args, env).failHealthcheck).toBe(failHealthcheck);
   });
 
+  it("--holder-paths: off by default, on by the flag or LASTCALL_HOLDER_PATHS", () => {
+    expect(runOptions([], {}).holderPaths).toBe(false);
+    expect(runOptions(["--holder-paths"], {}).holderPaths).toBe(true);
+    expect(runOptions([], { LASTCALL_HOLDER_PATHS: "1" }).holderPaths).toBe(true);
+    expect(runOptions([], { LASTCALL_HOLDER_PATHS: "false" }).holderPaths).toBe(false);
+    expect(() => runOptions(["--redact-paths"], {})).toThrow(/redact-paths/);
+  });
+
   it("a flag on the command line wins over its variable", () => {
     expect(runOptions(["--no-filter"], { LASTCALL_NO_FILTER: "false" }).filter).toBe(false);
   });
 
-  it.each(["LASTCALL_NO_FILTER", "LASTCALL_NO_HOT_RESTART", "LASTCALL_FAIL_HEALTHCHECK", "LASTCALL_NO_FAIL_HEALTHCHECK"])(
+  it.each(["LASTCALL_NO_FILTER", "LASTCALL_NO_HOT_RESTART", "LASTCALL_FAIL_HEALTHCHECK", "LASTCALL_NO_FAIL_HEALTHCHECK", "LASTCALL_HOLDER_PATHS"])(
     "%s=garbage is refused, also when the flag is given",
     (name) => {
       const message = `${name} must be true, false, 1 or 0, not "garbage"`;
@@ -112,7 +120,7 @@ describe("boolean environment variables of lastcall run", () => {
 
   it("every boolean flag of lastcall run is covered", () => {
     const booleans = runOptionList().filter((o) => !o.required && !o.optional).map((o) => o.envVar);
-    expect(booleans).toEqual(["LASTCALL_NO_HOT_RESTART", "LASTCALL_NO_FILTER", "LASTCALL_FAIL_HEALTHCHECK", "LASTCALL_NO_FAIL_HEALTHCHECK"]);
+    expect(booleans).toEqual(["LASTCALL_NO_HOT_RESTART", "LASTCALL_NO_FILTER", "LASTCALL_HOLDER_PATHS", "LASTCALL_FAIL_HEALTHCHECK", "LASTCALL_NO_FAIL_HEALTHCHECK"]);
   });
 });
 
