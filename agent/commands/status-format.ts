@@ -219,7 +219,7 @@ function drainLines(drain: Fields, width: number): string[] {
         .filter((s) => s !== undefined).join("  ");
       lines.push(`${head}  ${cut(r.request, Math.max(8, width - head.length - 2))}`);
     }
-    lines.push(`  + ${unnamed ?? "?"} not named`);
+    if (unnamed !== 0) lines.push(`  + ${unnamed ?? "?"} not named`);
   } else if (unnamed) {
     lines.push(`waiting for: ${unnamed} not named yet`);
   }

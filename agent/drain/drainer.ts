@@ -307,7 +307,7 @@ export class Drainer {
         ...this.modeContext(),
         measure: (s: AbortSignal) => this.measure(s),
         waitForApp,
-        undelivered: () => undeliveredBy(this.#envoys.all()),
+        undelivered: () => undeliveredBy(this.#envoys.all()).then((left) => this.#deps.watch.sawUndelivered(left)),
         settled: (last: Settled) => void (this.#settled = last),
       };
       return await waitDrained(plan, deps, ended.signal);

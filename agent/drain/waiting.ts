@@ -33,7 +33,12 @@ export interface DrainView {
   by_listener: Record<string, number>;
   /** Apps `lastcall exec` said still run. */
   apps: Array<{ id: string; pid?: number }>;
+  /** Response bytes Envoy still has to deliver to slow readers, while the delivery wait looks. */
+  unsent_bytes?: number;
 }
+
+/** How long what the delivery wait saw is shown. */
+const UNSENT_SHOWN_MS = 2000;
 
 /** What {@linkcode DrainWatch} reads. */
 export interface DrainWatchDeps {
@@ -57,9 +62,16 @@ export interface DrainWatchDeps {
 export class DrainWatch {
   readonly #deps: DrainWatchDeps;
   readonly #names = new WeakMap<LiveEnvoy, ListenerNames>();
+  #unsent?: { bytes: number; at: number };
 
   constructor(deps: DrainWatchDeps) {
     this.#deps = deps;
+  }
+
+  /** What the delivery wait saw (shown for a while in {@linkcode view}); returns `left`. */
+  sawUndelivered<T extends { bytes: number } | undefined>(left: T): T {
+    if (left) this.#unsent = { bytes: left.bytes, at: Date.now() };
+    return left;
   }
 
   /** The drain's state now. */
@@ -83,6 +95,7 @@ export class DrainWatch {
       unnamed: now.unnamed,
       by_listener: now.byListener,
       apps: app.apps(),
+      ...(this.#unsent && Date.now() - this.#unsent.at <= UNSENT_SHOWN_MS ? { unsent_bytes: this.#unsent.bytes } : {}),
     };
   }
 
@@ -93,8 +106,11 @@ export class DrainWatch {
       await delay(Math.max(0, plan.startedAt + DRAIN_WAITING_FIRST_MS - Date.now()), ended);
       for (;;) {
         await this.#learnListenerNames(ended);
-        const { holders, inflight, unnamed, by_listener, apps, deadline_in_ms } = this.view(plan);
-        this.#deps.log("drain_waiting", { inflight, holders: holders.slice(0, DRAIN_WAITING_HOLDERS), by_listener, unnamed, apps, deadline_in_ms });
+        const { holders, inflight, unnamed, by_listener, apps, deadline_in_ms, unsent_bytes } = this.view(plan);
+        this.#deps.log("drain_waiting", {
+          inflight, holders: holders.slice(0, DRAIN_WAITING_HOLDERS), by_listener, unnamed, apps, deadline_in_ms,
+          ...(unsent_bytes !== undefined ? { unsent_bytes } : {}),
+        });
         await delay(DRAIN_WAITING_EVERY_MS, ended);
       }
     } catch {

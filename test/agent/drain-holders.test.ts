@@ -11,6 +11,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { http1, outcomeOf } from "../filter/clients.ts";
 import { inboundConfig, lastcallCommand, startLastcall } from "../support/lastcall.ts";
 import { agentSees, agentState, upstreamForFile } from "../support/serving.ts";
+import { slowDownload } from "../support/slow-reader.ts";
 
 const app = upstreamForFile();
 let stopApp: (() => void) | undefined;
@@ -93,6 +94,24 @@ describe("what holds a drain (default settings)", () => {
     expect([await second, await third]).toEqual([{ status: 200, reset: false }, { status: 200, reset: false }]);
     exec.kill("SIGTERM");
     expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+  });
+
+  it("a slow reader: the bytes Envoy still has to deliver are in /v1/state while the drain waits for them", async () => {
+    const lc = startLastcall(inboundConfig({ upstreamPort: app.port }));
+    await lc.event("ready");
+    const status = await lc.statusUrl();
+    // The last few MB sit in Envoy's and the kernel's buffers for a second or more at 2 MB/s.
+    const size = 24_000_000;
+    const download = slowDownload(await lc.listenerPort("ingress"), `/bytes?n=${size}`, 2_000_000);
+    await download.reached(1_000_000);
+    lc.signal("SIGTERM");
+    const flushing = await lc.event("drain_flushing");
+    const drain = (await agentState(status)).drain as { inflight: number; unsent_bytes?: number };
+    expect(drain.inflight).toBe(0); // Envoy is done with the stream: only bytes are left
+    expect(drain.unsent_bytes).toBeGreaterThan(0);
+    expect(drain.unsent_bytes).toBeLessThanOrEqual(flushing.bytes as number);
+    expect(await download.done).toMatchObject({ status: 200, expected: size, received: size, endedBy: "fin" });
+    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
   });
 
   it("--holder-paths: the method and path of each request (never its query string) in drain_waiting, /v1/state and lastcall status", async () => {

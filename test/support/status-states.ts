@@ -51,7 +51,6 @@ export const DRAINING_LINES = [
   "   12.0 s  inbound   GET /slow",
   "    8.1 s  outbound  POST /upload",
   "   400 ms  inbound   GET /x",
-  "  + 0 not named",
   "apps still running: app (pid 77)",
 ];
 
