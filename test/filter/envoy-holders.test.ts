@@ -34,8 +34,8 @@ function rawRequest(port: number, head: Buffer): Promise<string> {
 }
 
 /** Resolves once `condition()` holds, checked now and at every report the sink receives. */
-async function untilReports(condition: () => boolean): Promise<void> {
-  if (!condition()) await sink!.next(() => condition(), 20_000);
+async function untilReports(condition: () => boolean, what: string): Promise<void> {
+  if (!condition()) await sink!.next(() => condition(), 20_000, what);
 }
 
 /** The latest holders report of each VM among `reports`. */
@@ -82,7 +82,7 @@ test.each([
   // Outside a drain: every VM heartbeats (twice, each answer asking for holders), none names any.
   const heartbeats = () => sink!.reports.filter((r) => r.reason === "heartbeat");
   const heartbeatsPerVm = () => new Map(heartbeats().map((r) => [r.vm, heartbeats().filter((h) => h.vm === r.vm).length]));
-  await untilReports(() => heartbeatsPerVm().size === vms && [...heartbeatsPerVm().values()].every((n) => n >= 2));
+  await untilReports(() => heartbeatsPerVm().size === vms && [...heartbeatsPerVm().values()].every((n) => n >= 2), "two heartbeats of every VM");
   const vmIds = [...heartbeatsPerVm().keys()];
   expect(vmIds.every((id) => /^[1-9]\d{15,19}$/.test(id))).toBe(true); // unix ns: distinct per VM
   expect(new Set(vmIds).size).toBe(vms);
@@ -93,7 +93,7 @@ test.each([
   const drainFrom = sink.reports.length;
   sink.draining = true;
   const sinceDrain = () => sink!.reports.slice(drainFrom);
-  await untilReports(() => latestHolders(sinceDrain()).size === vms);
+  await untilReports(() => latestHolders(sinceDrain()).size === vms, "a holders report of every VM since the drain");
   const first = latestHolders(sinceDrain());
   expect([...first.keys()].sort()).toEqual([...vmIds].sort());
   const named: ReportedHolder[] = [];
@@ -139,8 +139,8 @@ test.each([
   await waitFor(async () => ((await envoy.stats("^wasmcustom\\.lastcall_inflight$"))["wasmcustom.lastcall_inflight"] === 2 ? true : undefined),
     { what: "the gauge to say 2" });
   const from = sink.reports.length;
-  const asked = await sink.next((r) => r.arrival >= from && r.vm === vmOfEnded && r.reason !== "holders", 20_000);
-  const after = await sink.next((r) => r.arrival > asked.arrival && r.vm === vmOfEnded && r.reason === "holders", 20_000);
+  const asked = await sink.next((r) => r.arrival >= from && r.vm === vmOfEnded && r.reason !== "holders", 20_000, `a report of VM ${vmOfEnded} (not holders)`);
+  const after = await sink.next((r) => r.arrival > asked.arrival && r.vm === vmOfEnded && r.reason === "holders", 20_000, `a holders report of VM ${vmOfEnded} after #${asked.arrival}`);
   expect(after.vm_inflight).toBe(first.get(vmOfEnded)!.vm_inflight! - 1);
   expect(after.holders).toEqual(first.get(vmOfEnded)!.holders!.filter((h) => h.id !== endedId));
 

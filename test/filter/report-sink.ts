@@ -60,7 +60,7 @@ export interface ReportSink {
   /** Reports whose reason is `reason`. */
   count(reason: Report["reason"]): number;
   /** Resolves with the first report (from now on) matching `predicate`. */
-  next(predicate: (report: Report) => boolean, timeoutMs?: number): Promise<Report>;
+  next(predicate: (report: Report) => boolean, timeoutMs?: number, what?: string): Promise<Report>;
   /** Closes the server. */
   close(): Promise<void>;
 }
@@ -111,7 +111,7 @@ export async function startReportSink(): Promise<ReportSink> {
     count(reason) {
       return reports.filter((report) => report.reason === reason).length;
     },
-    next(predicate, timeoutMs = 15_000) {
+    next(predicate, timeoutMs = 15_000, what = "a matching report") {
       return new Promise((done, fail) => {
         const onReport = (report: Report) => {
           if (!predicate(report)) return;
@@ -121,7 +121,8 @@ export async function startReportSink(): Promise<ReportSink> {
         };
         const timer = setTimeout(() => {
           events.off("report", onReport);
-          fail(new Error(`No matching report within ${timeoutMs} ms (${reports.length} received)`));
+          const last = reports.slice(-12).map((r) => `${r.arrival} ${r.vm ?? "-"} ${r.reason}${r.holders ? ` ${r.holders.length} holders` : ""}`).join("; ");
+          fail(new Error(`No report: ${what}, within ${timeoutMs} ms (${reports.length} received; the last: ${last})`));
         }, timeoutMs);
         events.on("report", onReport);
       });
