@@ -15,6 +15,8 @@ export interface ReportAnswer {
   probe?: number;
   /** During a drain: how many of its oldest live streams the VM should name (a `holders` report). */
   holders?: number;
+  /** The id the VM is to give in its reports from now on (to a report that gave none). */
+  vm?: string;
 }
 
 /** Options of {@linkcode ReportDesk}. */
@@ -49,6 +51,8 @@ export class ReportDesk {
   readonly #holds = new Map<string, Hold[]>();
   /** The instance whose report is being recorded: its own answer carries a probe it wants. */
   #answering?: string;
+  /** The next VM id to give: unique among every VM of every Envoy of this agent. */
+  #nextVm = 1;
 
   constructor(tracker: InflightTracker, options: ReportDeskOptions) {
     this.#tracker = tracker;
@@ -70,6 +74,9 @@ export class ReportDesk {
     }
     if (outcome === "unknown") return { draining: this.#options.draining(instance) };
     const book = this.#options.holders;
+    // A VM that has no id yet gets one with this answer (the first it takes is its own): the
+    // holders of a drain are kept per VM.
+    const named = book && report.vm === undefined ? { vm: String(this.#nextVm++) } : {};
     if (book && report.vm && report.holders) book.record(instance, report.epoch, report.vm, report.holders);
     let probe = this.#tracker.probeFor(instance);
     const wasDraining = this.#options.draining(instance);
@@ -79,8 +86,8 @@ export class ReportDesk {
     if (probe === undefined && !uninformed) probe = await this.#hold(instance, wasDraining);
     const draining = this.#options.draining(instance);
     // While a drain waits, each VM names what holds it about once a second, asked in an answer.
-    if (draining && book && report.vm && book.wants(instance, report.vm)) return { draining, probe, holders: MAX_HOLDERS };
-    return { draining, probe };
+    if (draining && book && report.vm && book.wants(instance, report.vm)) return { draining, probe, holders: MAX_HOLDERS, ...named };
+    return { draining, probe, ...named };
   }
 
   /** A drain began: answer every held heartbeat now, so every filter learns of it at once. */

@@ -38,6 +38,9 @@ export const PROBE_HEADER = "x-lastcall-probe";
 /** Response header of `POST /v1/inflight` during a drain: name your oldest N live streams. */
 export const HOLDERS_HEADER = "x-lastcall-holders";
 
+/** Response header of `POST /v1/inflight` to a report without `vm`: the VM's id from now on. */
+export const VM_HEADER = "x-lastcall-vm";
+
 /** Readiness with the reason operators need when it is not ready. */
 export interface ReadinessAnswer {
   ready: boolean;
@@ -109,10 +112,11 @@ export function createStatusApp(controls: StatusControls): Hono {
       } catch (error) {
         return c.json({ error: (error as Error).message }, 400);
       }
-      const { draining, probe, holders } = await controls.report(report);
+      const { draining, probe, holders, vm } = await controls.report(report);
       c.header(DRAINING_HEADER, draining ? "1" : "0");
       if (probe !== undefined) c.header(PROBE_HEADER, String(probe));
       if (holders !== undefined) c.header(HOLDERS_HEADER, String(holders));
+      if (vm !== undefined) c.header(VM_HEADER, vm);
       return c.json(probe === undefined ? { draining } : { draining, probe });
     },
   );

@@ -69,7 +69,3 @@ export declare function proxy_http_call(
 /** Makes later host calls of this callback act for context `id` (a live stream, or a root). */
 export declare function proxy_set_effective_context(id: u32): u32;
 
-// @ts-ignore: decorator
-@external("env", "proxy_get_current_time_nanoseconds")
-/** Writes the host's wall-clock time, unix ns, to `resultOut` (u64). */
-export declare function proxy_get_current_time_nanoseconds(resultOut: usize): u32;

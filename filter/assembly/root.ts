@@ -1,6 +1,6 @@
 // One plugin instance per VM: configuration, metrics, heartbeats and the reports to the agent.
 import {
-  Buffer, HeaderMap, LogLevel, MetricType, Result, proxy_get_buffer_bytes, proxy_get_current_time_nanoseconds,
+  Buffer, HeaderMap, LogLevel, MetricType, Result, proxy_get_buffer_bytes,
   proxy_get_header_map_value, proxy_get_property, proxy_http_call, proxy_increment_metric, proxy_log,
   proxy_set_tick_period_milliseconds,
 } from "./abi";
@@ -40,17 +40,11 @@ function flushStreamsTotal(): void {
 }
 
 /**
- * This VM's id in reports (`"vm"`): the host's clock, unix ns, read when the VM first configures
- * (its worker VMs start one after the other, so each has its own).
+ * This VM's id in reports (`"vm"`), given by the agent in the answer to its first report
+ * (`x-lastcall-vm`): unique among the VMs of every Envoy the agent runs. (The clock the worker VMs
+ * configure at is not: two of them read the same microsecond in a few percent of starts.)
  */
 let vmId = "";
-
-function learnVmId(): void {
-  if (vmId.length > 0) return;
-  store<u64>(OUT_PTR, 0);
-  proxy_get_current_time_nanoseconds(OUT_PTR);
-  vmId = load<u64>(OUT_PTR).toString();
-}
 
 /** Whether this VM's `drain_ack` went out (each VM acks once). */
 let acked = false;
@@ -103,6 +97,7 @@ const OK_STATUS = utf8("200");
 const DRAINING_HEADER = utf8("x-lastcall-draining");
 const PROBE_HEADER = utf8("x-lastcall-probe");
 const HOLDERS_HEADER = utf8("x-lastcall-holders");
+const VM_HEADER = utf8("x-lastcall-vm");
 const MAX_PROBE: u64 = 9007199254740991; // 2^53 - 1: exact for a JavaScript agent
 
 // Looks up one header of the agent's answer. When true, OUT_PTR/OUT_SIZE hold the value, which the
@@ -125,10 +120,10 @@ function answerSaysDraining(): bool {
   return yes;
 }
 
-// The id of the answer's `x-lastcall-probe`: decimal digits, no leading zero, 1 to 2^53 - 1; 0 when
-// absent or anything else.
-function answerProbe(): u64 {
-  if (!answerHeader(PROBE_HEADER)) return 0;
+// The value of the answer's header `name` (`x-lastcall-probe`, `x-lastcall-vm`): decimal digits, no
+// leading zero, 1 to 2^53 - 1; 0 when absent or anything else.
+function answerId(name: ArrayBuffer): u64 {
+  if (!answerHeader(name)) return 0;
   const ptr = load<u32>(OUT_PTR) as usize;
   const size = load<u32>(OUT_SIZE) as usize;
   let id: u64 = 0;
@@ -168,7 +163,6 @@ export class Root {
   /** Parses and applies the plugin configuration; false (and one error line) if refused. */
   configure(size: u32): bool {
     defineMetrics();
-    learnVmId();
     let text = new ArrayBuffer(0);
     if (size > 0) {
       store<u32>(OUT_PTR, 0);
@@ -254,13 +248,18 @@ export class Root {
       proxy_increment_metric(reportsFailed, 1);
       return;
     }
+    // The VM's id, given once by the agent (the first one taken stays), is in every report after.
+    if (vmId.length == 0) {
+      const id = answerId(VM_HEADER);
+      if (id != 0) vmId = id.toString();
+    }
     // Every VM acks the drain once, with the count read after it learned: a move to zero this VM
     // made before it knew (and so did not push) is part of that count.
     if (answerSaysDraining()) {
       learnDraining();
       if (!acked) acked = this.reportNow("drain_ack", 0); // a failed ack goes out with the next answer
     }
-    const probe = answerProbe();
+    const probe = answerId(PROBE_HEADER);
     if (probe != 0) this.reportNow("probe", probe);
     // Holders are named during a drain only: an ask on an answer to a VM that knows of none is ignored.
     const holders = answerHolders();
@@ -285,7 +284,7 @@ export class Root {
       .str('","epoch":').num(config.epoch).str(',"inflight":').num(count)
       .str(draining ? ',"draining":true,"reason":"' : ',"draining":false,"reason":"').str(reason).str('"');
     if (probe != 0) body.str(',"probe":').num(probe);
-    body.str(',"vm":"').str(vmId).str('"');
+    if (vmId.length > 0) body.str(',"vm":"').str(vmId).str('"');
     if (holders > 0) appendHolders(body, holders, this.id);
     body.str("}");
     const result = proxy_http_call(

@@ -10,7 +10,7 @@ const SLOTS = 16384;
 const EXCLUDING = '{"exclude_paths":["/healthz"]}';
 
 interface Holder { id: number; start_ns?: number; method?: string; path?: string; address?: string; protocol?: string; cluster?: string; route?: string }
-interface Report { reason: string; vm: string; inflight: number; draining: boolean; vm_inflight?: number; holders?: Holder[] }
+interface Report { reason: string; vm?: string; inflight: number; draining: boolean; vm_inflight?: number; holders?: Holder[] }
 const parse = (call: HttpCall) => JSON.parse(call.body) as Report;
 
 /** Ticks `vm` and answers its heartbeat with `headers` (200); returns the reports the answer caused. */
@@ -21,9 +21,9 @@ function answerTick(host: ProxyWasmHost, vm: FilterVm, headers: [string, string]
   return host.calls.slice(from + 1);
 }
 
-/** Tells `vm` of the drain (it acks). */
+/** Tells `vm` of the drain (it acks), and gives it the id 42 as the agent would, if it has none. */
 function drain(host: ProxyWasmHost, vm: FilterVm): void {
-  answerTick(host, vm, [["x-lastcall-draining", "1"]]);
+  answerTick(host, vm, [["x-lastcall-draining", "1"], ["x-lastcall-vm", "42"]]);
 }
 
 /** Asks a VM that knows of the drain for `n` holders; the holders report, or undefined if none was sent. */
@@ -36,22 +36,32 @@ function ask(host: ProxyWasmHost, vm: FilterVm, n = "32"): { call: HttpCall; rep
 const ids = (report: Report | undefined) => report?.holders?.map((h) => h.id);
 
 describe("the VM id", () => {
-  test("every report carries its VM's id: the host clock (unix ns) read once, at the VM's first configure", () => {
-    let now = 1_700_000_000_000_000_001n;
-    const host = new ProxyWasmHost({ clock: () => now });
-    const a = host.createVm();
-    now = 18_446_744_073_709_551_615n; // u64 max: printed whole, as a string
-    const b = host.createVm();
-    now = 5n;
-    a.createStream();
+  test("a VM reports without one until an answer gives it one (x-lastcall-vm); the first it takes stays", () => {
+    const host = new ProxyWasmHost();
+    const [a, b] = [host.createVm(), host.createVm()];
     a.tick();
     b.tick();
-    drain(host, a);
-    expect(host.calls.map((c) => [c.vm.index, parse(c).reason, parse(c).vm])).toEqual([
-      [0, "heartbeat", "1700000000000000001"], [1, "heartbeat", "18446744073709551615"],
-      [0, "heartbeat", "1700000000000000001"], [0, "drain_ack", "1700000000000000001"],
+    expect(host.calls.map((c) => parse(c).vm)).toEqual([undefined, undefined]);
+    host.calls[0]!.respond(200, "", [["x-lastcall-vm", "7"]]);
+    host.calls[1]!.respond(200, "", [["x-lastcall-vm", "9007199254740991"]]); // 2^53 - 1
+    answerTick(host, a, [["x-lastcall-vm", "8"]]); // a second id is not taken
+    answerTick(host, b, [["x-lastcall-draining", "1"]]); // the ack already carries it
+    expect(host.calls.slice(2).map((c) => [c.vm.index, parse(c).reason, parse(c).vm])).toEqual([
+      [0, "heartbeat", "7"], [1, "heartbeat", "9007199254740991"], [1, "drain_ack", "9007199254740991"],
     ]);
-    expect(host.calls[3]!.body).toMatch(/,"reason":"drain_ack","vm":"1700000000000000001"\}$/);
+    expect(host.calls[4]!.body).toMatch(/,"reason":"drain_ack","vm":"9007199254740991"\}$/);
+  });
+
+  test("an id that is not 1 to 2^53 - 1 in plain decimal is not taken (property)", () => {
+    fc.assert(fc.property(fc.string({ maxLength: 20 }), (value) => {
+      const host = new ProxyWasmHost();
+      const vm = host.createVm();
+      const reports = answerTick(host, vm, [["x-lastcall-vm", value]]);
+      expect(reports).toEqual([]);
+      answerTick(host, vm, []); // the next heartbeat
+      const valid = /^[1-9]\d{0,15}$/.test(value) && Number(value) <= Number.MAX_SAFE_INTEGER;
+      expect(parse(host.calls.at(-1)!).vm).toBe(valid ? value : undefined);
+    }));
   });
 });
 

@@ -98,7 +98,7 @@ const action: fc.Arbitrary<Action> = fc.oneof(
   { weight: 1, arbitrary: fc.record({ t: fc.constant("fail" as const), pick: fc.nat() }) },
 );
 
-const BODY = /^\{"instance":"","epoch":\d+,"inflight":\d+,"draining":(true|false),"reason":"(heartbeat|drain_ack|zero|busy|probe)"(,"probe":[1-9]\d*)?,"vm":"[1-9]\d*"\}$/;
+const BODY = /^\{"instance":"","epoch":\d+,"inflight":\d+,"draining":(true|false),"reason":"(heartbeat|drain_ack|zero|busy|probe)"(,"probe":[1-9]\d*)?(,"vm":"[1-9]\d*")?\}$/;
 
 interface Stream { vm: FilterVm; id: number; counted: boolean; headers: boolean }
 interface Read { ok: boolean; value: number; truth: number; afterMove: boolean }

@@ -28,7 +28,8 @@ export interface Report {
   /** The probe id answered (probe reports only). */
   probe?: number;
   /** The sending VM's id (decimal u64). */
-  vm: string;
+  /** The VM's id, once an answer gave it one. */
+  vm?: string;
   /** The VM's own count of its live streams (holders reports only). */
   vm_inflight?: number;
   /** The VM's oldest live streams (holders reports only). */
@@ -71,6 +72,7 @@ export async function startReportSink(): Promise<ReportSink> {
   events.setMaxListeners(0);
   const reports: Report[] = [];
   const probes: number[] = [];
+  let vmIds = 0;
   const server = createServer((request, response) => {
     let body = "";
     request.setEncoding("utf8").on("data", (chunk: string) => { body += chunk; }).on("end", () => {
@@ -90,6 +92,8 @@ export async function startReportSink(): Promise<ReportSink> {
       };
       const probe = probes.shift();
       if (probe !== undefined) headers["x-lastcall-probe"] = String(probe);
+      // As the agent does: a VM that reports without an id gets the next one.
+      if (report.vm === undefined) headers["x-lastcall-vm"] = String(++vmIds);
       const holders = sink.holdersFor?.(report);
       if (holders !== undefined) headers["x-lastcall-holders"] = holders;
       response.writeHead(sink.status, headers);

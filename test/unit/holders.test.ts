@@ -134,6 +134,22 @@ describe("ReportDesk asks for holders during a drain only", () => {
   });
 });
 
+describe("ReportDesk gives each VM its id", () => {
+  beforeEach(() => vi.useFakeTimers());
+  afterEach(() => vi.useRealTimers());
+
+  it("a report without vm gets the next id (unique across Envoys); one with an id gets none; without a holder book, none", async () => {
+    const tracker = new InflightTracker({ heartbeatMs: 1000, now: () => Date.now() });
+    for (const id of ["a", "b"]) tracker.expect(id);
+    const desk = new ReportDesk(tracker, { heartbeatMs: 1000, draining: () => false, holders: new HolderBook() });
+    const plain = new ReportDesk(tracker, { heartbeatMs: 1000, draining: () => false });
+    const report = (instance: string, vm?: string): InflightReport => ({ instance, epoch: 0, inflight: 0, draining: false, reason: "heartbeat", ...(vm ? { vm } : {}) });
+    const answers = [desk.answer(report("a")), desk.answer(report("b")), desk.answer(report("a", "1")), plain.answer(report("a"))];
+    await vi.advanceTimersByTimeAsync(1000);
+    expect((await Promise.all(answers)).map((a) => a.vm)).toEqual(["1", "2", undefined, undefined]);
+  });
+});
+
 describe("listener names from Envoy's admin", () => {
   it("by port, additional addresses included; anything else skipped", () => {
     const names = parseListenerNames(JSON.stringify({
