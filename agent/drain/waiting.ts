@@ -113,8 +113,9 @@ export class DrainWatch {
         });
         await delay(DRAIN_WAITING_EVERY_MS, ended);
       }
-    } catch {
-      // the wait ended
+    } catch (error) {
+      // The wait ended; anything else is lastcall's own bug: said, and the drain goes on.
+      if (!ended.aborted) this.#deps.log("drain_waiting_failed", { error: String(error) });
     }
   }
 
