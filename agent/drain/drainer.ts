@@ -12,7 +12,7 @@ import type { ModeContext } from "./modes/context.ts";
 import { finishOldEpochs } from "./old-epochs.ts";
 import type { DrainView, DrainWatch } from "./waiting.ts";
 import type { DrainMetrics } from "./drain-metrics.ts";
-import { DrainEnded, drainListeners, type DrainPlan, SETTLED_FRESH_MS, type Settled, stopEnvoys, stopTargetOf, waitDrained } from "./shutdown.ts";
+import { DrainEnded, drainListeners, type DrainPlan, countNow, freshReading, type Settled, stopEnvoys, stopTargetOf, waitDrained } from "./shutdown.ts";
 
 
 /** What the drainer needs from the agent. */
@@ -366,11 +366,11 @@ export class Drainer {
   // What is in flight and undelivered right before the stop. A wait that ended on a zero just now
   // has read both already: no second read in the tail.
   async #readingAtStop(graceEnd: number): Promise<Omit<Settled, "at">> {
-    const settled = this.#settled;
-    if (settled && Date.now() - settled.at <= SETTLED_FRESH_MS) return settled;
+    const settled = freshReading(this.#settled);
+    if (settled) return settled;
     const measureMs = Math.floor(Math.max(50, Math.min(500, (graceEnd - Date.now()) / 4)));
     const [inflight, left] = await Promise.all([
-      this.measure(AbortSignal.timeout(measureMs)).catch(() => undefined).then((n) => n ?? this.#tracker.inflight(this.#envoys.reporters())),
+      countNow((s) => this.measure(s), () => this.#tracker.inflight(this.#envoys.reporters()), measureMs),
       undeliveredBy(this.#envoys.all()),
     ]);
     return { inflight, ...(left ? { bytesUnsent: left.bytes } : {}) };

@@ -13,7 +13,7 @@ import type { RunOptions } from "../options.ts";
 import type { InflightTracker } from "./in-flight.ts";
 import type { ModeContext } from "./modes/context.ts";
 import type { DrainMetrics } from "./drain-metrics.ts";
-import { DELIVERY_POLL_MS, DrainEnded, drainListeners, type DrainPlan, SETTLED_FRESH_MS, type Settled, stopEnvoys, stopTargetOf, waitDrained } from "./shutdown.ts";
+import { DELIVERY_POLL_MS, DrainEnded, drainListeners, type DrainPlan, countNow, freshReading, type Settled, stopEnvoys, stopTargetOf, waitDrained } from "./shutdown.ts";
 import { delay } from "../lib/async.ts";
 
 /** What finishing old Envoys needs from the drainer. */
@@ -123,11 +123,9 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
   // A zero read before the limit is not how it ended.
   const last = DrainEnded.reasons.includes(reason) ? undefined : settled;
   const zeroAt = last?.inflight === 0 ? last.at : undefined;
-  // The wait's last reading when it is fresh, else a pull; the latest report to arrive is only a
-  // hint (a VM's earlier report can arrive after its later one), the last resort.
-  const fresh = last && Date.now() - last.at <= SETTLED_FRESH_MS ? last.inflight : undefined;
+  // The wait's last reading when it is fresh, else a count read now (a report is a hint only).
   const [inflight, left] = await Promise.all([
-    fresh ?? deps.measure(AbortSignal.timeout(500)).catch(() => undefined).then((n) => n ?? deps.tracker.inflight(reporters)),
+    freshReading(last)?.inflight ?? countNow(deps.measure, () => deps.tracker.inflight(reporters), 500),
     deps.undelivered(old),
   ]);
   const cut = { inflight_at_stop: inflight, ...(left ? { bytes_unsent_at_stop: left.bytes } : {}) };

@@ -41,6 +41,24 @@ export interface DrainPlan {
  */
 export const SETTLED_FRESH_MS = 50;
 
+/** The wait's last reading, when it is recent enough to be the state at the stop. */
+export function freshReading(last: Settled | undefined): Settled | undefined {
+  return last && Date.now() - last.at <= SETTLED_FRESH_MS ? last : undefined;
+}
+
+/**
+ * Requests in flight now, counted within `ms`; when no count comes, the latest report to arrive
+ * (a hint only: a VM's earlier report can arrive after its later one).
+ *
+ * @example
+ * ```ts
+ * const inflight = await countNow((s) => drainer.measure(s), () => tracker.inflight(ids), 500);
+ * ```
+ */
+export function countNow(measure: (signal: AbortSignal) => Promise<number | undefined>, hint: () => number, ms: number): Promise<number> {
+  return measure(AbortSignal.timeout(ms)).catch(() => undefined).then((n) => n ?? hint());
+}
+
 /** Why waiting ended early, as an abort reason. */
 export class DrainEnded extends Error {
   override name = "DrainEnded";
