@@ -21,6 +21,9 @@ RUN npm run --silent build
 
 FROM ${ENVOY_IMAGE}
 COPY --from=build /src/dist/lastcall /usr/local/bin/lastcall
+# Envoy Gateway runs its shutdown-manager image as `envoy-gateway envoy shutdown-manager|shutdown`:
+# under that name lastcall is Envoy Gateway's pair (docs/migration.md), so only the image changes.
+RUN ln -s lastcall /usr/local/bin/envoy-gateway
 ENV ENVOY_BIN=/usr/local/bin/envoy
 # The Envoy image's own user (uid 101, "envoy"): lastcall needs no privilege of its own, and
 # Envoy, its child, runs as the same user. Listen on ports >= 1024 (or grant

@@ -1,18 +1,19 @@
 // Entry point (SIGTERM path 1/4): parse the command line, run the command, map the result to
 // an exit code. Signals become calls on the agent in commands/run.ts.
 // First of all: loading runtime/process.ts gives every signal a listener (see there).
-import { commandArguments, environment, exitWith, nextSignal, STOP_SIGNALS, writeErr } from "./runtime/process.ts";
+import { commandArguments, environment, exitWith, invokedAs, nextSignal, STOP_SIGNALS, writeErr } from "./runtime/process.ts";
 import { Command, CommanderError } from "commander";
 import { printBootstrap } from "./commands/bootstrap.ts";
 import { resolveRunOptions, runCommand, UsageError } from "./commands/run.ts";
 import { shutdownEnvoy, shutdownManager } from "./commands/contour.ts";
+import { addGatewayCommands, asInvoked } from "./commands/gateway.ts";
 import { execApp } from "./commands/exec.ts";
 import { waitReady } from "./commands/wait.ts";
-import { DEFAULT_STATUS_BASE, statusCommand } from "./commands/status.ts";
+import { DEFAULT_STATUS_BASE, optionalStatusUrlArg, statusCommand, statusUrlOption } from "./commands/status.ts";
 import { addKubernetesCommands } from "./commands/k8s.ts";
 import { StartError } from "./lib/errors.ts";
 import { createEventLog } from "./lib/log.ts";
-import { durationArg, integerArg, listArg, option, runOptionList, statusUrlArg, strictBooleanEnvironment, VALUE_SYNTAX_HELP } from "./options.ts";
+import { durationArg, integerArg, listArg, option, runOptionList, strictBooleanEnvironment, VALUE_SYNTAX_HELP } from "./options.ts";
 import { VERSION } from "./version.ts";
 
 /** Builds the command-line program; `run` resolves each command's exit code. */
@@ -35,13 +36,13 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
   program.command("wait")
     .description("exit 0 once the proxy is ready; exit 1 with the last reason after --timeout")
     .addOption(option("--timeout <duration>", "give up after").default(60_000, "60s").argParser(durationArg))
-    .addOption(option("--status-url <url>", "the agent's readiness URL").default("http://127.0.0.1:15020/healthz/ready"))
+    .addOption(statusUrlOption())
     .exitOverride()
     .action((o) => run(waitReady({ statusUrl: o.statusUrl, timeoutMs: o.timeout })));
 
   program.command("status")
     .description("print what a running lastcall is doing: phase, Envoy epoch, requests in flight; during a drain, what it waits for (oldest first) and the time left. Exit 1 when it does not answer")
-    .addOption(option("--status-url <url>", "the agent's status server (a URL with a path, as wait's .../healthz/ready, means its origin)").default(DEFAULT_STATUS_BASE).argParser(statusUrlArg))
+    .addOption(statusUrlOption())
     .addOption(option("--json", "print GET /v1/state as lastcall answered it: one line of JSON"))
     .addOption(option("--timeout <duration>", "give up on an answer after").default(2000, "2s").argParser(durationArg))
     .exitOverride()
@@ -51,7 +52,7 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
     .description("wait for readiness, run the app, then ask the agent to quit and exit with the app's status")
     .argument("<command...>", "the app and its arguments, after --")
     .addOption(option("--timeout <duration>", "readiness wait before giving up").default(60_000, "60s").argParser(durationArg))
-    .addOption(option("--status-url <url>", "the agent's readiness URL").default("http://127.0.0.1:15020/healthz/ready"))
+    .addOption(statusUrlOption())
     .addOption(option("--no-quit", "leave the agent running when the app exits"))
     .passThroughOptions()
     .exitOverride()
@@ -74,15 +75,15 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
     );
 
   program.command("shutdown")
-    .description("Contour-compatible preStop: fail Envoy's health check, wait for open requests (or connections) to drain, write the ready file")
+    .description("Contour-compatible preStop, in Contour's order: wait --drain-delay (Envoy serves as before), fail Envoy's health check and start the drain of a lastcall run beside it, wait --check-delay, then check every --check-interval until open requests (or connections) are at most --min-open-connections; write the ready file")
     .addOption(option("--admin-address <address>", "Envoy admin: a Unix socket path (as Contour), or a host with --admin-port").default("/admin/admin.sock"))
     .addOption(option("--admin-port <port>", "Envoy admin port, only with a host --admin-address (deprecated in Contour)").default(9001).argParser(integerArg(1, 65535)))
     .addOption(option("--check-interval <duration>", "time between checks").default(5000, "5s").argParser(durationArg))
-    .addOption(option("--check-delay <duration>", "wait before the first check").default(0, "0s").argParser(durationArg))
-    .addOption(option("--drain-delay <duration>", "wait after failing the health check").default(0, "0s").argParser(durationArg))
+    .addOption(option("--check-delay <duration>", "wait after failing the health check, before the first check").default(0, "0s").argParser(durationArg))
+    .addOption(option("--drain-delay <duration>", "wait first, before failing the health check (Envoy serves as before meanwhile)").default(0, "0s").argParser(durationArg))
     .addOption(option("--min-open-connections <n>", "drained at or below this count").default(0).argParser(integerArg(0, 1_000_000)))
     .addOption(option("--ready-file <path>", "file to write when drained").default("/admin/ok"))
-    .addOption(option("--status-url <url>", "a lastcall run beside Envoy: its drain starts with this one (\"\" for none)").default("http://127.0.0.1:15020"))
+    .addOption(option("--status-url <url>", "a lastcall run beside Envoy: its drain starts when the health check is failed (\"\" for none)").default(DEFAULT_STATUS_BASE).argParser(optionalStatusUrlArg))
     .exitOverride()
     .action((o) =>
       run(shutdownEnvoy({
@@ -113,6 +114,7 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
       // Writes nothing: the filter module is carried inline unless --filter-wasm names a file.
       run(printBootstrap({ ...o, filter: o.filter !== false, heartbeatMs: o.heartbeat, holderPaths: o.holderPaths === true }))
     );
+  addGatewayCommands(program, run);
   addKubernetesCommands(program, run);
   // After every option exists, so no command is left with commander's lax boolean variables.
   for (const command of program.commands) strictBooleanEnvironment(command, environment);
@@ -120,7 +122,7 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
 }
 
 /** Runs lastcall with the process's arguments and exits with the command's code. */
-export async function main(argv: string[] = commandArguments()): Promise<void> {
+export async function main(argv: string[] = asInvoked(commandArguments(), invokedAs())): Promise<void> {
   let pending: Promise<number> | undefined;
   const program = createProgram((code) => (pending = code));
   try {

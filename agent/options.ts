@@ -110,8 +110,9 @@ export function choiceArg<T extends string>(choices: readonly T[]): (value: stri
 }
 
 /**
- * Parses `--status-url` of `lastcall status` into the status server's origin: a base URL, any
- * URL of the status server (`lastcall wait`'s `.../healthz/ready` included) or `host:port`.
+ * Parses `--status-url` of `lastcall status`, `wait`, `exec` and `drain` into the status server's
+ * origin: a base URL, any URL of the status server (`lastcall wait`'s `.../healthz/ready`
+ * included) or `host:port`; anything else (`unix:/x`, `ftp://…`, `host:abc`) is refused.
  *
  * @example
  * ```ts
@@ -121,9 +122,11 @@ export function choiceArg<T extends string>(choices: readonly T[]): (value: stri
  */
 export function statusUrlArg(value: string): string {
   const text = value.trim();
+  const withScheme = /^[a-z][a-z0-9+.-]*:\/\//i.test(text);
   let url: URL | undefined;
   try {
-    url = new URL(/^[a-z][a-z0-9+.-]*:\/\//i.test(text) ? text : `http://${text}`);
+    // Without a scheme only `host`, `host:port` or `[v6]:port` (then anything): `unix:/x` is no host.
+    if (withScheme || /^(\[[^\]]*\]|[^\s/:?#[\]]+)(:\d+)?([/?#]|$)/.test(text)) url = new URL(withScheme ? text : `http://${text}`);
   } catch { /* refused below */ }
   if (!url || (url.protocol !== "http:" && url.protocol !== "https:") || !url.hostname) {
     invalid("Expected the status server's http URL, such as http://127.0.0.1:15020.");

@@ -4,7 +4,7 @@
 // single-executable applications (works offline), with the filter module and the xDS proxy
 // embedded as assets.
 import { spawnSync } from "node:child_process";
-import { copyFileSync, existsSync, mkdirSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, renameSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
@@ -64,9 +64,13 @@ function step(args) {
 }
 
 step(["--experimental-sea-config", seaConfig]);
+// Built beside the old binary and renamed over it: a running `dist/lastcall` (ETXTBSY on a
+// write in place) keeps its own copy, and no reader ever sees half a binary.
 const binary = join(dist, "lastcall");
-copyFileSync(process.execPath, binary);
+const building = `${binary}.${process.pid}.tmp`;
+copyFileSync(process.execPath, building);
 step([
-  join(root, "node_modules/postject/dist/cli.js"), binary, "NODE_SEA_BLOB", join(dist, "lastcall.blob"),
+  join(root, "node_modules/postject/dist/cli.js"), building, "NODE_SEA_BLOB", join(dist, "lastcall.blob"),
   "--sentinel-fuse", "NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2",
 ]);
+renameSync(building, binary);

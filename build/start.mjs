@@ -1,51 +1,108 @@
 #!/usr/bin/env node
 // `npm start`: set up a fresh clone, start the demo app, and run lastcall supervising Envoy with
-// the in-flight filter in front of it. Ctrl-C drains gracefully (a second Ctrl-C stops at once).
+// the in-flight filter in front of it. Every way the operator can leave ends the whole demo, and
+// this script exits only once lastcall (with its Envoy) and the app are gone, ports freed:
+//   Ctrl-C         SIGINT to lastcall: it drains gracefully (requests in flight get their answer)
+//   Ctrl-C again   SIGINT again: lastcall stops Envoy at once (`stop_now`), cutting what is left
+//   Ctrl-C a third time, or lastcall still running 10 s after the second: SIGKILL to lastcall
+//                  (its watchdog stops Envoy) and to the app
+//   closing the terminal (SIGHUP), or SIGTERM: as the first Ctrl-C, a graceful drain, then exit
+//                  (and a Ctrl-C after it stops at once).
+//                  The demo's lastcall runs in a session of its own, so no terminal sends it the
+//                  SIGHUP that, under `lastcall run`, means a reload.
+// `npm start -- --no-setup` skips the set-up (npm ci and the build) and runs what dist/ holds.
 import { spawn } from "node:child_process";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { setup } from "./setup.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const { envoy, version } = await setup();
+/** A copy of each Ctrl-C that npm forwards comes within milliseconds; a person's next one does not. */
+const SAME_CTRL_C_MS = 500;
+/** How long a stop at once may take before everything is killed. */
+const KILL_AFTER_MS = 10_000;
+/** How long the app may take to close after lastcall is gone. */
+const APP_CLOSE_MS = 5000;
+
+// After the terminal is gone, writing to it fails (EIO): nobody reads it, the demo still stops.
+for (const stream of [process.stdout, process.stderr]) stream.on("error", () => {});
+const say = (line) => console.log(`\nlastcall start: ${line}`);
+
+let envoy;
+let version;
+if (process.argv.includes("--no-setup")) {
+  const { resolveEnvoy, envoyVersion } = await import("./envoy.mjs");
+  envoy = resolveEnvoy();
+  version = envoyVersion(envoy);
+} else {
+  ({ envoy, version } = await (await import("./setup.mjs")).setup());
+}
 console.log(`envoy ${version}`);
 
-// Own process groups: a terminal's Ctrl-C reaches this script only (and npm forwards it once
-// more), so lastcall gets exactly one graceful stop and the app serves until the drain ends.
+// Own sessions (and process groups): a terminal's Ctrl-C and hang-up reach this script only (and
+// npm, which forwards Ctrl-C once more), so each child is told exactly once what to do.
 const app = spawn(process.execPath, [join(root, "examples/demo-app.mjs")], { stdio: "inherit", detached: true });
 const lastcall = spawn(join(root, "dist/lastcall"), [
   "run", "--config", join(root, "examples/envoy.yaml"), "--log-format", "text", "--min-drain", "1s", "--", "-l", "warning",
 ], { stdio: "inherit", detached: true, env: { ...process.env, ENVOY_BIN: envoy } });
+const ready = spawn(join(root, "dist/lastcall"), ["wait", "--timeout", "30s"], { stdio: "inherit" });
 
-let interrupts = 0;
-let firstAt = 0;
+const exited = (child) => child.exitCode !== null || child.signalCode !== null;
+const kill = (child, signal) => exited(child) || child.kill(signal);
+
+let presses = 0;
+let lastPressAt = 0;
+let stopping = false;
+/**
+ * The graceful stop, whatever asked for it: SIGINT to lastcall, which drains as on SIGTERM and
+ * takes a second SIGINT as "stop at once". The app is stopped once lastcall is gone.
+ */
+function drain(why) {
+  if (stopping) return;
+  stopping = true;
+  kill(ready, "SIGTERM");
+  say(`${why}: draining (Ctrl-C again to stop at once)`);
+  kill(lastcall, "SIGINT");
+}
+/** Ctrl-C, Ctrl-C again, a third time: drain, stop at once, kill. */
 process.on("SIGINT", () => {
   const now = Date.now();
-  if (interrupts === 0) {
-    firstAt = now;
-    console.log("\nlastcall: draining (Ctrl-C again to stop at once)");
-    lastcall.kill("SIGTERM");
-  } else if (now - firstAt > 500) {
-    // A duplicate from npm arrives within milliseconds; a person's second Ctrl-C does not.
-    lastcall.kill("SIGINT");
-    lastcall.kill("SIGINT");
+  if (presses > 0 && now - lastPressAt < SAME_CTRL_C_MS) return;
+  lastPressAt = now;
+  presses++;
+  if (presses === 1 && !stopping) return drain("Ctrl-C");
+  if (presses <= 2) {
+    say("stopping at once: requests still in flight are cut (Ctrl-C again to kill)");
+    kill(lastcall, "SIGINT");
+    setTimeout(killAll, KILL_AFTER_MS).unref();
+    return;
   }
-  interrupts++;
+  killAll();
 });
-process.on("SIGTERM", () => lastcall.kill("SIGTERM"));
+process.on("SIGTERM", () => drain("SIGTERM"));
+process.on("SIGHUP", () => drain("the terminal went away (SIGHUP)"));
 
-const ready = spawn(join(root, "dist/lastcall"), ["wait", "--timeout", "30s"], { stdio: "inherit" });
+function killAll() {
+  if (exited(lastcall) && exited(app)) return;
+  say("killing lastcall and the app");
+  kill(lastcall, "SIGKILL");
+  kill(app, "SIGKILL");
+}
+
 ready.on("exit", (code) => {
-  if (code === 0) console.log("\nlastcall: ready. Try:\n  curl http://127.0.0.1:10000/\n  curl 'http://127.0.0.1:10000/slow?ms=5000'   (then Ctrl-C: the drain waits for it)\n  curl --limit-rate 3M -o /dev/null 'http://127.0.0.1:10000/download?mb=30'   (a slow reader: the drain waits for its last byte)\n  curl http://127.0.0.1:15020/v1/state\n  curl http://127.0.0.1:15020/metrics\n");
+  if (code === 0 && !stopping) console.log("\nlastcall: ready. Try:\n  curl http://127.0.0.1:10000/\n  curl 'http://127.0.0.1:10000/slow?ms=5000'   (then Ctrl-C: the drain waits for it)\n  curl --limit-rate 3M -o /dev/null 'http://127.0.0.1:10000/download?mb=30'   (a slow reader: the drain waits for its last byte)\n  curl http://127.0.0.1:15020/v1/state\n  curl http://127.0.0.1:15020/metrics\n");
 });
-let stopping = false;
 app.on("exit", (code) => {
-  if (stopping) return;
+  if (stopping || exited(lastcall)) return;
   console.error(`lastcall start: the demo app exited (code ${code}); is port 8080 taken? Stopping.`);
-  lastcall.kill("SIGTERM");
+  drain("the demo app is gone");
 });
 lastcall.on("exit", (code, signal) => {
   stopping = true;
-  app.kill("SIGTERM");
-  process.exit(code ?? (signal ? 1 : 0));
+  kill(ready, "SIGTERM");
+  // Exit only once the app is gone too: nothing is left holding a port.
+  const done = () => process.exit(code ?? (signal ? 1 : 0));
+  if (exited(app)) return done();
+  app.once("exit", done);
+  kill(app, "SIGTERM");
+  setTimeout(() => kill(app, "SIGKILL"), APP_CLOSE_MS).unref();
 });

@@ -1,15 +1,14 @@
 // Contour's shutdown-manager pair, flag for flag, so a Contour Envoy DaemonSet can swap the
 // image: `shutdown-manager` serves the Envoy container's preStop (`GET /shutdown` blocks until
-// the drain is finished); `shutdown` is the shutdown-manager container's own preStop, which
-// fails Envoy's health check, waits until the open count is low enough, then writes the ready
-// file. With the lastcall filter in Envoy it counts requests in flight, not open connections.
-import { access, writeFile } from "node:fs/promises";
-import { delay, pollUntil } from "../lib/async.ts";
-import { AdminClient } from "../envoy/admin.ts";
-import { GAUGE_NAMES, isInflightGauge, parseStatsJson, type Stat } from "../envoy/stats.ts";
+// the drain is finished); `shutdown` is the shutdown-manager container's own preStop, in
+// Contour's order (v1.33.8, cmd/contour/shutdownmanager.go): wait `--drain-delay`, fail Envoy's
+// health check, wait `--check-delay`, check the open count every `--check-interval` until it is
+// low enough, then write the ready file. With the lastcall filter in Envoy it counts requests in
+// flight, not open connections.
+import { delay } from "../lib/async.ts";
 import type { EventLog } from "../lib/log.ts";
-import { listen, type StatusServer } from "../status/listen.ts";
-import { Hono } from "hono";
+import type { StatusServer } from "../status/listen.ts";
+import { adminFor, failHealthcheckRetrying, readOpenCount, serveReadyFile, startAgentDrain, writeReadyFile } from "./drain-hooks.ts";
 
 /** Options of {@linkcode shutdownManager}. */
 export interface ShutdownManagerOptions {
@@ -19,21 +18,19 @@ export interface ShutdownManagerOptions {
   readyFile: string;
 }
 
-/** Serves Contour's shutdown-manager endpoints until stopped; resolves with the server. */
-export async function shutdownManager(options: ShutdownManagerOptions, log: EventLog): Promise<StatusServer> {
-  const app = new Hono();
-  app.get("/healthz", (c) => c.text("OK"));
-  app.get("/shutdown", async function shutdown(c) {
-    log("shutdown_requested", { ready_file: options.readyFile });
-    // Contour checks the file once a second; a shorter period costs nothing and ends sooner.
-    const signal = c.req.raw.signal;
-    await pollUntil(() => access(options.readyFile).then(() => true, () => undefined), 100, signal);
-    log("shutdown_ready", { ready_file: options.readyFile });
-    return c.text("OK");
-  });
-  const server = await listen(app, "0.0.0.0", options.servePort);
-  log("serving", { port: server.port });
-  return server;
+/**
+ * Serves Contour's shutdown-manager endpoints until stopped: `GET /healthz` (`OK`) and
+ * `GET /shutdown`, which answers `OK` once the ready file exists. Resolves with the server.
+ *
+ * @example
+ * ```ts
+ * const server = await shutdownManager({ servePort: 8090, readyFile: "/admin/ok" }, createEventLog("json"));
+ * ```
+ */
+export function shutdownManager(options: ShutdownManagerOptions, log: EventLog): Promise<StatusServer> {
+  return serveReadyFile({
+    port: options.servePort, healthPath: "/healthz", healthBody: "OK", readyPath: "/shutdown", readyBody: "OK", readyFile: options.readyFile,
+  }, log);
 }
 
 /** Options of {@linkcode shutdownEnvoy}, with Contour's names and defaults. */
@@ -44,9 +41,9 @@ export interface ShutdownOptions {
   adminPort: number;
   /** Time between checks of the open count. @default 5000 */
   checkIntervalMs: number;
-  /** Wait before the first check. @default 0 */
+  /** Wait after failing the health check, before the first check. @default 0 */
   checkDelayMs: number;
-  /** Wait after failing the health check, before checking. @default 0 */
+  /** Wait first, before failing the health check: Envoy serves as before meanwhile. @default 0 */
   drainDelayMs: number;
   /** The drain is finished at or below this many. @default 0 */
   minOpenConnections: number;
@@ -54,56 +51,41 @@ export interface ShutdownOptions {
   readyFile: string;
   /**
    * Status server of a `lastcall run` beside Envoy (Contour's envoy container with lastcall's
-   * image): its drain starts with this one, so its SIGTERM, which comes after this hook, finds
-   * the drain done and stops Envoy at once instead of waiting `--min-drain` again. Absent or not
-   * answering: nothing is lost, Contour's own sequence goes on. @default "http://127.0.0.1:15020"
+   * image): its drain starts when Envoy's health check is failed, so its SIGTERM, which comes
+   * after this hook, finds the drain done and stops Envoy at once instead of waiting
+   * `--min-drain` again. Absent or not answering: nothing is lost, Contour's own sequence goes
+   * on. @default "http://127.0.0.1:15020"
    */
   statusUrl?: string;
 }
 
-/** Starts the drain of the `lastcall run` beside Envoy, if there is one; logs what happened. */
-async function startAgentDrain(statusUrl: string, log: EventLog): Promise<void> {
-  const url = new URL("/drain", statusUrl);
-  try {
-    const response = await fetch(url, { method: "POST", signal: AbortSignal.timeout(2000) });
-    log("agent_drain", { url: String(url), status: response.status });
-  } catch (error) {
-    const cause = (error as { cause?: { code?: string; message?: string } }).cause;
-    log("agent_drain_skipped", { url: String(url), reason: cause?.code ?? cause?.message ?? (error as Error).message });
-  }
-}
-
-/** What `shutdown` counts: the filter's in-flight gauge when present, else open HTTP connections. */
-export function openCount(stats: Stat[]): { what: "inflight_requests" | "http_connections"; count: number } {
-  const gauges = stats.filter((s) => isInflightGauge(s.name));
-  if (gauges.length > 0) return { what: "inflight_requests", count: gauges.reduce((sum, s) => sum + s.value, 0) };
-  let count = 0;
-  for (const s of stats) if (/^http\.(.+)\.downstream_cx_active$/.test(s.name) && !s.name.startsWith("http.admin.")) count += s.value;
-  return { what: "http_connections", count };
-}
-
-/** `lastcall shutdown`: fail health, wait for the open count to fall, write the ready file. */
+/**
+ * `lastcall shutdown`, in Contour's order: `--drain-delay` (`drain_delay`), fail Envoy's health
+ * check (`healthcheck_failed`, retried as Contour does) and start the drain of a `lastcall run`
+ * beside Envoy (`agent_drain`), `--check-delay` (`check_delay`), then the open count every
+ * `--check-interval` (`open_count`) until it is at most `--min-open-connections`; then the ready
+ * file (`drained`). Unlike Contour, which polls a vanished Envoy until the kubelet's deadline, an
+ * Envoy whose admin does not answer ends the wait (`open_count_failed`): nothing more can drain
+ * through it.
+ *
+ * @example
+ * ```ts
+ * process.exitCode = await shutdownEnvoy({ adminAddress: "/admin/admin.sock", adminPort: 9001, checkIntervalMs: 5000, checkDelayMs: 0, drainDelayMs: 0, minOpenConnections: 0, readyFile: "/admin/ok" }, log);
+ * ```
+ */
 export async function shutdownEnvoy(options: ShutdownOptions, log: EventLog): Promise<number> {
   // Contour ≥ 1.2x talks to Envoy's admin on a Unix socket only (`--admin-address
   // /admin/admin.sock`, `--admin-port` deprecated and ignored); a host address is the older form.
-  const admin = new AdminClient(options.adminAddress.startsWith("/") ? `unix:${options.adminAddress}` : `http://${options.adminAddress}:${options.adminPort}`);
-  // Contour retries the health-check failure a few times with a growing backoff.
-  let failed = false;
-  for (let attempt = 0, wait = 200; attempt < 4 && !failed; attempt++, wait *= 5) {
-    try {
-      await admin.failHealthcheck();
-      failed = true;
-    } catch (error) {
-      log("healthcheck_fail_error", { attempt, error: String(error) });
-      await delay(wait);
-    }
-  }
-  if (failed) log("healthcheck_failed");
+  const admin = adminFor(options.adminAddress, options.adminPort);
+  log("drain_delay", { ms: options.drainDelayMs });
+  await delay(options.drainDelayMs);
+  await failHealthcheckRetrying(admin, log);
   if (options.statusUrl) await startAgentDrain(options.statusUrl, log);
-  await delay(options.drainDelayMs + options.checkDelayMs);
+  log("check_delay", { ms: options.checkDelayMs });
+  await delay(options.checkDelayMs);
   for (;;) {
     try {
-      const { what, count } = openCount(parseStatsJson(await admin.stats(`(downstream_cx_active|${GAUGE_NAMES})$`)));
+      const { what, count } = await readOpenCount(admin, "contour");
       log("open_count", { what, count, min: options.minOpenConnections });
       if (count <= options.minOpenConnections) break;
     } catch (error) {
@@ -113,7 +95,6 @@ export async function shutdownEnvoy(options: ShutdownOptions, log: EventLog): Pr
     }
     await delay(options.checkIntervalMs);
   }
-  await writeFile(options.readyFile, "ok\n");
-  log("drained", { ready_file: options.readyFile });
+  await writeReadyFile(options.readyFile, log);
   return 0;
 }

@@ -2,7 +2,7 @@ import { writeErr } from "../runtime/process.ts";
 
 /** Options of {@linkcode requestDrain}. */
 export interface DrainOptions {
-  /** The agent's status server. @default "http://127.0.0.1:15020" */
+  /** The agent's status server's origin, as `statusUrlArg` (options.ts) reads `--status-url`. @default "http://127.0.0.1:15020" */
   statusUrl: string;
   /** Give up after this long. @default 5000 */
   timeoutMs: number;

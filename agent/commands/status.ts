@@ -1,11 +1,42 @@
 // `lastcall status`: asks a running lastcall what it is doing (`GET /v1/state` on its status
 // address) and prints it for people (status-format.ts), or as the JSON it answered (`--json`).
+import type { Option } from "commander";
 import { formatDuration } from "../lib/duration.ts";
+import { option, statusUrlArg } from "../options.ts";
 import { writeErr, writeOut } from "../runtime/process.ts";
 import { formatStatus } from "./status-format.ts";
 
 /** The status address of a `lastcall run` on its defaults. */
 export const DEFAULT_STATUS_BASE = "http://127.0.0.1:15020";
+
+/**
+ * `--status-url` of the shutdown hooks (`shutdown`, `gateway shutdown`): as {@linkcode statusUrlOption}
+ * reads it, or `""` for none (no `lastcall run` beside Envoy).
+ *
+ * @example
+ * ```ts
+ * optionalStatusUrlArg(""); // ""
+ * optionalStatusUrlArg("127.0.0.1:15020/healthz/ready"); // "http://127.0.0.1:15020"
+ * ```
+ */
+export function optionalStatusUrlArg(value: string): string {
+  return value.trim() === "" ? "" : statusUrlArg(value);
+}
+
+/**
+ * `--status-url` (`LASTCALL_STATUS_URL`) of `status`, `wait`, `exec` and `drain`: one parser
+ * (`statusUrlArg`), so the same value works in all of them: a base URL, `host:port`, or any URL
+ * of the status server (its origin is used, so `wait`'s `.../healthz/ready` works as it is).
+ *
+ * @example
+ * ```ts
+ * program.command("drain").addOption(statusUrlOption());
+ * ```
+ */
+export function statusUrlOption(): Option {
+  return option("--status-url <url>", "the agent's status server: a base URL, host:port, or any URL of it (its origin is used)")
+    .default(DEFAULT_STATUS_BASE).argParser(statusUrlArg);
+}
 
 /** Options of {@linkcode statusCommand}. */
 export interface StatusOptions {
@@ -26,8 +57,15 @@ function failure(url: string, error: unknown, timeoutMs: number): string {
   return `cannot reach ${url}: ${cause?.code ?? cause?.message ?? (error as Error).message}`;
 }
 
-/** A short, printable piece of a body, for an error line. */
-function excerpt(body: string): string {
+/**
+ * A short, printable piece of a body, for an error line (`lastcall status`, `wait`).
+ *
+ * @example
+ * ```ts
+ * excerpt("<html>\n  404 page not found</html>"); // "\"<html> 404 page not found</html>\""
+ * ```
+ */
+export function excerpt(body: string): string {
   const text = body.trim().replace(/\s+/g, " ");
   return JSON.stringify(text.length > 80 ? `${text.slice(0, 80)}…` : text);
 }

@@ -92,6 +92,16 @@ function isTcpProxy(filter: Json): boolean {
 }
 
 /**
+ * `filters` with lastcall's filter first, or in place of one of the same name that the config
+ * already has (copied from docs/filter.md): a chain with it twice would count each request
+ * twice, and only lastcall's own carries this run's report address and token.
+ */
+function withOwnFilter(filters: Json[], own: Json): Json[] {
+  const at = filters.findIndex((f) => f.name === own.name);
+  return at < 0 ? [own, ...filters] : filters.map((f, i) => (i === at ? own : f));
+}
+
+/**
  * The filter as an HTTP filter, or (`tcp`) as a network filter counting connections. The TCP
  * variant has its own VM id, hence its own VMs, counts in its own gauge (`lastcall_inflight_tcp`)
  * and reports as `<instance>/tcp`.
@@ -207,7 +217,7 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
       // Open connections are counted on inbound tcp_proxy only: an app's idle outbound pools
       // (databases) would hold every drain until the deadline.
       if (isInbound && options.filter && filters.some(isTcpProxy) && !filters.some(isHcm)) {
-        chain.filters = [wasmFilter(options.filter, true), ...filters];
+        chain.filters = withOwnFilter(filters, wasmFilter(options.filter, true));
         tcpListeners.add(name);
         tcp++;
       }
@@ -219,7 +229,7 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
           statsOnly++;
           continue;
         }
-        hcm.http_filters = [wasmFilter(options.filter), ...((hcm.http_filters ?? []) as Json[])];
+        hcm.http_filters = withOwnFilter((hcm.http_filters ?? []) as Json[], wasmFilter(options.filter));
         if (typeof hcm.stat_prefix === "string") filteredStatPrefixes.push(hcm.stat_prefix);
         http++;
       }

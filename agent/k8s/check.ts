@@ -10,7 +10,7 @@ import { containerName, podContainers, type PreStop, preStopOf } from "./contain
 import { readManifest } from "./manifest.ts";
 import { findProxies } from "./proxies.ts";
 import { earlier, formatFlagDuration, type ProxyTiming, type Setting } from "./timing.ts";
-import { findPodTemplate, type PodTemplate } from "./workloads.ts";
+import { findPodTemplate, isRecord, type PodTemplate } from "./workloads.ts";
 import { DEFAULT_GRACE_SECONDS } from "./sidecar.ts";
 
 /**
@@ -24,6 +24,8 @@ export const ENDPOINT_REMOVAL_MS = 3000;
  * Also not in the manifest; the checks take it as a lower bound.
  */
 export const APP_SHUTDOWN_MS = 5000;
+/** What the fixes ask for where the chain needs "after endpoint removal": 2 s past it. */
+const PAST_REMOVAL_MS = ENDPOINT_REMOVAL_MS + 2000;
 
 /** One problem in a pod's termination timing. */
 export interface Finding {
@@ -33,8 +35,39 @@ export interface Finding {
   message: string;
 }
 
+/** What check found in one workload. */
+export interface WorkloadCheck {
+  /** `deployment/web`. */
+  ref: string;
+  /** The proxies found, by container name (a pair such as Contour's counts once). */
+  proxies: string[];
+  /** Problems, one line each without the workload's name. */
+  findings: string[];
+  /** What was not checked and why (no proxy, a proxy whose timing is not modelled): not problems. */
+  notes: string[];
+}
+
 /**
- * Checks the termination timing chain of every pod template in a manifest.
+ * Checks every pod template of a manifest: Pod, Deployment, StatefulSet, DaemonSet, Job and
+ * CronJob documents, also as the items of a `kind: List` (what `kubectl get -o yaml` prints)
+ * or of a typed list (`DeploymentList`).
+ *
+ * @example
+ * ```ts
+ * const report = checkReport(text);
+ * console.log(summaryLine(report)); // "2 workloads, 1 proxy, 0 findings"
+ * ```
+ * @throws {ManifestError} when the manifest is not YAML
+ */
+export function checkReport(text: string): WorkloadCheck[] {
+  return readManifest(text).flatMap(({ doc }) => workloadObjects(doc.toJS())).flatMap((object) => {
+    const template = findPodTemplate(object);
+    return template ? [checkWorkload(template)] : [];
+  });
+}
+
+/**
+ * The findings of {@linkcode checkReport}, one per line.
  *
  * @example
  * ```ts
@@ -43,12 +76,51 @@ export interface Finding {
  * @throws {ManifestError} when the manifest is not YAML
  */
 export function checkManifest(text: string): Finding[] {
-  const findings: Finding[] = [];
-  for (const { doc } of readManifest(text)) {
-    const template = findPodTemplate(doc.toJS());
-    if (template) findings.push(...checkPod(template).map((message) => ({ ref: template.ref, message })));
-  }
-  return findings;
+  return checkReport(text).flatMap(({ ref, findings }) => findings.map((message) => ({ ref, message })));
+}
+
+/**
+ * The last line of every check: `3 workloads, 2 proxies, 1 finding`, and why nothing was
+ * checked when there is no workload.
+ *
+ * @example
+ * ```ts
+ * summaryLine([]); // "0 workloads, 0 proxies, 0 findings: nothing to check (no Pod, Deployment, StatefulSet, DaemonSet, Job or CronJob)"
+ * ```
+ */
+export function summaryLine(report: readonly WorkloadCheck[]): string {
+  const count = (n: number, one: string, many: string) => `${n} ${n === 1 ? one : many}`;
+  const proxies = report.reduce((sum, w) => sum + w.proxies.length, 0);
+  const findings = report.reduce((sum, w) => sum + w.findings.length, 0);
+  const line = `${count(report.length, "workload", "workloads")}, ${count(proxies, "proxy", "proxies")}, ${count(findings, "finding", "findings")}`;
+  return report.length ? line : `${line}: nothing to check (no Pod, Deployment, StatefulSet, DaemonSet, Job or CronJob)`;
+}
+
+/** The objects of a document: itself, or the items of a list (typed lists' items get their kind). */
+function workloadObjects(value: unknown): unknown[] {
+  if (!isRecord(value) || typeof value.kind !== "string" || !value.kind.endsWith("List") || !Array.isArray(value.items)) return [value];
+  // The API server leaves kind out of a typed list's items; kubectl's `kind: List` has it.
+  const itemKind = value.kind === "List" ? undefined : value.kind.slice(0, -"List".length);
+  return value.items.flatMap((item) => workloadObjects(itemKind && isRecord(item) && item.kind === undefined ? { ...item, kind: itemKind } : item));
+}
+
+/**
+ * Checks one workload's pod template.
+ *
+ * @example
+ * ```ts
+ * checkWorkload(findPodTemplate(deployment)!).notes; // ["no proxy found: only the apps' preStop hooks …"]
+ * ```
+ */
+export function checkWorkload(template: PodTemplate): WorkloadCheck {
+  const spec = template.spec;
+  if (!spec) return { ref: template.ref, proxies: [], findings: [], notes: ["no pod spec: nothing to check"] };
+  const proxies = findProxies(spec, { ...template.labels, ...template.annotations }, !template.runsToCompletion);
+  const onlyApps = ": only the apps' preStop hooks against the grace period were checked";
+  const notes = proxies.length === 0
+    ? [`no proxy found${onlyApps}`]
+    : proxies.filter((p) => p.unmodelled).map((p) => `${p.container} (${p.unmodelled}): timing not modelled${proxies.every((q) => q.unmodelled) ? onlyApps : ""}`);
+  return { ref: template.ref, proxies: [...new Set(proxies.map((p) => p.container))], findings: checkPod(template, proxies), notes };
 }
 
 /** An app container and how long its preStop holds off its SIGTERM. */
@@ -76,11 +148,11 @@ interface Pod {
 }
 
 /** The findings for one pod template, as message lines without the object's name. */
-export function checkPod(template: PodTemplate): string[] {
+export function checkPod(template: PodTemplate, proxies?: ProxyTiming[]): string[] {
   const spec = template.spec;
   if (!spec) return [];
   const graceMs = (typeof spec.terminationGracePeriodSeconds === "number" ? spec.terminationGracePeriodSeconds : DEFAULT_GRACE_SECONDS) * 1000;
-  const proxies = findProxies(spec, template.annotations, !template.runsToCompletion);
+  proxies ??= findProxies(spec, { ...template.labels, ...template.annotations }, !template.runsToCompletion);
   const members = new Set(proxies.flatMap((p) => p.members));
   const apps: App[] = podContainers(spec)
     .filter((e) => !e.init && !members.has(containerName(e.container)))
@@ -98,11 +170,12 @@ export function checkPod(template: PodTemplate): string[] {
 /** endpoint removal < proxy's min drain ≤ app's preStop. */
 function takesRequests(p: ProxyTiming, pod: Pod): string[] {
   // It takes new requests until its listeners close or it stops, whichever comes first.
-  const accept = pod.batch ? undefined : p.earliestStop && p.listen ? earlier(p.earliestStop, p.listen) : p.earliestStop;
-  if (!accept) return [];
+  if (pod.batch) return [];
+  const accept = p.earliestStop && p.listen ? earlier(p.earliestStop, p.listen) : p.earliestStop;
+  if (!accept) return p.native ? untilAppExits(p, pod) : [];
   const out: string[] = [];
   if (accept.ms <= ENDPOINT_REMOVAL_MS) {
-    out.push(`${p.container} stops taking requests as early as ${f(accept.ms)} after termination starts (${accept.what}${accept.isDefault ? ", default" : ""}), before endpoint removal is over (~${f(ENDPOINT_REMOVAL_MS)}): clients still routed to the pod are refused; ${set(accept, "≥", ENDPOINT_REMOVAL_MS + 2000)}`);
+    out.push(`${p.container} stops taking requests as early as ${f(accept.ms)} after termination starts (${accept.what}${accept.isDefault ? ", default" : ""}), before endpoint removal is over (~${f(ENDPOINT_REMOVAL_MS)}): clients still routed to the pod are refused; ${set(accept, "≥", PAST_REMOVAL_MS)}`);
   }
   for (const app of pod.apps) {
     if (app.preStopMs === undefined || app.preStopMs >= accept.ms) continue;
@@ -115,9 +188,22 @@ function takesRequests(p: ProxyTiming, pod: Pod): string[] {
   return out;
 }
 
-/** app's shutdown < proxy's drain deadline (a proxy that stops at a fixed time). */
+/**
+ * A native sidecar that takes requests until the app has exited (its SIGTERM comes then): the
+ * app gets its own SIGTERM as the pod starts terminating, and must keep answering what is
+ * routed to the pod until endpoint removal is over.
+ */
+function untilAppExits(p: ProxyTiming, pod: Pod): string[] {
+  return pod.apps.flatMap((app) => {
+    if (app.preStopMs === undefined || app.preStopMs > ENDPOINT_REMOVAL_MS) return [];
+    const hook = app.preStop.kind === "none" ? `container "${app.name}" has no preStop: it gets SIGTERM at once` : `container "${app.name}" preStop sleep ${f(app.preStopMs)} ends`;
+    return [`${hook}, before endpoint removal is over (~${f(ENDPOINT_REMOVAL_MS)}), while ${p.container} (a native sidecar) still takes new requests until the app has exited: the app stops answering requests the proxy forwards; ${app.preStop.kind === "none" ? "add" : "set"} lifecycle.preStop.sleep.seconds: ${seconds(PAST_REMOVAL_MS)} on container "${app.name}"`];
+  });
+}
+
+/** app's shutdown < proxy's drain deadline (a proxy that stops at a fixed time, or once idle). */
 function outlivesApp(p: ProxyTiming, pod: Pod): string[] {
-  const stop = p.stop;
+  const stop = p.stop ?? p.idleStop;
   if (!stop) return [];
   return pod.apps.flatMap((app) => {
     if (app.preStopMs === undefined) return [];
@@ -126,7 +212,8 @@ function outlivesApp(p: ProxyTiming, pod: Pod): string[] {
     // The knob's new value must fit in the grace period too.
     const knobMs = needMs - stop.offsetMs;
     const andGrace = knobMs > pod.graceMs ? ` and terminationGracePeriodSeconds ≥ ${seconds(knobMs)}` : "";
-    return [`${p.container} ${describe(stop)} is shorter than ${shutdownOf(app, pod)}: the proxy stops while the app still calls out; ${set(stop, "≥", needMs)}${andGrace} ${alternative(p)}`];
+    if (p.stop) return [`${p.container} ${describe(stop)} is shorter than ${shutdownOf(app, pod)}: the proxy stops while the app still calls out; ${set(stop, "≥", needMs)}${andGrace} ${alternative(p)}`];
+    return [`${p.container} may exit as early as ${f(stop.ms)} after termination starts, at the first poll that finds no connection open (${describe(stop)}), before ${shutdownOf(app, pod)} is over: an app idle for a moment loses its proxy, and its calls out fail from then on; ${set(stop, "≥", needMs)}${andGrace} ${alternative(p)}`];
   });
 }
 
@@ -172,5 +259,7 @@ function hookText(preStop: PreStop): string {
 
 /** The other way out of a proxy-stops-first finding. */
 function alternative(p: ProxyTiming): string {
-  return p.tool === "lastcall" ? "or inject lastcall with --mode native (stops after the app)" : "or use lastcall (waits for the app)";
+  if (p.tool === "lastcall") return "or inject lastcall with --mode native (stops after the app)";
+  if (p.tool === "istio") return `or run istio-proxy as a native sidecar (sidecar.istio.io/nativeSidecar: "true"; stops after the app) or use lastcall (waits for the app)`;
+  return "or use lastcall (waits for the app)";
 }

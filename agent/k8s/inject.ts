@@ -4,7 +4,12 @@
 import { type Document, isMap, isScalar, isSeq, type Node, visit, type YAMLMap, type YAMLSeq } from "yaml";
 import { type ManifestDocument, readManifest, renderManifest } from "./manifest.ts";
 import { ownIn, ownItem, ownValue, valueOf } from "./own-node.ts";
-import { findPodTemplate, isRecord, type PodTemplate } from "./workloads.ts";
+import { findPodTemplate, getPath, isRecord, type PodTemplate } from "./workloads.ts";
+import { podContainers } from "./containers.ts";
+import { otherProxies } from "./other-proxies.ts";
+import { lastcallArgs } from "./proxy-lastcall.ts";
+import { withoutLibc } from "./app-images.ts";
+import { renderJson } from "./json-out.ts";
 import {
   BIN_VOLUME,
   binMount,
@@ -17,59 +22,112 @@ import {
   MIN_GRACE_SECONDS,
   SIDECAR_NAME,
   sidecarContainer,
+  STATUS_PORT,
   type SidecarOptions,
   wrapCommand,
 } from "./sidecar.ts";
 
+/** Options of {@linkcode injectManifest}: the sidecar's, and what inject may touch. */
+export interface InjectOptions extends SidecarOptions {
+  /**
+   * Inject pods with `hostNetwork: true` too: their sidecar takes the node's ports (the status
+   * port, Envoy's admin and listeners), once per node. @default false
+   */
+  hostNetwork?: boolean;
+}
+
 /** What {@linkcode injectManifest} produced. */
 export interface InjectResult {
-  /** The manifest with the sidecar added. */
+  /** The manifest with the sidecar added, in the input's format (YAML, or JSON for JSON). */
   text: string;
   /** One line per thing the user should know (containers not wrapped, pods left alone). */
   warnings: string[];
   /** How many pod templates got the sidecar. */
   injected: number;
+  /** How many pod templates were left as they are for a reason a warning gives (not opt-outs). */
+  refused: number;
 }
 
 /**
+ * The annotation that keeps a workload out of `inject`: `lastcall/inject: "false"` on the pod
+ * template or on the workload itself.
+ */
+export const OPT_OUT_ANNOTATION = "lastcall/inject";
+
+/**
  * Adds the lastcall sidecar to each Pod, Deployment, StatefulSet, DaemonSet, Job and CronJob
- * of a manifest; other documents, and pods that already have a `lastcall` container, are
- * printed back unchanged, so injecting twice gives the same bytes as injecting once.
+ * of a manifest, and to those inside a `kind: List` (what `kubectl get -o yaml` prints); other
+ * documents, and pods that already have a `lastcall` container, are printed back unchanged, so
+ * injecting twice gives the same bytes as injecting once. A pod that has another proxy, uses
+ * the host's network or cannot hold lastcall's drain is refused: left as is, with a warning.
  *
  * @example
  * ```ts
  * const { text, warnings } = injectManifest(readFileSync("deploy.yaml", "utf8"), SIDECAR_DEFAULTS);
  * ```
- * @throws {ManifestError} when the manifest is not YAML
+ * @throws {ManifestError} when the manifest is not YAML or JSON, or is an unrendered template
  */
-export function injectManifest(text: string, options: SidecarOptions): InjectResult {
+export function injectManifest(text: string, options: InjectOptions): InjectResult {
   const documents = readManifest(text);
   const changed = new Set<ManifestDocument>();
   const warnings: string[] = [];
+  let refused = 0;
+  let injected = 0;
   for (const d of documents) {
-    if (injectDocument(d.doc, options, (line) => warnings.push(line))) changed.add(d);
+    for (const object of objectsOf(d.doc)) {
+      const done = injectObject(d.doc, object, options, (line, refusal) => {
+        warnings.push(line);
+        if (refusal) refused++;
+      });
+      if (!done) continue;
+      injected++;
+      changed.add(d);
+    }
   }
   // A file of comments only holds no document: it comes back as it is.
-  return { text: documents.length ? renderManifest(documents, changed) : text, warnings, injected: changed.size };
+  const out = documents.length === 0 || changed.size === 0 ? text : isJson(text) ? renderJson(documents) : renderManifest(documents, changed);
+  return { text: out, warnings, injected, refused };
 }
 
-/** Adds the sidecar to one document's pod template; returns whether the document changed. */
-export function injectDocument(doc: Document, options: SidecarOptions, warn: (line: string) => void): boolean {
-  const template = findPodTemplate(doc.toJS());
+/** Adds the sidecar to the pod template of each object of a document; returns whether it changed. */
+export function injectDocument(doc: Document, options: InjectOptions, warn: (line: string) => void): boolean {
+  return objectsOf(doc).map((object) => injectObject(doc, object, options, warn)).some(Boolean);
+}
+
+/** The objects of a document: the document itself, or the items of a `kind: List`. */
+function objectsOf(doc: Document): YAMLMap[] {
+  const root = doc.contents;
+  if (!isMap(root)) return [];
+  const kind = (valueOf(doc, root) as { kind?: unknown }).kind;
+  if (typeof kind !== "string" || !/List$/.test(kind)) return [root];
+  const items = ownValue(doc, root, "items");
+  return isSeq(items) ? items.items.map((_, i) => ownItem(doc, items, i)).filter(isMap) : [];
+}
+
+/** Adds the sidecar to one object's pod template; returns whether the object changed. */
+function injectObject(doc: Document, object: YAMLMap, options: InjectOptions, warn: (line: string, refusal: boolean) => void): boolean {
+  const value = valueOf(doc, object);
+  const template = findPodTemplate(value);
   if (!template) return false;
+  if (!template.spec || !Array.isArray(template.spec.containers) || template.spec.containers.length === 0) {
+    warn(`${template.ref}: no containers at ${template.specPath.join(".")}.containers: left as is`, true);
+    return false;
+  }
+  if (hasSidecar(template.spec) || optedOut(value, template)) return false;
+  const refusal = refusalOf(template, options);
+  if (refusal) {
+    warn(`${template.ref}: ${refusal}`, true);
+    return false;
+  }
   // Made the document's own along the way: a spec or containers from an anchor are copied here.
-  const spec = ownIn(doc, template.specPath);
-  if (!template.spec || !isMap(spec) || !Array.isArray(template.spec.containers) || template.spec.containers.length === 0) {
-    warn(`${template.ref}: no containers at ${template.specPath.join(".")}.containers: left as is`);
-    return false;
-  }
-  if (hasSidecar(template.spec)) return false;
+  const spec = ownIn(doc, template.specPath, object);
+  if (!isMap(spec)) return false;
   const grace = graceSeconds(template.spec);
-  if (grace < MIN_GRACE_SECONDS) {
-    warn(`${template.ref}: terminationGracePeriodSeconds ${grace} leaves lastcall no time to drain (it needs at least ${MIN_GRACE_SECONDS}): left as is`);
-    return false;
+  const sidecar = { ...options, statusPort: freeStatusPort(template.spec) };
+  const container = compact(doc.createNode(sidecarContainer(grace, sidecar), { aliasDuplicateObjects: false }));
+  if (sidecar.statusPort !== STATUS_PORT) {
+    warn(`${template.ref}: port ${STATUS_PORT} is taken in this pod: lastcall's status server uses ${sidecar.statusPort}`, false);
   }
-  const container = compact(doc.createNode(sidecarContainer(grace, options), { aliasDuplicateObjects: false }));
   if (options.mode === "native") {
     // Last among the init containers: the pod's own init steps run as before, and the app
     // containers start once the proxy's startup probe passes.
@@ -78,8 +136,49 @@ export function injectDocument(doc: Document, options: SidecarOptions, warn: (li
     sequence(doc, spec, "containers").items.unshift(container);
   }
   addVolume(doc, spec, CONFIG_VOLUME, configVolume(options.configMap));
-  if (options.mode === "classic") wrapApps(doc, spec, template, options, warn);
+  if (options.mode === "classic") wrapApps(doc, spec, template, sidecar, (line) => warn(line, false));
   return true;
+}
+
+/** Why a pod is left as it is, or undefined when it can take the sidecar. */
+function refusalOf(template: PodTemplate, options: InjectOptions): string | undefined {
+  const spec = template.spec!;
+  const others = otherProxies(spec, { ...template.labels, ...template.annotations });
+  if (others.length > 0) {
+    return `already has ${others.map((o) => o.what).join(" and ")}: a second proxy would take the same ports and drain on its own; left as is. To move to lastcall: ${others[0].migrate}`;
+  }
+  if (spec.hostNetwork === true && !options.hostNetwork) {
+    return `uses hostNetwork: its sidecar would take the node's ports (${STATUS_PORT}, Envoy's admin and listeners) on every node it runs on; left as is (--host-network to inject it anyway)`;
+  }
+  const grace = graceSeconds(spec);
+  if (grace < MIN_GRACE_SECONDS) {
+    return `terminationGracePeriodSeconds ${grace} leaves lastcall no time to drain (it needs at least ${MIN_GRACE_SECONDS}): left as is`;
+  }
+  return undefined;
+}
+
+/** Whether the workload or its pod template says `lastcall/inject: "false"`. */
+function optedOut(object: unknown, template: PodTemplate): boolean {
+  const own = getPath(object, ["metadata", "annotations", OPT_OUT_ANNOTATION]);
+  return [own, template.annotations[OPT_OUT_ANNOTATION]].some((v) => v === false || (typeof v === "string" && /^(false|no|off|disabled)$/i.test(v)));
+}
+
+/**
+ * The status port for a pod: {@linkcode STATUS_PORT} unless a container of the pod declares it
+ * (then the next port no container declares), so probes never reach another process.
+ */
+function freeStatusPort(spec: Record<string, unknown>): number {
+  const taken = new Set(podContainers(spec).flatMap(({ container }) =>
+    Array.isArray(container.ports) ? container.ports.filter(isRecord).flatMap((p) => [p.containerPort, p.hostPort]) : []
+  ));
+  let port = STATUS_PORT;
+  while (taken.has(port)) port++;
+  return port;
+}
+
+/** Whether the input is JSON (its first character opens an object or an array). */
+function isJson(text: string): boolean {
+  return /^\s*[{[]/.test(text);
 }
 
 /** Writes command lines on one line (`args: [run, --config, …]`), as people write them. */
@@ -92,11 +191,13 @@ function compact<T extends Node>(node: T): T {
   return node;
 }
 
-/** Whether the pod already has a container named `lastcall` (injected, or written by hand). */
+/**
+ * Whether the pod already has lastcall: a container named `lastcall` (injected, or written by
+ * hand), or one running `lastcall run` or `lastcall shutdown-manager` (Contour's Envoy pod with
+ * lastcall swapped in).
+ */
 function hasSidecar(spec: Record<string, unknown>): boolean {
-  return ["containers", "initContainers"].some((key) =>
-    Array.isArray(spec[key]) && (spec[key] as unknown[]).some((c) => isRecord(c) && c.name === SIDECAR_NAME)
-  );
+  return podContainers(spec).some(({ container }) => container.name === SIDECAR_NAME || ["run", "shutdown-manager"].includes(lastcallArgs(container)?.[0] ?? ""));
 }
 
 /** The pod's termination grace period in seconds (Kubernetes' default when absent). */
@@ -129,11 +230,22 @@ function wrapApps(doc: Document, spec: YAMLMap, template: PodTemplate, options: 
         : `${template.ref}: container "${name}" has no command: not wrapped with lastcall exec, so on termination the sidecar cannot wait for it to exit and its calls out after the last request in flight may fail (set its command, add --app-port to the sidecar, or use --mode native)`);
       continue;
     }
-    wrapped++;
     const original = command.toJSON() as unknown[];
     // Already run under a lastcall of the image's own: nothing to copy.
-    if (isWrapped(original)) continue;
-    const replacement = doc.createNode(wrapCommand(original.map(String), quit));
+    if (isWrapped(original)) {
+      wrapped++;
+      continue;
+    }
+    const image = (valueOf(doc, c) as Record<string, unknown>).image;
+    const lacking = withoutLibc(image);
+    if (lacking) {
+      warn(`${template.ref}: container "${name}" runs ${String(image)} (${lacking}): lastcall's copy, a glibc executable, cannot run there, so it is not wrapped with lastcall exec (use --mode native)`);
+      continue;
+    }
+    wrapped++;
+    // The app's own words stay the nodes they were, quotes and all.
+    const replacement = doc.createNode(wrapCommand([], quit, options.statusPort)) as YAMLSeq;
+    replacement.items.push(...command.items);
     replacement.flow = command.flow;
     c.set("command", replacement);
     sequence(doc, c, "volumeMounts").items.push(doc.createNode(binMount()));

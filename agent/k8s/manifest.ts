@@ -1,13 +1,16 @@
 // A Kubernetes manifest as a list of YAML documents, each kept with the exact text it came
 // from: a document nobody changes is printed back byte for byte (comments, quoting, `---`
 // markers and all), which is what makes `inject` of its own output a no-op.
-import { type Document, parseAllDocuments, type ToStringOptions } from "yaml";
+import { type Document, isCollection, parseAllDocuments, type ToStringOptions, visit } from "yaml";
+import { isDeepStrictEqual } from "node:util";
+import { keepScalarForms } from "./scalar-form.ts";
 
 /**
- * How manifests are read: `<<` merge keys honoured (as kubectl's go-yaml does), and at most
- * this many alias expansions per document (yaml's default): more is an alias bomb.
+ * How manifests are read: as YAML 1.1, the YAML of Kubernetes' reader (go-yaml v2), where
+ * `0644` is an octal 420 and `yes` a boolean; `<<` merge keys honoured; at most this many alias
+ * expansions per document (yaml's default): more is an alias bomb.
  */
-export const MANIFEST_YAML = { merge: true, maxAliasCount: 100 } as const;
+export const MANIFEST_YAML = { version: "1.1", merge: true, maxAliasCount: 100 } as const;
 
 /** One YAML document of a manifest. */
 export interface ManifestDocument {
@@ -49,6 +52,10 @@ export function readManifest(text: string): ManifestDocument[] {
   // An empty file parses to an empty list (or an EmptyStream): nothing to do.
   if (!Array.isArray(docs)) return [];
   return docs.map((doc, i) => {
+    const template = templateLine(doc, text);
+    if (template !== undefined) {
+      throw new ManifestError(i + 1, template, "an unrendered template ({{ … }}): render it first (helm template, kustomize build) and inject what it prints");
+    }
     const error = doc.errors[0];
     if (error) {
       const reason = error.message.split("\n")[0].replace(/ at line \d+, column \d+:?$/, "");
@@ -61,12 +68,47 @@ export function readManifest(text: string): ManifestDocument[] {
       const line = text.slice(0, doc.contents?.range?.[0] ?? doc.range[0]).split("\n").length;
       throw new ManifestError(i + 1, line, valueError(error as Error), { cause: error });
     }
+    keepScalarForms(doc, text);
     // Each document owns the text from its own start (its `---`) to the next one's start; the
     // first also owns whatever precedes it, so the pieces always add up to the whole file.
     const start = i === 0 ? 0 : doc.range[0];
     const end = i + 1 < docs.length ? docs[i + 1].range[0] : text.length;
     return { index: i + 1, doc, source: text.slice(start, end) };
   });
+}
+
+/** A Go template action as Helm charts write them: `{{ .Values.x }}`, `{{- include "a" . }}`, `{{ end }}`. */
+const TEMPLATE_ACTION = /\{\{-?\s*(?:[.$]|\/\*|(?:if|else|end|range|with|include|template|define|block|toYaml|tpl|printf|quote|default|required|nindent|indent|lookup)\b)[^}]*\}\}/;
+
+/**
+ * The line of the first template action (`{{ … }}`) the document holds as YAML syntax, or
+ * undefined. Go templates read as YAML flow mappings (`{{ .Values.name }}` is a mapping whose
+ * key is a mapping) or, in a plain scalar, as text; inside quotes or a block scalar they are a
+ * string's content (an alert rule's `{{ $labels.pod }}`), which is left alone. A document that
+ * does not parse is checked line by line: a `{{` outside comments and quotes names the line.
+ */
+function templateLine(doc: Document.Parsed, text: string): number | undefined {
+  const lineOf = (offset: number) => text.slice(0, offset).split("\n").length;
+  let found: number | undefined;
+  visit(doc, {
+    Map(_, map) {
+      if (map.flow && map.items.some((p) => isCollection(p.key))) {
+        found = lineOf(map.range?.[0] ?? 0);
+        return visit.BREAK;
+      }
+    },
+    Scalar(_, scalar) {
+      if (scalar.type === "PLAIN" && typeof scalar.source === "string" && TEMPLATE_ACTION.test(scalar.source)) {
+        found = lineOf(scalar.range?.[0] ?? 0);
+        return visit.BREAK;
+      }
+    },
+  });
+  if (found !== undefined || doc.errors.length === 0) return found;
+  const start = lineOf(doc.range[0]);
+  const lines = text.slice(doc.range[0], doc.range[2]).split("\n");
+  const at = lines.findIndex((line) => TEMPLATE_ACTION.test(line.replace(/(^|\s)#.*$/, "").replace(/"[^"]*"|'[^']*'/g, "")));
+  return at < 0 ? undefined : start + at;
 }
 
 /** Says why a document's value could not be built, in the user's terms. */
@@ -87,7 +129,22 @@ function valueError(error: Error): string {
  * ```
  */
 export function renderManifest(documents: readonly ManifestDocument[], changed: ReadonlySet<ManifestDocument>): string {
-  return documents.map((d) => (changed.has(d) ? d.doc.toString(styleOf(d.source)) : d.source)).join("");
+  return documents.map((d) => (changed.has(d) ? printed(d) : d.source)).join("");
+}
+
+/**
+ * A changed document as text, checked to read back to the values it holds: printing keeps
+ * the author's forms (scalar-form.ts), and a form that would read back otherwise is refused
+ * here rather than printed.
+ * @throws {ManifestError} when the text would not read back the same (a lastcall bug)
+ */
+function printed(d: ManifestDocument): string {
+  const text = d.doc.toString(styleOf(d.source));
+  const again = parseAllDocuments(text, MANIFEST_YAML);
+  const same = Array.isArray(again) && again.length === 1 && again[0].errors.length === 0 &&
+    isDeepStrictEqual(again[0].toJS({ maxAliasCount: -1 }), d.doc.toJS({ maxAliasCount: -1 }));
+  if (!same) throw new ManifestError(d.index, 1, "lastcall could not print this document back with the same values (please report it): nothing printed");
+  return text;
 }
 
 /**

@@ -49,16 +49,17 @@ export function ownItem(doc: Document, seq: YAMLSeq, index: number): unknown {
 }
 
 /**
- * Follows `path` from the document's root through mappings, making each step the parent's
- * own (see {@linkcode ownValue}); undefined when a step is missing or not a mapping.
+ * Follows `path` from `from` (the document's root by default) through mappings, making each
+ * step the parent's own (see {@linkcode ownValue}); undefined when a step is missing or not a
+ * mapping.
  *
  * @example
  * ```ts
  * const spec = ownIn(doc, ["spec", "template", "spec"]);
  * ```
  */
-export function ownIn(doc: Document, path: readonly string[]): Node | undefined {
-  let at: unknown = doc.contents;
+export function ownIn(doc: Document, path: readonly string[], from: unknown = doc.contents): Node | undefined {
+  let at: unknown = from;
   for (const key of path) {
     if (!isMap(at)) return undefined;
     at = ownValue(doc, at, key);

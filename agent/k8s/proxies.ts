@@ -1,15 +1,25 @@
-// Recognises the proxies of a pod (lastcall, Istio's pilot-agent, Contour's shutdown-manager
-// pair) and reads their termination timings, each with its tool's defaults. The rules that
-// compare them live in check.ts.
-import { containerName, podContainers } from "./containers.ts";
+// Recognises the proxies of a pod (lastcall, Istio's pilot-agent, Contour's and Envoy Gateway's
+// shutdown-manager pairs) and reads their termination timings, each with its tool's defaults;
+// other meshes' sidecars (Linkerd, Consul, Kuma) and a bare Envoy are found but not modelled.
+// The rules that compare the timings live in check.ts.
+import { argv, containerName, type ContainerSpec, isProgram, podContainers } from "./containers.ts";
+import { meshSidecar } from "./other-proxies.ts";
 import { contourProxy } from "./proxy-contour.ts";
+import { gatewayProxy } from "./proxy-gateway.ts";
 import { istioProxy } from "./proxy-istio.ts";
 import { lastcallProxy } from "./proxy-lastcall.ts";
 import type { ProxyTiming } from "./timing.ts";
 
 /**
- * Every proxy found in a pod spec with its template annotations; `servesRequests` is false for
+ * Every proxy found in a pod spec with its template annotations and labels (Istio reads
+ * `sidecar.istio.io/inject` from either); `servesRequests` is false for
  * pods that run to completion (Jobs), which are behind no Service.
+ *
+ * @example
+ * ```ts
+ * findProxies({ containers: [{ name: "app" }, { name: "linkerd-proxy" }] }, {})[0].unmodelled;
+ * // "Linkerd's sidecar"
+ * ```
  */
 export function findProxies(spec: Record<string, unknown>, annotations: Record<string, unknown>, servesRequests = true): ProxyTiming[] {
   const found: ProxyTiming[] = [];
@@ -24,8 +34,22 @@ export function findProxies(spec: Record<string, unknown>, annotations: Record<s
   for (const { container, init } of podContainers(spec)) {
     add(() => lastcallProxy(container, init, servesRequests), containerName(container), "lastcall");
   }
-  add(() => istioProxy(spec, annotations), "istio-proxy", "istio");
+  add(() => istioProxy(spec, annotations, servesRequests), "istio-proxy", "istio");
   add(() => contourProxy(spec), "shutdown-manager", "contour");
+  add(() => gatewayProxy(spec), "shutdown-manager", "envoy-gateway");
+  // The mesh sidecars inject refuses (other-proxies.ts); istio-proxy, modelled above, is a member by now.
+  const members = new Set(found.flatMap((p) => p.members));
+  for (const { container } of podContainers(spec)) {
+    const name = containerName(container);
+    const what = meshSidecar(name) ?? (isBareEnvoy(container) ? "an Envoy without a shutdown manager" : undefined);
+    if (what && !members.has(name)) found.push({ container: name, members: [name], tool: "other", native: false, problems: [], unmodelled: what });
+  }
   return found;
 }
 
+/** A container that runs Envoy itself (its command, or an envoyproxy/envoy image without one). */
+function isBareEnvoy(c: ContainerSpec): boolean {
+  const words = argv(c);
+  if (words.length) return isProgram(words[0], "envoy");
+  return typeof c.image === "string" && /(^|\/)envoyproxy\/envoy[^/]*([:@]|$)/.test(c.image);
+}

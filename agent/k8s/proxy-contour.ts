@@ -48,12 +48,15 @@ export function contourProxy(spec: Record<string, unknown>): ProxyTiming | undef
   const drainDelay = flag("--drain-delay", 0);
   const checkDelay = flag("--check-delay", 0);
   const checkInterval = flag("--check-interval", 5000);
+  // Contour's order: --drain-delay (Envoy healthy, serving), fail the health check,
+  // --check-delay, first check. --drain-delay is the knob that keeps Envoy serving while the
+  // endpoints are removed, so the fixes name it.
   const firstCheck: Setting = {
-    ...checkDelay,
+    ...drainDelay,
     ms: drainDelay.ms + checkDelay.ms,
-    what: `${prefix} ${drainDelay.ms ? `${drainDelay.what} + ` : ""}${checkDelay.what}`,
+    what: `${prefix} ${drainDelay.what}${checkDelay.ms ? ` + ${checkDelay.what}` : ""}`,
     isDefault: drainDelay.isDefault && checkDelay.isDefault,
-    offsetMs: drainDelay.ms,
+    offsetMs: checkDelay.ms,
   };
   const secondCheck: Setting = {
     ...checkInterval,

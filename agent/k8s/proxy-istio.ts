@@ -1,59 +1,143 @@
-// Istio's pilot-agent, read from the pod: see docs/migration.md for what each setting does.
+// Istio's pilot-agent, read from the pod, as its code behaves (istio/istio pkg/envoy/agent.go):
+//
+// - istio-proxy a regular container (the layout before Istio 1.28): SIGTERM comes as the pod
+//   starts terminating; pilot-agent drains Envoy's inbound listeners (graceful: they take new
+//   connections for drainDuration, then close) and kills Envoy after terminationDrainDuration,
+//   or, with EXIT_ON_ZERO_ACTIVE_CONNECTIONS, sleeps MINIMUM_DRAIN_DURATION and then polls the
+//   open connections each second, killing Envoy at the first poll that finds none.
+// - istio-proxy a native sidecar (what Istio injects today): its preStop
+//   `pilot-agent request --debug-port=15020 POST drain` starts a drain that keeps the listeners
+//   open (skip_exit), and the SIGTERM, which comes only after the app has exited, ends Envoy at
+//   once. Without that hook it drains only after the app, as a regular container would.
+//
+// See docs/migration.md for what each setting does.
 import YAML from "yaml";
-import { envValue, podContainers } from "./containers.ts";
-import { formatFlagDuration, isNative, type ProxyTiming, secondsText, setting } from "./timing.ts";
+import { containerName, type ContainerSpec, envValue, flagValue, handlerArgv, isProgram, podContainers } from "./containers.ts";
+import { formatFlagDuration, goDurationMs, isNative, type ProxyTiming, secondsText, type Setting, setting } from "./timing.ts";
 import { isRecord } from "./workloads.ts";
+
+/** pilot-agent polls Envoy's open connections this often once MINIMUM_DRAIN_DURATION is over (agent.go). */
+const CONNECTION_POLL_MS = 1000;
+/** Go's strconv.ParseBool. */
+const GO_TRUE = ["1", "t", "T", "TRUE", "true", "True"];
+const GO_FALSE = ["0", "f", "F", "FALSE", "false", "False"];
 
 /**
  * Istio's pilot-agent: an `istio-proxy` container, or a pod marked for injection. Settings
  * come from the `proxy.istio.io/config` annotation, then the container's environment (or the
  * annotation's proxyMetadata), then Istio's defaults; mesh-wide defaults are not visible here.
+ * A pod only marked for injection is read in the layout `sidecar.istio.io/nativeSidecar` asks
+ * for, the older one when it says nothing.
+ *
+ * @example
+ * ```ts
+ * istioProxy({ containers: [{ name: "app" }, { name: "istio-proxy" }] }, {})?.stop?.what;
+ * // "terminationDrainDuration 5s"
+ * ```
  */
-export function istioProxy(spec: Record<string, unknown>, annotations: Record<string, unknown>): ProxyTiming | undefined {
+export function istioProxy(spec: Record<string, unknown>, annotations: Record<string, unknown>, servesRequests = true): ProxyTiming | undefined {
   const entry = podContainers(spec).find((e) => e.container.name === "istio-proxy");
   const marked = annotations["sidecar.istio.io/inject"] === "true" || annotations["proxy.istio.io/config"] !== undefined;
   if (!entry && (!marked || annotations["sidecar.istio.io/inject"] === "false")) return undefined;
   const container = entry?.container ?? {};
+  const name = "istio-proxy";
+  const problems: string[] = [];
   // The injector writes the effective ProxyConfig as JSON into PROXY_CONFIG; the annotation is
-  // what people write.
+  // what people write, and pilot-agent reads it again at start.
   const config = { ...proxyConfig("PROXY_CONFIG", envValue(container, "PROXY_CONFIG")), ...proxyConfig("proxy.istio.io/config", annotations["proxy.istio.io/config"]) };
   const metadata = isRecord(config.proxyMetadata) ? config.proxyMetadata : {};
-  const env = (name: string) => envValue(container, name) ?? (metadata[name] === undefined ? undefined : String(metadata[name]));
+  // pilot-agent reads these from its environment, where the injector writes proxyMetadata.
+  const env = (key: string) => envValue(container, key) ?? (metadata[key] === undefined ? undefined : String(metadata[key]));
   const annotation = (key: string, fallbackMs: number) => {
     const value = config[key] === undefined ? undefined : String(config[key]);
     return setting(key, value, fallbackMs, `proxy.istio.io/config ${key}`);
   };
   let terminationDrain = annotation("terminationDrainDuration", 5000);
   if (terminationDrain.isDefault) {
-    for (const name of ["TERMINATION_DRAIN_DURATION_SECONDS", "TERMINATION_DRAIN_DURATION"]) {
-      const value = env(name);
+    for (const key of ["TERMINATION_DRAIN_DURATION_SECONDS", "TERMINATION_DRAIN_DURATION"]) {
+      const value = env(key);
       if (value !== undefined) {
-        terminationDrain = setting(name, value, 0, name, name.endsWith("_SECONDS") ? secondsText : formatFlagDuration);
+        terminationDrain = setting(key, value, 0, key, key.endsWith("_SECONDS") ? secondsText : formatFlagDuration);
         break;
       }
     }
   }
   const drainDuration = annotation("drainDuration", 45_000);
-  const minDrain = setting("MINIMUM_DRAIN_DURATION", env("MINIMUM_DRAIN_DURATION"), 5000);
-  const exitOnZero = /^(1|true)$/i.test(env("EXIT_ON_ZERO_ACTIVE_CONNECTIONS") ?? "");
-  const parentShutdown = config.parentShutdownDuration === undefined ? undefined : annotation("parentShutdownDuration", 60_000);
-  const native = entry !== undefined && isNative(entry.container, entry.init);
-  // Envoy keeps taking connections for drainDuration (its --drain-time-s) unless pilot-agent
-  // kills it sooner: after terminationDrainDuration, or once connections reach zero after
-  // MINIMUM_DRAIN_DURATION.
-  const killedAt = exitOnZero ? minDrain : terminationDrain;
+  const minDrain = goEnv("MINIMUM_DRAIN_DURATION", env("MINIMUM_DRAIN_DURATION"), 5000, problems);
+  const exitOnZero = goBool("EXIT_ON_ZERO_ACTIVE_CONNECTIONS", env("EXIT_ON_ZERO_ACTIVE_CONNECTIONS"), problems);
+  const native = entry ? isNative(entry.container, entry.init) : annotations["sidecar.istio.io/nativeSidecar"] === "true";
+  const statusPort = String(annotations["status.sidecar.istio.io/port"] ?? 15020);
+  const hook = native && entry ? drainHook(entry.container, statusPort) : "drains";
+
+  // With EXIT_ON_ZERO, the first poll comes a second after MINIMUM_DRAIN_DURATION.
+  const firstPoll: Setting = {
+    ...minDrain,
+    ms: minDrain.ms + CONNECTION_POLL_MS,
+    what: `${minDrain.what}${minDrain.isDefault ? " (default)" : ""} + the 1s poll`,
+    isDefault: false,
+    offsetMs: CONNECTION_POLL_MS,
+  };
+  const killedAt = exitOnZero ? firstPoll : terminationDrain;
+  const terminates = !native || hook !== "drains";
+  if (terminates && exitOnZero && !terminationDrain.isDefault) {
+    problems.push(`${name} ${terminationDrain.what} has no effect with EXIT_ON_ZERO_ACTIVE_CONNECTIONS: pilot-agent waits ${minDrain.what}${minDrain.isDefault ? " (default)" : ""}, then kills Envoy at the first poll that finds no connection open (istio issue 44690); set MINIMUM_DRAIN_DURATION instead`);
+  }
+  if (native) {
+    if (hook !== "drains" && servesRequests) problems.push(hook === "none" ? noDrainHook(name, statusPort) : hook);
+    // With the hook, the SIGTERM after the app's exit ends Envoy at once (the drain is done).
+    return { container: name, members: [name], tool: "istio", native, afterApp: hook === "drains" ? undefined : killedAt, problems };
+  }
   return {
-    container: "istio-proxy",
-    members: ["istio-proxy"],
+    container: name,
+    members: [name],
     tool: "istio",
     native,
-    earliestStop: native ? undefined : killedAt,
-    listen: native ? undefined : drainDuration,
-    stop: native ? undefined : exitOnZero ? parentShutdown : terminationDrain,
-    deadline: exitOnZero ? parentShutdown : terminationDrain,
-    afterApp: native ? killedAt : undefined,
-    problems: [],
+    earliestStop: killedAt,
+    // terminate() drains without skip_exit: the inbound listeners close after drainDuration.
+    listen: drainDuration,
+    stop: exitOnZero ? undefined : terminationDrain,
+    idleStop: exitOnZero ? firstPoll : undefined,
+    deadline: killedAt,
+    problems,
   };
+}
+
+/** How a native istio-proxy's preStop starts its drain: `drains`, `none`, or a finding. */
+function drainHook(c: ContainerSpec, statusPort: string): "drains" | "none" | string {
+  const words = handlerArgv(isRecord(c.lifecycle) ? c.lifecycle.preStop : undefined) ?? [];
+  if (isProgram(words[0], "pilot-agent") && words[1] === "request") {
+    const args = words.slice(2);
+    const positional = args.filter((w, i) => !w.startsWith("-") && !(args[i - 1] === "--debug-port"));
+    if (positional[0]?.toUpperCase() !== "POST" || positional[1]?.replace(/^\//, "") !== "drain") return "none";
+    // pilot-agent request goes to Envoy's admin port unless told otherwise; /drain is pilot-agent's.
+    const port = flagValue(args, "--debug-port") ?? "15000";
+    if (port === statusPort) return "drains";
+    return `${containerName(c)}'s preStop \`pilot-agent request POST drain\` goes to port ${port}${port === "15000" ? " (--debug-port's default, Envoy's admin)" : ""}, where nothing serves /drain: the hook fails and the proxy starts draining only after the app has exited; add --debug-port=${statusPort}`;
+  }
+  return words.some((w) => /:\d+\/drain\/?$/.test(w)) && words.some((w) => /post/i.test(w)) ? "drains" : "none";
+}
+
+/** The finding for a native istio-proxy whose preStop does not drain it. */
+function noDrainHook(name: string, statusPort: string): string {
+  return `${name} is a native sidecar without a preStop drain: it starts draining only after the app has exited, so keep-alive clients keep sending requests the stopping app cannot answer; add lifecycle.preStop.exec.command: [pilot-agent, request, --debug-port=${statusPort}, POST, drain] (as Istio's injector writes it)`;
+}
+
+/** A duration variable as pilot-agent reads it: a Go duration, or its default (with a finding). */
+function goEnv(name: string, value: string | undefined, fallbackMs: number, problems: string[]): Setting {
+  const ms = value === undefined ? undefined : goDurationMs(value);
+  if (value !== undefined && ms !== undefined) return { ...setting(name, undefined, fallbackMs), ms, what: `${name} ${formatFlagDuration(ms)}`, isDefault: false };
+  if (value !== undefined) {
+    problems.push(`istio-proxy: ${name} "${value}" is not a Go duration: pilot-agent ignores it and uses ${formatFlagDuration(fallbackMs)}; write it with a unit (${/^\d+$/.test(value) ? `${value}s` : "e.g. 10s"})`);
+  }
+  return setting(name, undefined, fallbackMs);
+}
+
+/** A boolean variable as pilot-agent reads it (Go's ParseBool), false when absent or unreadable. */
+function goBool(name: string, value: string | undefined, problems: string[]): boolean {
+  if (value === undefined || GO_FALSE.includes(value)) return false;
+  if (GO_TRUE.includes(value)) return true;
+  problems.push(`istio-proxy: ${name} "${value}" is not a Go boolean: pilot-agent ignores it (false); write "true" or "false"`);
+  return false;
 }
 
 /** A ProxyConfig written as YAML or JSON; empty when absent. */
@@ -66,4 +150,3 @@ function proxyConfig(source: string, raw: unknown): Record<string, unknown> {
     throw new RangeError(`${source} is not YAML: ${(error as Error).message.split("\n")[0].replace(/ at line \d+, column \d+:?$/, "")}`);
   }
 }
-

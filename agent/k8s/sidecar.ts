@@ -19,6 +19,8 @@ export interface SidecarOptions {
   image: string;
   /** ConfigMap holding `envoy.yaml`, mounted at `/etc/envoy`. @default "lastcall-envoy" */
   configMap: string;
+  /** The status server's port, when {@linkcode STATUS_PORT} is taken in the pod. @default 15020 */
+  statusPort?: number;
 }
 
 /** Defaults of {@linkcode SidecarOptions}. */
@@ -49,15 +51,20 @@ export const BIN_PATH = `${BIN_DIR}/lastcall`;
  */
 export const MIN_GRACE_SECONDS = 8;
 
-const probe = (path: string) => ({ httpGet: { path, port: STATUS_PORT } });
 
 /**
  * The `lastcall run` arguments for a pod whose grace period is `graceSeconds`: the status
  * server listens on all addresses because the kubelet probes the pod IP, and the config is
  * watched because Kubernetes updates ConfigMap volumes in place (a hot restart follows).
  */
-export function runArgs(graceSeconds: number): string[] {
-  return ["run", "--config", CONFIG_FILE, "--grace", `${graceSeconds}s`, "--status-address", "0.0.0.0", "--watch", CONFIG_FILE];
+export function runArgs(graceSeconds: number, statusPort = STATUS_PORT): string[] {
+  const port = statusPort === STATUS_PORT ? [] : ["--status-port", String(statusPort)];
+  return ["run", "--config", CONFIG_FILE, "--grace", `${graceSeconds}s`, "--status-address", "0.0.0.0", ...port, "--watch", CONFIG_FILE];
+}
+
+/** `--status-url` for the hooks and `lastcall exec` when the status port is not the default. */
+function statusUrl(statusPort: number, path = ""): string[] {
+  return statusPort === STATUS_PORT ? [] : ["--status-url", `http://127.0.0.1:${statusPort}${path}`];
 }
 
 /**
@@ -69,10 +76,12 @@ export function runArgs(graceSeconds: number): string[] {
  * ```
  */
 export function sidecarContainer(graceSeconds: number, options: SidecarOptions): Record<string, unknown> {
+  const port = options.statusPort ?? STATUS_PORT;
+  const probe = (path: string) => ({ httpGet: { path, port } });
   const common = {
     name: SIDECAR_NAME,
     image: options.image,
-    args: runArgs(graceSeconds),
+    args: runArgs(graceSeconds, port),
   };
   const mounts = { volumeMounts: [{ name: CONFIG_VOLUME, mountPath: CONFIG_DIR, readOnly: true }] };
   if (options.mode === "native") {
@@ -87,7 +96,7 @@ export function sidecarContainer(graceSeconds: number, options: SidecarOptions):
       // A native sidecar's preStop runs when the pod starts terminating, its SIGTERM only after
       // the app has exited: draining at the start tells keep-alive clients to go elsewhere
       // while the app still answers, and Envoy keeps serving the app until it is gone.
-      lifecycle: { preStop: { exec: { command: ["lastcall", "drain"] } } },
+      lifecycle: { preStop: { exec: { command: ["lastcall", "drain", ...statusUrl(port)] } } },
       ...mounts,
     };
   }
@@ -96,7 +105,7 @@ export function sidecarContainer(graceSeconds: number, options: SidecarOptions):
     readinessProbe: probe("/healthz/ready"),
     livenessProbe: probe("/healthz/live"),
     // The kubelet starts the next container only once this hook returns.
-    lifecycle: { postStart: { exec: { command: ["lastcall", "wait"] } } },
+    lifecycle: { postStart: { exec: { command: ["lastcall", "wait", ...statusUrl(port, "/healthz/ready")] } } },
     ...mounts,
   };
 }
@@ -134,8 +143,8 @@ export function binMount(): Record<string, unknown> {
  * runs and when it exited. `quit` (Jobs): the app's end also stops the proxy; otherwise the
  * kubelet restarts an app that ends, and the proxy stays.
  */
-export function wrapCommand(command: readonly string[], quit: boolean): string[] {
-  return [BIN_PATH, "exec", ...(quit ? [] : ["--no-quit"]), "--", ...command];
+export function wrapCommand(command: readonly string[], quit: boolean, statusPort = STATUS_PORT): string[] {
+  return [BIN_PATH, "exec", ...statusUrl(statusPort, "/healthz/ready"), ...(quit ? [] : ["--no-quit"]), "--", ...command];
 }
 
 /** Whether a command already runs under `lastcall exec`. */

@@ -26,7 +26,7 @@ export interface ProxyTiming {
   /** Containers that belong to the proxy, not the app. */
   members: string[];
   /** Which tool stops it. */
-  tool: "lastcall" | "istio" | "contour";
+  tool: "lastcall" | "istio" | "contour" | "envoy-gateway" | "other";
   /** A native sidecar: SIGTERM comes only after every app container has exited. */
   native: boolean;
   /** It is stopped no sooner than this; undefined when not known (a native sidecar waits for the app). */
@@ -35,12 +35,19 @@ export interface ProxyTiming {
   listen?: Setting;
   /** It is stopped by then whatever the app still does; undefined when it waits for the app. */
   stop?: Setting;
+  /**
+   * From then on it stops as soon as no connection is open, whatever the app still does (Istio's
+   * `EXIT_ON_ZERO_ACTIVE_CONNECTIONS`): an app idle for a moment loses its proxy.
+   */
+  idleStop?: Setting;
   /** Its own deadline, which must fit in the pod's grace period. */
   deadline?: Setting;
   /** Native sidecars: how long it still runs after its SIGTERM (after the app's exit). */
   afterApp?: Setting;
   /** Whole findings about its set-up (a missing hook, an unreadable value). */
   problems: string[];
+  /** A proxy whose termination is not modelled (Linkerd's, Consul's, Kuma's): what it is. */
+  unmodelled?: string;
 }
 
 /** Whole seconds, for knobs such as `TERMINATION_DRAIN_DURATION_SECONDS`. */
@@ -58,6 +65,47 @@ export function setting(name: string, value: string | undefined, fallback: numbe
     throw new RangeError(`${name} "${value}" is not a duration`);
   }
   return { ms, what: `${name} ${formatFlagDuration(ms)}`, isDefault: false, knob, offsetMs: 0, format };
+}
+
+/**
+ * A duration as Go's `time.ParseDuration` reads it (`1m30s`, `0.5s`, `0`; a bare `5` is not
+ * one), in milliseconds (negative ones as 0: a Go timer fires at once); undefined when it is
+ * not Go's syntax. Istio's variables and Envoy Gateway's flags are read this way.
+ *
+ * @example
+ * ```ts
+ * goDurationMs("1m30s"); // 90000
+ * goDurationMs("30"); // undefined
+ * ```
+ */
+export function goDurationMs(text: string): number | undefined {
+  const sign = /^[-+]/.test(text) ? text[0] : "";
+  const body = text.slice(sign.length);
+  if (body === "0") return 0;
+  const parts = body.match(/(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)/g);
+  if (!parts || parts.join("") !== body) return undefined;
+  const unitMs: Record<string, number> = { ns: 1e-6, us: 1e-3, "µs": 1e-3, "μs": 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
+  const ms = parts.reduce((sum, part) => {
+    const [, value, unit] = /^([\d.]+)(.+)$/.exec(part)!;
+    return sum + Number(value) * unitMs[unit];
+  }, 0);
+  return sign === "-" ? 0 : Math.round(ms);
+}
+
+/**
+ * A setting written as a Go duration, or `fallback` when absent.
+ *
+ * @example
+ * ```ts
+ * goSetting("--min-drain-duration", "15s", 10_000).ms; // 15000
+ * ```
+ * @throws {RangeError} naming the setting when the value is not a Go duration
+ */
+export function goSetting(name: string, value: string | undefined, fallback: number, knob = name): Setting {
+  if (value === undefined) return setting(name, undefined, fallback, knob);
+  const ms = goDurationMs(value);
+  if (ms === undefined) throw new RangeError(`${name} "${value}" is not a Go duration (e.g. ${/^\d+$/.test(value) ? `${value}s` : "10s"})`);
+  return { ms, what: `${name} ${formatFlagDuration(ms)}`, isDefault: false, knob, offsetMs: 0, format: formatFlagDuration };
 }
 
 /** The earlier of two settings (the one that binds). */

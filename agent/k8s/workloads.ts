@@ -27,6 +27,8 @@ export interface PodTemplate {
   spec: Record<string, unknown> | undefined;
   /** The pod's annotations (the template's, not the workload's). */
   annotations: Record<string, unknown>;
+  /** The pod's labels (the template's). */
+  labels: Record<string, unknown>;
   /** Whether the pod is meant to end (Job, CronJob, a Pod with restartPolicy Never or OnFailure). */
   runsToCompletion: boolean;
 }
@@ -61,6 +63,7 @@ export function findPodTemplate(object: unknown): PodTemplate | undefined {
   const podPath = POD_PATHS[kind];
   const spec = getPath(object, [...podPath, "spec"]);
   const annotations = getPath(object, [...podPath, "metadata", "annotations"]);
+  const labels = getPath(object, [...podPath, "metadata", "labels"]);
   const restartPolicy = isRecord(spec) ? spec.restartPolicy : undefined;
   return {
     kind,
@@ -68,6 +71,7 @@ export function findPodTemplate(object: unknown): PodTemplate | undefined {
     specPath: [...podPath, "spec"],
     spec: isRecord(spec) ? spec : undefined,
     annotations: isRecord(annotations) ? annotations : {},
+    labels: isRecord(labels) ? labels : {},
     runsToCompletion: kind === "Job" || kind === "CronJob" || restartPolicy === "Never" || restartPolicy === "OnFailure",
   };
 }

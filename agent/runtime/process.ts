@@ -19,6 +19,11 @@ export function commandArguments(): string[] {
   return process.argv.slice(2);
 }
 
+/** The name the process was started under: the last part of its `argv[0]` (`envoy-gateway` through a link). */
+export function invokedAs(): string {
+  return process.argv0.split("/").pop() ?? "";
+}
+
 /** Process id of the agent. */
 export function ownPid(): number {
   return process.pid;

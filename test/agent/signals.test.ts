@@ -155,7 +155,7 @@ describe("lastcall wait", () => {
     await probed(s, wait);
     wait.child.kill(signal);
     expect(await wait.exited).toEqual({ code: status(signal), signal: null });
-    expect(wait.output()).toBe(`lastcall wait: stopped by ${signal} before the proxy was ready (last: stand-in not ready)\n`);
+    expect(wait.output()).toBe(`lastcall wait: stopped by ${signal} before the proxy was ready (last: ${s.url} says stand-in not ready)\n`);
   });
 
   it.skipIf(noPid1)(`as PID 1 (${noPid1 ?? "unshare"}): SIGHUP is ignored, SIGTERM stops the wait`, async () => {
@@ -187,7 +187,7 @@ describe("lastcall exec", () => {
     await probed(s, exec);
     exec.child.kill(signal);
     expect(await exec.exited).toEqual({ code: status(signal), signal: null });
-    expect(exec.output()).toBe(`lastcall exec: stopped by ${signal} before the proxy was ready (last: stand-in not ready)\n`);
+    expect(exec.output()).toBe(`lastcall exec: stopped by ${signal} before the proxy was ready (last: ${s.url} says stand-in not ready)\n`);
     expect(existsSync(marker)).toBe(false);
     expect(s.apps).toEqual([]);
   });

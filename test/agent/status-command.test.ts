@@ -179,7 +179,7 @@ describe("lastcall status without a lastcall", () => {
     expect(result.code).toBe(0);
     const help = result.stdout.replace(/\s+/g, " ");
     expect(help).toContain("during a drain, what it waits for (oldest first) and the time left");
-    expect(help).toContain('--status-url <url> the agent\'s status server (a URL with a path, as wait\'s .../healthz/ready, means its origin) (default: "http://127.0.0.1:15020", env: LASTCALL_STATUS_URL)');
+    expect(help).toContain('--status-url <url> the agent\'s status server: a base URL, host:port, or any URL of it (its origin is used) (default: "http://127.0.0.1:15020", env: LASTCALL_STATUS_URL)');
     expect(help).toContain("--json print GET /v1/state as lastcall answered it: one line of JSON");
     expect(help).toContain("--timeout <duration> give up on an answer after (default: 2s");
   });

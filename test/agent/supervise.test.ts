@@ -114,7 +114,7 @@ describe("lastcall wait", () => {
     await lc.event("start");
     const result = await lastcall(["wait", "--timeout", "1s", "--status-url", `${status}/healthz/ready`]);
     expect(result.code).toBe(1);
-    expect(result.stderr.trim()).toMatch(/^lastcall wait: not ready after 1s: (Envoy is INITIALIZING|Envoy epoch 0 starting: admin address not yet known)$/);
+    expect(result.stderr.trim()).toMatch(new RegExp(`^lastcall wait: not ready after 1s: ${status}/healthz/ready says (Envoy is INITIALIZING|Envoy epoch 0 starting: admin address not yet known)$`));
     // Given the time, the reason settles on Envoy's own state.
     await waitFor(async () => {
       const probe = await fetch(`${status}/healthz/ready`);
@@ -122,7 +122,7 @@ describe("lastcall wait", () => {
       return probe.status === 503 && body.reason === "Envoy is INITIALIZING" ? true : undefined;
     }, { what: "/healthz/ready to say INITIALIZING" });
     const again = await lastcall(["wait", "--timeout", "1s", "--status-url", `${status}/healthz/ready`]);
-    expect(again).toMatchObject({ code: 1, stderr: "lastcall wait: not ready after 1s: Envoy is INITIALIZING\n" });
+    expect(again).toMatchObject({ code: 1, stderr: `lastcall wait: not ready after 1s: ${status}/healthz/ready says Envoy is INITIALIZING\n` });
   });
 });
 

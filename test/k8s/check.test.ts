@@ -1,10 +1,12 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import YAML from "yaml";
 import { checkManifest } from "../../agent/k8s/check.ts";
 import { injectManifest } from "../../agent/k8s/inject.ts";
 import { SIDECAR_DEFAULTS } from "../../agent/k8s/sidecar.ts";
+import { formatFlagDuration, goDurationMs } from "../../agent/k8s/timing.ts";
 import { KINDS, manifest, workload } from "./workloads.ts";
 
 const fixture = (name: string) => readFileSync(new URL(`fixtures/${name}`, import.meta.url), "utf8");
@@ -40,7 +42,7 @@ const contour = (edit: (containers: Record<string, any>[]) => void) => {
 describe("Istio sidecars", () => {
   it("the typical one: a 5 s drain with a 30 s app shutdown is flagged, with the fix", () => {
     expect(lines(fixture("istio-sidecar.yaml"))).toEqual([
-      "deployment/web: istio-proxy terminationDrainDuration 5s (default) is shorter than the app's shutdown (preStop sleep 30s): the proxy stops while the app still calls out; set proxy.istio.io/config terminationDrainDuration ≥ 35s or use lastcall (waits for the app)",
+      "deployment/web: istio-proxy terminationDrainDuration 5s (default) is shorter than the app's shutdown (preStop sleep 30s): the proxy stops while the app still calls out; set proxy.istio.io/config terminationDrainDuration ≥ 35s or run istio-proxy as a native sidecar (sidecar.istio.io/nativeSidecar: \"true\"; stops after the app) or use lastcall (waits for the app)",
     ]);
   });
 
@@ -49,7 +51,7 @@ describe("Istio sidecars", () => {
       name: "terminationDrainDuration from the annotation, with a grace period too short for the fix",
       text: deployment({ containers: [app(30)] }, istio("terminationDrainDuration: 5s")),
       findings: [
-        "deployment/web: istio-proxy terminationDrainDuration 5s is shorter than the app's shutdown (preStop sleep 30s): the proxy stops while the app still calls out; set proxy.istio.io/config terminationDrainDuration ≥ 35s and terminationGracePeriodSeconds ≥ 35 or use lastcall (waits for the app)",
+        "deployment/web: istio-proxy terminationDrainDuration 5s is shorter than the app's shutdown (preStop sleep 30s): the proxy stops while the app still calls out; set proxy.istio.io/config terminationDrainDuration ≥ 35s and terminationGracePeriodSeconds ≥ 35 or run istio-proxy as a native sidecar (sidecar.istio.io/nativeSidecar: \"true\"; stops after the app) or use lastcall (waits for the app)",
         'deployment/web: container "app" preStop sleep 30s leaves less than 5s of terminationGracePeriodSeconds 30 for its shutdown: the kubelet kills it mid-shutdown; set terminationGracePeriodSeconds ≥ 35',
       ],
     },
@@ -60,7 +62,7 @@ describe("Istio sidecars", () => {
         containers: [app(30), { name: "istio-proxy", image: "istio/proxyv2:1.22.0", env: [{ name: "TERMINATION_DRAIN_DURATION_SECONDS", value: "5" }] }],
       }),
       findings: [
-        "deployment/web: istio-proxy TERMINATION_DRAIN_DURATION_SECONDS 5s is shorter than the app's shutdown (preStop sleep 30s): the proxy stops while the app still calls out; set TERMINATION_DRAIN_DURATION_SECONDS ≥ 35 or use lastcall (waits for the app)",
+        "deployment/web: istio-proxy TERMINATION_DRAIN_DURATION_SECONDS 5s is shorter than the app's shutdown (preStop sleep 30s): the proxy stops while the app still calls out; set TERMINATION_DRAIN_DURATION_SECONDS ≥ 35 or run istio-proxy as a native sidecar (sidecar.istio.io/nativeSidecar: \"true\"; stops after the app) or use lastcall (waits for the app)",
       ],
     },
     {
@@ -74,7 +76,9 @@ describe("Istio sidecars", () => {
       name: "EXIT_ON_ZERO_ACTIVE_CONNECTIONS with a MINIMUM_DRAIN_DURATION inside endpoint removal",
       text: deployment({ containers: [app(5)] }, istio("proxyMetadata:\n  EXIT_ON_ZERO_ACTIVE_CONNECTIONS: 'true'\n  MINIMUM_DRAIN_DURATION: 2s\n")),
       findings: [
-        "deployment/web: istio-proxy stops taking requests as early as 2s after termination starts (MINIMUM_DRAIN_DURATION 2s), before endpoint removal is over (~3s): clients still routed to the pod are refused; set MINIMUM_DRAIN_DURATION ≥ 5s",
+        // pilot-agent sleeps MINIMUM_DRAIN_DURATION, then polls the connections each second.
+        "deployment/web: istio-proxy stops taking requests as early as 3s after termination starts (MINIMUM_DRAIN_DURATION 2s + the 1s poll), before endpoint removal is over (~3s): clients still routed to the pod are refused; set MINIMUM_DRAIN_DURATION ≥ 4s",
+        'deployment/web: istio-proxy may exit as early as 3s after termination starts, at the first poll that finds no connection open (MINIMUM_DRAIN_DURATION 2s + the 1s poll), before the app\'s shutdown (preStop sleep 5s) is over: an app idle for a moment loses its proxy, and its calls out fail from then on; set MINIMUM_DRAIN_DURATION ≥ 9s or run istio-proxy as a native sidecar (sidecar.istio.io/nativeSidecar: "true"; stops after the app) or use lastcall (waits for the app)',
       ],
     },
     {
@@ -92,9 +96,10 @@ describe("Istio sidecars", () => {
       ],
     },
     {
-      name: "a native istio-proxy whose drain starts after the app and ends past the grace period",
+      name: "a native istio-proxy without its preStop drain, whose drain starts after the app and ends past the grace period",
       text: deployment({ containers: [app(25)], initContainers: [{ name: "istio-proxy", image: "istio/proxyv2:1.22.0", restartPolicy: "Always" }] }),
       findings: [
+        "deployment/web: istio-proxy is a native sidecar without a preStop drain: it starts draining only after the app has exited, so keep-alive clients keep sending requests the stopping app cannot answer; add lifecycle.preStop.exec.command: [pilot-agent, request, --debug-port=15020, POST, drain] (as Istio's injector writes it)",
         "deployment/web: istio-proxy is a native sidecar: its terminationDrainDuration 5s (default) starts after the app's shutdown (preStop sleep 25s) and ends past terminationGracePeriodSeconds 30: the kubelet kills it mid-drain; set terminationGracePeriodSeconds ≥ 35",
       ],
     },
@@ -113,7 +118,7 @@ describe("Istio sidecars", () => {
 describe("Contour's Envoy DaemonSet", () => {
   it("as in Contour's example: with no connection open, Envoy stops at the first check, at once", () => {
     expect(lines(fixture("contour-envoy.yaml"))).toEqual([
-      "daemonset/envoy: envoy stops taking requests as early as 0s after termination starts (contour envoy shutdown --check-delay 0s, default), before endpoint removal is over (~3s): clients still routed to the pod are refused; set contour envoy shutdown --check-delay ≥ 5s",
+      "daemonset/envoy: envoy stops taking requests as early as 0s after termination starts (contour envoy shutdown --drain-delay 0s, default), before endpoint removal is over (~3s): clients still routed to the pod are refused; set contour envoy shutdown --drain-delay ≥ 5s",
     ]);
   });
 
@@ -233,10 +238,11 @@ describe("clean manifests: no finding", () => {
     { name: "an app without preStop and no proxy", text: deployment({ containers: [app()] }) },
     { name: "an app with a sleep action", text: deployment({ containers: [app(undefined, { lifecycle: { preStop: { sleep: { seconds: 10 } } } })] }) },
     {
+      // The first poll (15 s) comes after the app's preStop (10 s) and shutdown (5 s).
       name: "Istio with EXIT_ON_ZERO_ACTIVE_CONNECTIONS, tuned as the chain says",
       text: deployment(
         { containers: [app(10)] },
-        istio("drainDuration: '10s'\nparentShutdownDuration: '30s'\nproxyMetadata:\n  MINIMUM_DRAIN_DURATION: '10s'\n  EXIT_ON_ZERO_ACTIVE_CONNECTIONS: 'true'\n"),
+        istio("drainDuration: '10s'\nproxyMetadata:\n  MINIMUM_DRAIN_DURATION: '14s'\n  EXIT_ON_ZERO_ACTIVE_CONNECTIONS: 'true'\n"),
       ),
     },
     {
@@ -287,5 +293,41 @@ describe("check accepts what inject produces", () => {
     expect(lines(text)).toEqual([
       'deployment/web: container "app" has no preStop: it gets SIGTERM at once while lastcall still takes new requests until --min-drain 5s (default): the app stops answering requests the proxy forwards; add lifecycle.preStop.sleep.seconds: 5 on container "app"',
     ]);
+  });
+});
+
+describe("durations as Go's time.ParseDuration reads them (Istio's variables, Envoy Gateway's flags)", () => {
+  it.each([
+    ["1m30s", 90_000],
+    ["300ms", 300],
+    ["1.5h", 5_400_000],
+    [".5s", 500],
+    ["5.s", 5000],
+    ["1h2m3s4ms", 3_723_004],
+    ["1500us", 2],
+    ["0", 0],
+    ["+0", 0],
+    ["-5s", 0],
+  ] as const)("%s is %d ms", (text, ms) => {
+    expect(goDurationMs(text)).toBe(ms);
+  });
+
+  it.each(["5", "5 s", "", "s", "1.5.5s", "5sec", "1d", "-", "."])("%j is not one", (text) => {
+    expect(goDurationMs(text)).toBeUndefined();
+  });
+
+  it("reads back every duration a fix suggests (formatFlagDuration)", () => {
+    fc.assert(fc.property(fc.integer({ min: 0, max: 2 ** 31 - 1 }), (ms) => goDurationMs(formatFlagDuration(ms)) === ms));
+  });
+
+  it("adds up the parts of a Go duration", () => {
+    const unitMs = { h: 3_600_000, m: 60_000, s: 1000, ms: 1 } as const;
+    const part = fc.record({ n: fc.integer({ min: 0, max: 10_000 }), unit: fc.constantFrom(...(Object.keys(unitMs) as (keyof typeof unitMs)[])) });
+    fc.assert(
+      fc.property(fc.array(part, { minLength: 1, maxLength: 5 }), (parts) => {
+        const text = parts.map(({ n, unit }) => `${n}${unit}`).join("");
+        return goDurationMs(text) === parts.reduce((sum, { n, unit }) => sum + n * unitMs[unit], 0);
+      }),
+    );
   });
 });

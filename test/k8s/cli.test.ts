@@ -83,23 +83,32 @@ describe("lastcall inject", () => {
   });
 });
 
+/** The note check prints for a workload without proxy. */
+const noProxy = (ref: string) => `${ref}: no proxy found: only the apps' preStop hooks against the grace period were checked\n`;
+
 describe("lastcall check", () => {
-  it("prints one line per finding and exits 1", async () => {
+  it("prints one line per finding, then the summary, and exits 1", async () => {
     const result = await lastcall(["check", "-f", fixture("istio-sidecar.yaml")]);
     expect(result).toEqual({
       code: 1,
-      stdout: "deployment/web: istio-proxy terminationDrainDuration 5s (default) is shorter than the app's shutdown (preStop sleep 30s): the proxy stops while the app still calls out; set proxy.istio.io/config terminationDrainDuration ≥ 35s or use lastcall (waits for the app)\n",
+      stdout:
+        "deployment/web: istio-proxy terminationDrainDuration 5s (default) is shorter than the app's shutdown (preStop sleep 30s): the proxy stops while the app still calls out; set proxy.istio.io/config terminationDrainDuration ≥ 35s or run istio-proxy as a native sidecar (sidecar.istio.io/nativeSidecar: \"true\"; stops after the app) or use lastcall (waits for the app)\n" +
+        "1 workload, 1 proxy, 1 finding\n",
       stderr: "",
     });
   });
 
-  it("prints nothing and exits 0 on a clean manifest, from standard input", async () => {
-    expect(await lastcall(["check", "-f", "-"], readFileSync(example("deployment.yaml"), "utf8"))).toEqual({ code: 0, stdout: "", stderr: "" });
+  it("prints no finding, only its note and the summary, and exits 0 on a clean manifest, from standard input", async () => {
+    expect(await lastcall(["check", "-f", "-"], readFileSync(example("deployment.yaml"), "utf8"))).toEqual({
+      code: 0,
+      stdout: `${noProxy("deployment/web")}1 workload, 0 proxies, 0 findings\n`,
+      stderr: "",
+    });
   });
 
-  it("accepts inject's output", async () => {
+  it("accepts inject's output: no finding, the proxy counted", async () => {
     const injected = await lastcall(["inject", "-f", example("deployment.yaml")]);
-    expect(await lastcall(["check", "-f", "-"], injected.stdout)).toEqual({ code: 0, stdout: "", stderr: "" });
+    expect(await lastcall(["check", "-f", "-"], injected.stdout)).toEqual({ code: 0, stdout: "1 workload, 1 proxy, 0 findings\n", stderr: "" });
   });
 
   it("exits 2 on unreadable input", async () => {
@@ -151,12 +160,16 @@ describe("examples/k8s are what the CLI generates", () => {
     expect(result.stdout).toBe(readFileSync(example(after), "utf8"));
   });
 
-  it.each(["deployment.yaml", "deployment.injected.yaml", "job.yaml", "job.injected.yaml", "job.classic.yaml", "envoy-config.yaml"])(
-    "check finds nothing in %s",
-    async (name) => {
-      expect(await lastcall(["check", "-f", example(name)])).toEqual({ code: 0, stdout: "", stderr: "" });
-    },
-  );
+  it.each([
+    { name: "deployment.yaml", stdout: `${noProxy("deployment/web")}1 workload, 0 proxies, 0 findings\n` },
+    { name: "deployment.injected.yaml", stdout: "1 workload, 1 proxy, 0 findings\n" },
+    { name: "job.yaml", stdout: `${noProxy("job/reindex")}1 workload, 0 proxies, 0 findings\n` },
+    { name: "job.injected.yaml", stdout: "1 workload, 1 proxy, 0 findings\n" },
+    { name: "job.classic.yaml", stdout: "1 workload, 1 proxy, 0 findings\n" },
+    { name: "envoy-config.yaml", stdout: "0 workloads, 0 proxies, 0 findings: nothing to check (no Pod, Deployment, StatefulSet, DaemonSet, Job or CronJob)\n" },
+  ])("check finds nothing in $name", async ({ name, stdout }) => {
+    expect(await lastcall(["check", "-f", example(name)])).toEqual({ code: 0, stdout, stderr: "" });
+  });
 });
 
 describe("examples/k8s/envoy-config.yaml", () => {

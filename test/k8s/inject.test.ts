@@ -159,7 +159,7 @@ describe("what inject leaves alone", () => {
     const once = inject(manifest(...KINDS.map((k) => workload(k))), { ...native, mode });
     const twice = inject(once.text, { ...native, mode });
     expect(once.injected).toBe(KINDS.length);
-    expect(twice).toEqual({ text: once.text, warnings: [], injected: 0 });
+    expect(twice).toEqual({ text: once.text, warnings: [], injected: 0, refused: 0 });
   });
 
   it("unknown kinds, byte for byte (comments, quoting, markers)", () => {
@@ -168,11 +168,11 @@ describe("what inject leaves alone", () => {
       "---\nkind: ConfigMap\ndata:\n  envoy.yaml: |\n    static_resources: {}\n  'quoted': \"yes\"\n...\n",
       "--- # empty document\n",
     ].join("");
-    expect(inject(text)).toEqual({ text, warnings: [], injected: 0 });
+    expect(inject(text)).toEqual({ text, warnings: [], injected: 0, refused: 0 });
   });
 
   it.each(["", "# nothing yet\n", "---\n"])("a manifest without workloads: %j", (text) => {
-    expect(inject(text)).toEqual({ text, warnings: [], injected: 0 });
+    expect(inject(text)).toEqual({ text, warnings: [], injected: 0, refused: 0 });
   });
 
   it("a pod with a container named lastcall (injected by hand)", () => {
@@ -189,12 +189,13 @@ describe("what inject leaves alone", () => {
       text,
       warnings: ["deployment/web: terminationGracePeriodSeconds 5 leaves lastcall no time to drain (it needs at least 8): left as is"],
       injected: 0,
+      refused: 1,
     });
   });
 
   it("a workload without containers, with a warning", () => {
     const text = manifest({ apiVersion: "apps/v1", kind: "Deployment", metadata: { name: "empty" }, spec: {} });
-    expect(inject(text)).toEqual({ text, warnings: ["deployment/empty: no containers at spec.template.spec.containers: left as is"], injected: 0 });
+    expect(inject(text)).toEqual({ text, warnings: ["deployment/empty: no containers at spec.template.spec.containers: left as is"], injected: 0, refused: 1 });
   });
 });
 
@@ -245,5 +246,25 @@ describe("manifests that are not YAML", () => {
 
   it("duplicate keys are an error too", () => {
     expect(() => inject("kind: Pod\nkind: Job\n")).toThrow(/^document 1, line 2: Map keys must be unique/);
+  });
+});
+
+describe("unrendered templates are refused, template text inside strings is not", () => {
+  const pod = (line: string, extra = "") => `apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n${extra}spec:\n  containers:\n  - name: web\n    image: example/web:1\n${line}`;
+  it.each([
+    ["a value that is an action", pod("", "  labels:\n    app: {{ .Values.app }}\n"), 6],
+    ["an action inside a plain scalar", pod("    command: [web-{{ .Release.Name }}]\n"), 9],
+    ["an action on a line of its own", pod("", "  labels:\n    {{- include \"web.labels\" . | nindent 4 }}\n"), 6],
+    ["a control action in a later document", `kind: ConfigMap\n---\n{{- if .Values.enabled }}\n${pod("")}{{- end }}\n`, 3],
+  ])("%s: document and line named", (_, text, line) => {
+    expect(() => inject(text)).toThrow(new RegExp(`^document \\d, line ${line}: an unrendered template`));
+  });
+
+  it.each([
+    ["in double quotes (an alert's text)", pod(`    env:\n    - name: ALERT\n      value: "{{ $labels.pod }} is down"\n`)],
+    ["in a block scalar (a ConfigMap's template file)", pod(`    args:\n    - |\n      {{ range .Items }}{{ .Name }}{{ end }}\n`)],
+    ["braces that are no action", pod(`    command:\n    - echo\n    - -{{\n    - x}}\n`)],
+  ])("%s: injected", (_, text) => {
+    expect(inject(text).injected).toBe(1);
   });
 });

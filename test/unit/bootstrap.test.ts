@@ -151,6 +151,20 @@ describe("deriveBootstrap", () => {
     });
   });
 
+  it("a config that already has the filter (copied from docs/filter.md) gets lastcall's in its place, never twice", () => {
+    const theirs = { name: FILTER_NAME, typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm", config: { configuration: { value: "" } } } };
+    const http = listener("in", "INBOUND");
+    http.filter_chains[0].filters[0].typed_config.http_filters = [{ name: "cors" }, theirs, router];
+    const theirsTcp = { name: `${FILTER_NAME}_tcp`, typed_config: {} };
+    const { config } = deriveBootstrap({ static_resources: { listeners: [http, listener("tcp", "INBOUND", [theirsTcp, tcpProxy])] } }, withFilter);
+    const filters = config.static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters;
+    expect(filters.map((f: Json) => f.name)).toEqual(["cors", FILTER_NAME, router.name]);
+    expect(filters[1].typed_config.config.configuration.value).toBe(JSON.stringify({ heartbeat_ms: 1000 }));
+    const tcp = config.static_resources.listeners[1].filter_chains[0].filters;
+    expect(tcp.map((f: Json) => f.name)).toEqual([`${FILTER_NAME}_tcp`, tcpProxy.name]);
+    expect(tcp[0].typed_config.config.vm_config.vm_id).toBe("lastcall_inflight_tcp");
+  });
+
   it("without a filter (--no-filter) leaves the connection managers alone but still knows their prefixes", () => {
     const result = deriveBootstrap({ static_resources: { listeners: [listener("in", "INBOUND")] } }, options);
     expect(httpFilterNames(result.config, 0)).toEqual([router.name]);

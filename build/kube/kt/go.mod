@@ -1,0 +1,3 @@
+module lastcall.test/kt
+
+go 1.24
