@@ -17,8 +17,10 @@ const filterLoad = read("filter-load");
 const footprint = read("footprint");
 const filterCost = read("filter-cost");
 const push = read("inflight-push");
+const rollout = read("rollout");
 
 import { filterSections } from "./report-filter.mjs";
+import { rolloutSection } from "./report-rollout.mjs";
 import { barChart, colorOf, fmt, ms, plural, spread } from "./report-lib.mjs";
 
 mkdirSync(join(root, "docs/bench"), { recursive: true });
@@ -43,13 +45,14 @@ line("issue 15 and without `proxy_on_request_headers` (measurement only), and th
 line("`.cache/anchors/`: Contour v1.33.8's `cmd/contour` and `bench/anchors/istio-agent`, a small main around Istio's");
 line("`pkg/envoy`), runs every benchmark against the real Envoy one after the other, writes `bench/results/*.json`, and regenerates");
 line("this page and its charts from them (`bench/report.mjs`). `npm run bench -- --quick` runs one round of");
-line("each to prove the harness; `--only termination,polling` runs some. Load generators: Debian's `wrk` and");
+line("each to prove the harness; `--only termination,polling` runs some (`--only rollout`: the rollout on a real kubelet,");
+line("with Envoy Gateway v1.9.1's `cmd/envoy-gateway` built too). Load generators: Debian's `wrk` and");
 line("`h2load` (nghttp2-client), installed with apt-get when missing.");
 line();
 const env = [termination, filterLoad, footprint].find(Boolean);
 line(`Machine: 2 shared CPUs, Node ${env?.node ?? "20"}, Envoy 1.40.0. Contenders and variants alternate within every round;`);
 line("medians, with the spread (min–max) in parentheses. Every sample is in the JSON.");
-const timed = [["termination", termination], ["polling", polling], ["filter-load", filterLoad], ["footprint", footprint]].filter(([, r]) => r?.seconds);
+const timed = [["termination", termination], ["polling", polling], ["filter-load", filterLoad], ["footprint", footprint], ["rollout", rollout]].filter(([, r]) => r?.seconds);
 if (timed.length) {
   const total = timed.reduce((a, [, r]) => a + r.seconds, 0);
   line(`Time of this run: ${timed.map(([n, r]) => `${n} ${Math.round(r.seconds)} s`).join(", ")}: ${fmt(total / 60, 1)} min, plus about a minute for the`);
@@ -290,6 +293,8 @@ if (push) {
   line(`(${st.calls_per_request} per request: heartbeats only), counted by the agent (${st.report_calls.accepted_by_agent}), the filter (${st.report_calls.sent_by_filter}) and Envoy (${st.report_calls.envoy_agent_cluster_rq}).`);
   line();
 }
+
+rolloutSection({ rollout, line, chart, notAhead, quickNote });
 
 // ---- closing note ----
 line("## Goals");

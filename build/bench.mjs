@@ -6,7 +6,8 @@
 //  2. load generators: wrk and h2load (Debian's wrk, nghttp2-client), installed with apt-get
 //     when missing and running as root, else a clear message;
 //  3. the incumbents' real code, built with Go into .cache/anchors/ (pinned versions, Go's caches
-//     kept there too): Contour v1.33.8's cmd/contour and bench/anchors/istio-agent;
+//     kept there too): Contour v1.33.8's cmd/contour and bench/anchors/istio-agent, and for the
+//     rollout benchmark (bench/rollout.ts, a real kubelet: root) Envoy Gateway v1.9.1's cmd/envoy-gateway;
 //  4. dist/bench/: the no-op wasm module, the filter as it was before issue 15's counting contract
 //     (shared data), the filter without `proxy_on_request_headers` (measurement only), and the
 //     benchmark scripts bundled with esbuild;
@@ -24,12 +25,13 @@ const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const quick = process.argv.includes("--quick");
 const onlyArg = process.argv.find((a) => a.startsWith("--only="))?.slice("--only=".length)
   ?? (process.argv.includes("--only") ? process.argv[process.argv.indexOf("--only") + 1] : undefined);
-const SCRIPTS = ["termination", "polling", "filter-load", "footprint", "filter-cost", "inflight-push"];
+const SCRIPTS = ["termination", "polling", "filter-load", "footprint", "filter-cost", "inflight-push", "rollout"];
 const only = onlyArg ? onlyArg.split(",") : SCRIPTS;
 const began = Date.now();
 
 /** Pinned versions of the incumbents' code. */
 const CONTOUR_VERSION = "v1.33.8";
+const GATEWAY_VERSION = "v1.9.1";
 const anchors = join(root, ".cache/anchors");
 const goEnv = {
   ...process.env,
@@ -84,6 +86,28 @@ function buildAnchors() {
 }
 
 /**
+ * Envoy Gateway's binary (its `envoy shutdown-manager` / `envoy shutdown`), for the rollout
+ * benchmark only: built like Contour's from the Go module proxy into .cache/anchors/bin. When it
+ * cannot be built, the reason goes to bin/envoy-gateway.error and the benchmark leaves it out.
+ */
+function buildGateway() {
+  const bin = join(anchors, "bin/envoy-gateway");
+  const stamp = join(anchors, "bin/envoy-gateway.version");
+  const error = join(anchors, "bin/envoy-gateway.error");
+  if (existsSync(bin) && existsSync(stamp) && readFileSync(stamp, "utf8") === GATEWAY_VERSION) return;
+  console.error(`bench: building Envoy Gateway ${GATEWAY_VERSION}'s cmd/envoy-gateway with Go into .cache/anchors/ (about 10 minutes the first time)`);
+  const result = spawnSync("go", ["install", "-trimpath", `github.com/envoyproxy/gateway/cmd/envoy-gateway@${GATEWAY_VERSION}`], { cwd: root, encoding: "utf8", env: goEnv, maxBuffer: 64 << 20 });
+  if (result.status !== 0) {
+    const why = `go install github.com/envoyproxy/gateway/cmd/envoy-gateway@${GATEWAY_VERSION} failed (exit ${result.status}): ${(result.stderr || String(result.error)).trim().split("\n").slice(-5).join(" | ")}`;
+    writeFileSync(error, `${why}\n`);
+    console.error(`bench: ${why}`);
+    return;
+  }
+  rmSync(error, { force: true });
+  writeFileSync(stamp, GATEWAY_VERSION);
+}
+
+/**
  * The filter as it was before issue 15's counting contract (one process-wide counter in shared
  * data, a compare-and-swap per +1 and −1), built from git, for the before/after comparison.
  */
@@ -134,6 +158,7 @@ async function buildBenchAssets() {
 const { envoy } = await setup();
 loadGenerators();
 buildAnchors();
+if (only.includes("rollout")) buildGateway();
 await buildBenchAssets();
 console.error(`bench: built in ${Math.round((Date.now() - began) / 1000)} s; running ${only.join(", ")}${quick ? " (--quick: numbers not for publishing)" : ""}`);
 
@@ -143,6 +168,11 @@ for (const name of SCRIPTS.filter((s) => only.includes(s))) {
     cwd: root, stdio: ["ignore", "inherit", "inherit"],
     env: { ...process.env, ENVOY_BIN: envoy, ...(beforeArg ? { LASTCALL_BENCH_BEFORE: beforeArg } : {}) },
   });
+  // Exit 3: this machine cannot run it (the rollout benchmark without root or a built cluster): said, not fatal.
+  if (result.status === 3) {
+    console.error(`bench: ${name} cannot run here (see above); its results are not updated`);
+    continue;
+  }
   if (result.status !== 0) fail(`${name} failed (exit ${result.status ?? result.signal})`);
   // A benchmark that exits 0 without writing its results measured nothing: say so, loudly.
   const written = join(root, "bench/results", `${name}.json`);

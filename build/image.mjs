@@ -18,6 +18,7 @@ import {
 } from "node:fs";
 import { delimiter, dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { withLock } from "./lock.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const work = join(root, ".cache", "image");
@@ -280,48 +281,7 @@ async function npmSecrets() {
 export async function buildImages({ log = () => {} } = {}) {
   // The container test files run in parallel workers and each asks for the images: one builds,
   // the others wait for it and then find them cached.
-  return withLock(join(work, "build.lock"), () => buildUnlocked(log));
-}
-
-/**
- * Runs `task` holding a lock directory (mkdir is atomic); a lock whose owner process is gone is
- * taken over. Waits up to 30 minutes (a cold build takes about 2).
- */
-async function withLock(dir, task) {
-  mkdirSync(dirname(dir), { recursive: true });
-  const owner = join(dir, "pid");
-  for (const until = Date.now() + 30 * 60_000; ;) {
-    try {
-      mkdirSync(dir);
-      writeFileSync(owner, String(process.pid));
-      break;
-    } catch (error) {
-      if (error.code !== "EEXIST") throw error;
-      let pid = 0;
-      try {
-        pid = Number(readFileSync(owner, "utf8"));
-      } catch {
-        // being created or removed: look again
-      }
-      if (pid > 0 && !alive(pid)) rmSync(dir, { recursive: true, force: true });
-      else if (Date.now() > until) throw new Error(`Timed out waiting for the image build lock ${dir} (held by pid ${pid})`);
-      else await new Promise((done) => setTimeout(done, 250));
-    }
-  }
-  try {
-    return await task();
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-}
-
-function alive(pid) {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return error.code === "EPERM";
-  }
+  return withLock(join(work, "build.lock"), () => buildUnlocked(log), { what: "the image build lock", waitMs: 30 * 60_000 });
 }
 
 async function buildUnlocked(log) {

@@ -17,6 +17,7 @@ import { accessSync, constants, cpSync, existsSync, mkdirSync, readFileSync, rea
 import { homedir } from "node:os";
 import { delimiter, dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { withLock } from "./lock.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const sources = join(root, "build", "kube");
@@ -185,47 +186,9 @@ export async function buildKube({ names, log = () => {} } = {}) {
         log(`built ${name} in ${((Date.now() - started) / 1000).toFixed(0)} s`);
         built.push(name);
       }
-    });
+    }, { what: "the build lock", waitMs: 60 * 60_000, pollMs: 500 });
   }
   return { built, paths: kubePaths() };
-}
-
-/** Runs `task` holding a lock directory (mkdir is atomic); a dead owner's lock is taken over. */
-async function withLock(dir, task) {
-  mkdirSync(dirname(dir), { recursive: true });
-  const owner = join(dir, "pid");
-  for (const until = Date.now() + 60 * 60_000; ;) {
-    try {
-      mkdirSync(dir);
-      writeFileSync(owner, String(process.pid));
-      break;
-    } catch (error) {
-      if (error.code !== "EEXIST") throw error;
-      let pid = 0;
-      try {
-        pid = Number(readFileSync(owner, "utf8"));
-      } catch {
-        // being created or removed: look again
-      }
-      if (pid > 0 && !alive(pid)) rmSync(dir, { recursive: true, force: true });
-      else if (Date.now() > until) throw new Error(`Timed out waiting for the build lock ${dir} (held by pid ${pid})`);
-      else await new Promise((done) => setTimeout(done, 500));
-    }
-  }
-  try {
-    return await task();
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
-}
-
-function alive(pid) {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return error.code === "EPERM";
-  }
 }
 
 if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {

@@ -29,5 +29,33 @@ const server = createServer((req, res) => {
   }, url.pathname === "/slow" ? ms : 0);
 });
 server.listen(port, "127.0.0.1");
-process.on("SIGTERM", () => server.close(() => process.exit(0)));
+// A graceful stop: finish what is in flight, then exit. The proxy in front keeps connections to
+// the app open, and close() waits for every one to end; closeIdleConnections() ends only those
+// that finished a request, not one the proxy opened and has not used yet (measured: such a
+// connection held a pod until its SIGKILL). So on SIGTERM every connection without a request in
+// progress or on its way is closed, and each other one once its response is done.
+const requests = new Map(); // socket -> requests in progress
+let stopping = false;
+const closeIfIdle = (socket) => {
+  if ((requests.get(socket) ?? 0) === 0 && (socket.bytesRead === 0 || socket.handledOne)) socket.destroy();
+};
+const sockets = new Set();
+server.on("connection", (socket) => {
+  sockets.add(socket);
+  socket.once("close", () => (sockets.delete(socket), requests.delete(socket)));
+});
+server.on("request", (req, res) => {
+  const socket = req.socket;
+  requests.set(socket, (requests.get(socket) ?? 0) + 1);
+  res.once("close", () => {
+    requests.set(socket, requests.get(socket) - 1);
+    socket.handledOne = true;
+    if (stopping) closeIfIdle(socket);
+  });
+});
+process.on("SIGTERM", () => {
+  stopping = true;
+  server.close(() => process.exit(0));
+  for (const socket of sockets) closeIfIdle(socket);
+});
 export default server;

@@ -2,6 +2,7 @@
 // server the Envoy container's preStop asks (it answers once a ready file exists), Envoy's admin
 // as either names it, the count a drain waits on, and the drain of a `lastcall run` beside Envoy.
 import { access, writeFile } from "node:fs/promises";
+import type { ServerResponse } from "node:http";
 import { Hono } from "hono";
 import { delay, pollUntil } from "../lib/async.ts";
 import { AdminClient } from "../envoy/admin.ts";
@@ -39,14 +40,34 @@ export interface ReadyFileServerOptions {
  */
 export async function serveReadyFile(options: ReadyFileServerOptions, log: EventLog): Promise<StatusServer> {
   const app = new Hono();
+  // Stopping: a held request checks the file once more and is answered before the server closes.
+  // The kubelet stops this container right after its own preStop (`shutdown`) wrote the file,
+  // often before the next 100 ms check: closing at once would fail the Envoy container's preStop.
+  const stopping = new AbortController();
+  const answered = new Set<Promise<void>>();
   app.get(options.healthPath, (c) => c.body(options.healthBody, 200));
   app.get(options.readyPath, async function ready(c) {
     log("shutdown_requested", { ready_file: options.readyFile });
+    const outgoing = (c.env as { outgoing?: ServerResponse } | undefined)?.outgoing;
+    if (outgoing) {
+      const sent = new Promise<void>((done) => outgoing.once("close", done));
+      answered.add(sent);
+      void sent.then(() => answered.delete(sent));
+    }
     const exists = () => access(options.readyFile).then(() => true, () => undefined);
-    const signals = [c.req.raw.signal, ...(options.readyTimeoutMs === undefined ? [] : [AbortSignal.timeout(options.readyTimeoutMs)])];
+    const signals = [c.req.raw.signal, stopping.signal, ...(options.readyTimeoutMs === undefined ? [] : [AbortSignal.timeout(options.readyTimeoutMs)])];
     try {
       await pollUntil(exists, 100, AbortSignal.any(signals));
     } catch (error) {
+      if (stopping.signal.aborted) {
+        if (await exists()) {
+          log("shutdown_ready", { ready_file: options.readyFile, on: "stop" });
+          return c.body(options.readyBody, 200);
+        }
+        // Stopped before the drain was done: said, and the hook fails as it would have.
+        log("shutdown_stopped_not_ready", { ready_file: options.readyFile });
+        return c.body("", 503);
+      }
       if ((error as Error).name !== "TimeoutError") throw error;
       log("shutdown_ready_timeout", { ready_file: options.readyFile, timeout_ms: options.readyTimeoutMs });
       return c.body("", 500);
@@ -56,7 +77,17 @@ export async function serveReadyFile(options: ReadyFileServerOptions, log: Event
   });
   const server = await listen(app, "0.0.0.0", options.port);
   log("serving", { port: server.port });
-  return server;
+  return {
+    port: server.port,
+    async close() {
+      stopping.abort();
+      // Held requests answer within one file check; never wait on them past a second.
+      const limit = new AbortController();
+      await Promise.race([Promise.allSettled([...answered]), delay(1000, limit.signal).catch(() => {})]);
+      limit.abort();
+      await server.close();
+    },
+  };
 }
 
 /**

@@ -91,7 +91,9 @@ export function sidecarContainer(graceSeconds: number, options: SidecarOptions):
       // The kubelet starts the next container once the startup probe passes: the app starts
       // with the proxy ready. 60 × 1 s matches `lastcall wait`'s default timeout.
       startupProbe: { ...probe("/healthz/ready"), periodSeconds: 1, failureThreshold: 60 },
-      readinessProbe: probe("/healthz/ready"),
+      // Every second, not Kubernetes' 10 s: the pod is Ready only once this probe passed, and
+      // a rollout waits for each new pod (measured: 8.9 s against 3–4 s per step with 10 s).
+      readinessProbe: { ...probe("/healthz/ready"), periodSeconds: 1 },
       livenessProbe: probe("/healthz/live"),
       // A native sidecar's preStop runs when the pod starts terminating, its SIGTERM only after
       // the app has exited: draining at the start tells keep-alive clients to go elsewhere
@@ -102,7 +104,7 @@ export function sidecarContainer(graceSeconds: number, options: SidecarOptions):
   }
   return {
     ...common,
-    readinessProbe: probe("/healthz/ready"),
+    readinessProbe: { ...probe("/healthz/ready"), periodSeconds: 1 },
     livenessProbe: probe("/healthz/live"),
     // The kubelet starts the next container only once this hook returns.
     lifecycle: { postStart: { exec: { command: ["lastcall", "wait", ...statusUrl(port, "/healthz/ready")] } } },

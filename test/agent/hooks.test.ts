@@ -98,6 +98,29 @@ describe("Contour-compatible shutdown-manager and shutdown", () => {
     }
   });
 
+  it("a held GET /shutdown is answered 200 when the manager is stopped right after the ready file appears (the kubelet's order)", async () => {
+    const readyFile = join(mkdtempSync(join(tmpdir(), "lastcall-contour-")), "ok");
+    const manager = spawn(lastcall, [...prefix, "shutdown-manager", "--serve-port", "0", "--ready-file", readyFile], { stdio: ["ignore", "pipe", "inherit"] });
+    const events: Record<string, unknown>[] = [];
+    const serving = await new Promise<{ port: number }>((resolve) => {
+      createInterface({ input: manager.stdout! }).on("line", (line) => {
+        const event = JSON.parse(line);
+        events.push(event);
+        if (event.event === "serving") resolve(event);
+      });
+    });
+    const exited = new Promise((done) => manager.once("exit", (code, signal) => done({ code, signal })));
+    const preStop = fetch(`http://127.0.0.1:${serving.port}/shutdown`).then((r) => r.status, (error) => `failed: ${error.cause?.code ?? error.message}`);
+    await waitFor(() => (events.some((e) => e.event === "shutdown_requested") ? true : undefined), { what: "the held request" });
+    // The shutdown-manager container's preStop (`shutdown`) writes the file and returns; the
+    // kubelet sends SIGTERM to that container at once, before the next 100 ms check.
+    await runFile("sh", ["-c", `touch ${readyFile}`]);
+    manager.kill("SIGTERM");
+    expect(await preStop).toBe(200);
+    expect(await exited).toEqual({ code: 0, signal: null });
+    expect(events.find((e) => e.event === "shutdown_ready")).toMatchObject({ ready_file: readyFile });
+  });
+
   it("today's Contour: Envoy's admin on a Unix socket, lastcall run as the Envoy container, shutdown with Contour's flags", async () => {
     const dir = mkdtempSync(join(tmpdir(), "lastcall-contour-"));
     const socket = join(dir, "admin.sock");

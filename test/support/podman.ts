@@ -3,7 +3,8 @@
 // only interface is their own loopback, and the tests reach it by entering the namespace.
 import { type ChildProcess, spawn } from "node:child_process";
 import { accessSync, constants, mkdirSync, writeFileSync } from "node:fs";
-import { delimiter, join, resolve } from "node:path";
+import { delimiter, dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
 import { createInterface } from "node:readline";
 import { INSTALL_COMMAND, missingTools, podman as runPodman } from "../../build/image.mjs";
 
@@ -64,7 +65,7 @@ export async function containerState(name: string): Promise<ContainerState> {
  * after a failure; resolves with the pod's network namespace.
  */
 export async function playPod(pod: string, file: string, manifest: string): Promise<string> {
-  const dir = resolve(import.meta.dirname, "../../.cache/container");
+  const dir = resolve(dirname(fileURLToPath(import.meta.url)), "../../.cache/container");
   mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, file), manifest);
   await podman(["play", "kube", "--replace", "--network", "none", join(dir, file)]);
