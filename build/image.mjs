@@ -13,12 +13,13 @@
 import { spawn, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import {
-  accessSync, constants, cpSync, createReadStream, lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync,
+  cpSync, createReadStream, lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync,
   realpathSync, rmSync, symlinkSync, writeFileSync,
 } from "node:fs";
-import { delimiter, dirname, join, relative, resolve } from "node:path";
+import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { withLock } from "./lock.mjs";
+import { onPath } from "./on-path.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const work = join(root, ".cache", "image");
@@ -44,19 +45,6 @@ export function podmanSetup() {
     ],
     env: { ...process.env, CONTAINERS_CONF: join(root, "build", "containers.conf") },
   };
-}
-
-function onPath(name) {
-  for (const dir of [...(process.env.PATH ?? "").split(delimiter), "/usr/sbin", "/sbin"]) {
-    if (!dir) continue;
-    try {
-      accessSync(join(dir, name), constants.X_OK);
-      return join(dir, name);
-    } catch {
-      // not here
-    }
-  }
-  return undefined;
 }
 
 /** The tools this script needs that are not installed (podman, runc, mmdebstrap). */
@@ -278,7 +266,7 @@ async function npmSecrets() {
  * @param {{ log?: (line: string) => void }} [options] `log` receives one line per image built
  * @returns {Promise<{ lastcall: string, node: string, envoy: string, debian: string, built: string[] }>}
  */
-export async function buildImages({ log = () => {} } = {}) {
+export function buildImages({ log = () => {} } = {}) {
   // The container test files run in parallel workers and each asks for the images: one builds,
   // the others wait for it and then find them cached.
   return withLock(join(work, "build.lock"), () => buildUnlocked(log), { what: "the image build lock", waitMs: 30 * 60_000 });

@@ -13,11 +13,14 @@
 // the image, podman (build/image.mjs's settings) and busybox-static.
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { accessSync, constants, cpSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
 import { homedir } from "node:os";
-import { delimiter, dirname, join, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { withLock } from "./lock.mjs";
+import { onPath } from "./on-path.mjs";
+
+export { onPath };
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const sources = join(root, "build", "kube");
@@ -77,20 +80,6 @@ function ktKey() {
   const hash = createHash("sha256");
   for (const name of readdirSync(join(sources, "kt")).sort()) hash.update(name).update(readFileSync(join(sources, "kt", name)));
   return hash.update(KT_IMAGE).digest("hex").slice(0, 16);
-}
-
-/** An executable by name on PATH (or /usr/sbin, /usr/local/go/bin), else undefined. */
-export function onPath(name) {
-  for (const dir of [...(process.env.PATH ?? "").split(delimiter), "/usr/sbin", "/sbin", "/usr/local/go/bin"]) {
-    if (!dir) continue;
-    try {
-      accessSync(join(dir, name), constants.X_OK);
-      return join(dir, name);
-    } catch {
-      // not here
-    }
-  }
-  return undefined;
 }
 
 /** Runs a command; resolves with its output, rejects with the command and its output's tail. */
