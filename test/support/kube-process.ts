@@ -3,7 +3,6 @@
 // then SIGKILL after a grace. Whatever is still running when the test process exits is killed.
 import { type ChildProcess, spawn } from "node:child_process";
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync } from "node:fs";
-import { createServer } from "node:net";
 import { join } from "node:path";
 
 /** One long-running process of the cluster. */
@@ -71,21 +70,15 @@ export function startDaemon(name: string, command: string, args: string[], optio
 }
 
 /**
- * A TCP port free on 127.0.0.1 right now (the kernel's pick; a tiny window until it is bound).
+ * A TCP port free on 127.0.0.1, below the kernel's ephemeral range and in this test worker's
+ * own slice (test/support/lastcall.ts): a port the kernel picked (listen on 0) is in the
+ * ephemeral range, where any other process's outgoing connection can take it before etcd or
+ * the API server binds it (seen in CI: etcd "bind: address already in use").
  *
  * @example
  * const port = await freePort();
  */
-export function freePort(): Promise<number> {
-  return new Promise((done, fail) => {
-    const server = createServer();
-    server.once("error", fail);
-    server.listen(0, "127.0.0.1", () => {
-      const { port } = server.address() as { port: number };
-      server.close(() => done(port));
-    });
-  });
-}
+export { freePort } from "./lastcall.ts";
 
 /** What a command printed and how it ended. */
 export interface CommandResult {

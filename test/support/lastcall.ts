@@ -2,14 +2,15 @@
 // child process and follows its JSON event lines, so tests wait on events, not on sleeps.
 import { type ChildProcess, spawn } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { createServer } from "node:net";
 import { createInterface } from "node:readline";
+import { fileURLToPath } from "node:url";
 import { resolveDeno } from "../../build/deno.mjs";
 import { localCluster } from "./envoy.ts";
 import { tempDir } from "./temp.ts";
 
-const root = resolve(import.meta.dirname, "../..");
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 
 /** How lastcall is run. */
 export type Runtime = "bundle" | "binary" | "deno";
