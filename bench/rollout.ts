@@ -82,7 +82,7 @@ try {
           const run = await rolloutOnce({ cluster, contender, images, round: r, workload: workload.id, pod, load: LOAD, warmUpAnswers: WARM_UP_ANSWERS, log });
           runs.push(run);
           const by = Object.entries(run.load.failedByClass).filter(([, n]) => n > 0).map(([c, n]) => `${c} ${n}`).join(", ");
-          log(`${workload.id} round ${r + 1}/${ROUNDS} ${contender.id}: failed ${run.load.failed} of ${run.load.sent}${by ? ` (${by})` : ""}, rollout ${(run.rollout_ms / 1000).toFixed(1)} s, pods gone after ${run.pods.map((p) => (p.termination_ms / 1000).toFixed(1)).join(", ")} s (${Math.round((Date.now() - started) / 1000)} s in all)`);
+          log(`${workload.id} round ${r + 1}/${ROUNDS} ${contender.id}: failed ${run.load.failed} of ${run.load.sent}${by ? ` (${by})` : ""}, rollout ${(run.rollout_ms / 1000).toFixed(1)} s, new pods Ready after ${run.new_pods.map((p) => (p.ready_ms / 1000).toFixed(1)).join(", ")} s, pods gone after ${run.pods.map((p) => (p.termination_ms / 1000).toFixed(1)).join(", ")} s (${Math.round((Date.now() - started) / 1000)} s in all)`);
           for (const f of run.load.first_failures.slice(0, 3)) log(`  ${f.kind} ${f.class} at ${f.at_ms} ms: ${f.error}`);
         } catch (error) {
           errors.push({ workload: workload.id, contender: contender.id, round: r, error: String(error).slice(0, 4000) });
@@ -117,6 +117,8 @@ function summarizeWorkload(workload: string) {
       rollout_ms: summarize(mine.map((run) => run.rollout_ms), 0),
       all_old_gone_ms: summarize(mine.map((run) => run.all_old_gone_ms), 0),
       termination_ms: summarize(pods.map((p) => p.termination_ms), 0),
+      // A new pod's creation → Ready: what each step of the rollout waits for.
+      new_pod_ready_ms: summarize(mine.flatMap((run) => (run.new_pods ?? []).map((p) => p.ready_ms)), 0),
       // Containers that ended with 137 (SIGKILL: the grace period ran out, or the kubelet killed it).
       sigkilled_containers: pods.reduce((a, p) => a + Object.values(p.exits).filter((code) => code === 137).length, 0),
       vs_lastcall_native: undefined as undefined | { rollout: number; termination: number },

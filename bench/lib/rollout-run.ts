@@ -38,6 +38,8 @@ export interface RolloutRun {
   /** Restart → the last old pod gone (ms). */
   all_old_gone_ms: number;
   pods: PodEnd[];
+  /** Each new pod: created (first seen) → Ready (ms). */
+  new_pods: Array<{ pod: string; ready_ms: number }>;
   load: Omit<LoadSummary, "failed"> & { failed: number; first_failures: LoadSummary["failed"] };
 }
 
@@ -151,6 +153,7 @@ export async function rolloutOnce(options: RolloutOnceOptions): Promise<RolloutR
       rollout_ms: rolledAt - restartAt,
       all_old_gone_ms: lastGone - restartAt,
       pods: ends,
+      new_pods: newPods(oldPods, pods.events),
       load: { ...rest, failed: failed.length, first_failures: failed.slice(0, 30) },
     };
   } finally {
@@ -176,6 +179,20 @@ function podEnd(pod: string, events: Watched[], loadStartedAt: number): PodEnd {
     }
   }
   return { pod, termination_ms: deleted !== undefined && gone !== undefined ? gone - deleted : Number.NaN, deleted_at_ms: (deleted ?? Number.NaN) - loadStartedAt, exits };
+}
+
+/** Pods not among `oldPods`: first seen → first seen with condition Ready (NaN if never). */
+function newPods(oldPods: string[], events: Watched[]): Array<{ pod: string; ready_ms: number }> {
+  const seen = new Map<string, { added: number; ready?: number }>();
+  for (const e of events) {
+    const name = e.object.metadata?.name as string;
+    if (oldPods.includes(name)) continue;
+    const pod = seen.get(name) ?? { added: e.at };
+    seen.set(name, pod);
+    const ready = (e.object.status?.conditions ?? []).some((c: { type: string; status: string }) => c.type === "Ready" && c.status === "True");
+    if (ready && pod.ready === undefined) pod.ready = e.at;
+  }
+  return [...seen].map(([pod, t]) => ({ pod, ready_ms: t.ready === undefined ? Number.NaN : t.ready - t.added }));
 }
 
 const DETAIL = ["source", "reason", "signal", "inflight", "inflight_at_stop", "mode", "waited_ms"];
