@@ -78,6 +78,8 @@ export class Agent {
   #taskAbort = new AbortController();
   #tasks: Promise<void> = Promise.resolve();
   #envoys!: Envoys;
+  /** `envoy --version` (identify.ts): settles before the first Envoy starts. */
+  #identified: Promise<unknown> = Promise.resolve();
   #runDir = "";
   #ownRunDir = false;
   #filterWasm?: string;
@@ -209,7 +211,10 @@ export class Agent {
 
   async #prepare(): Promise<void> {
     const o = this.#options;
-    await identifyEnvoy(this.#envoyBinary);
+    // Asked while the bootstrap is derived and validated; Envoy starts only once it answered
+    // (Envoys.start), and a binary that is not Envoy is the error reported.
+    this.#identified = identifyEnvoy(this.#envoyBinary);
+    this.#identified.catch(() => {}); // awaited by Envoys.start; #prepare may fail before that
     // A given folder is made fresh (an earlier lastcall's files removed, 0700): see run-dir.ts.
     if (o.runDir !== undefined) await prepareRunDir(o.runDir);
     this.#ownRunDir = o.runDir === undefined;
@@ -256,6 +261,7 @@ export class Agent {
       filterWasm: this.#filterWasm,
       reportToken: this.#reportToken,
       signal,
+      identified: this.#identified,
       xds: { log: this.#log, onReporter: (id) => this.#tracker.expect(id) },
     });
     if (configChanged) this.#crashes.refill();

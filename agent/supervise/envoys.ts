@@ -90,6 +90,11 @@ export interface StartRequest {
   signal: AbortSignal;
   /** Give LDS listeners the filter through an xDS proxy per Envoy (agent/xds/). */
   xds?: XdsHooks;
+  /**
+   * Settles once the binary is known to be Envoy (envoy/identify.ts), asked while the bootstrap
+   * is validated: Envoy starts only after it, and its failure is the one reported.
+   */
+  identified?: Promise<unknown>;
 }
 
 /**
@@ -174,7 +179,8 @@ export class Envoys {
     const instance = `${ownPid()}-${generation.number}-${epoch}`;
     const name = `envoy-g${generation.number}-epoch${epoch}`;
     const xdsRedirect = request.filterWasm && request.xds ? xdsRedirectFor(this.#runDir, name) : undefined;
-    const prepared = await prepareBootstrap(this.#binary, o, {
+    const identified = request.identified ?? Promise.resolve();
+    const preparing = prepareBootstrap(this.#binary, o, {
       runDir: this.#runDir,
       name,
       xds: xdsRedirect,
@@ -184,7 +190,11 @@ export class Envoys {
       filterWasm: request.filterWasm,
       reportToken: request.reportToken,
       signal: request.signal,
+    }).catch(async (error) => {
+      await identified; // not Envoy: that explains the rejected config
+      throw error;
     });
+    const [prepared] = await Promise.all([preparing, identified]);
     request.signal.throwIfAborted();
     if (epoch > 0 && generation.baseId === undefined) {
       generation.baseId = Number((await readFile(generation.baseIdPath, "utf8")).trim());

@@ -69,6 +69,20 @@ describe("an --envoy that is not Envoy is refused at start", () => {
     }
   });
 
+  it("a wrapper that is not Envoy and hangs on everything but --version: refused, nothing left running", async () => {
+    // `--version` is asked while the config is validated: a validation that never ends must not
+    // hold the refusal, and the validating process must not outlive lastcall.
+    const script = join(dir, "hangs");
+    const marker = `sleep ${60_000 + (process.pid % 1000)}`;
+    writeFileSync(script, `#!/bin/sh\n[ "$1" = --version ] && { echo "not envoy"; exit 0; }\nexec ${marker}\n`);
+    chmodSync(script, 0o755);
+    const result = await run(["--envoy", script]);
+    expect(result).toMatchObject({ code: 2, stdout: "" });
+    expect(lines(result.stderr)).toEqual([`lastcall: Envoy binary ${script} is not Envoy: ${script} --version printed "not envoy"`]);
+    const left = await new Promise<string>((done) => execFile("pgrep", ["-f", marker], (_e, out) => done(out.trim())));
+    expect(left).toBe("");
+  });
+
   it("the real Envoy passes the check and serves (the default path)", async () => {
     const lc = startLastcall(config);
     try {
