@@ -52,8 +52,8 @@ writeFileSync(seaConfig, JSON.stringify({
   main: join(dist, "lastcall.cjs"),
   output: join(dist, "lastcall.blob"),
   disableExperimentalSEAWarning: true,
-  // V8's compiled code in the blob (built by the same Node the binary embeds): ~25 ms less per start.
-  useCodeCache: true,
+  // No `useCodeCache` (~25 ms less per start): with it, import() fails inside the executable,
+  // and filter-asset.ts reads the embedded filter through import("node:sea").
   assets: { "filter.wasm": wasm, "xds-proxy.cjs": join(dist, "xds-proxy.cjs") },
 }));
 /** Runs a build step quietly; prints its output only when it fails. */

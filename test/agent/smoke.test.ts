@@ -1,6 +1,9 @@
 // Issue 2's loop, end to end, in each way lastcall ships: run → wait → request → SIGTERM →
 // exit 0 with Envoy gone. Real Envoy, real sockets, real signals.
 import { execFile } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { resolveDeno } from "../../build/deno.mjs";
@@ -46,4 +49,27 @@ describe.each<Runtime>(["bundle", "binary", "deno"])("lastcall (%s)", (runtime) 
     expect(lc.events.map((e) => e.event)).toContain("terminated");
     await waitFor(() => (isAlive(envoyPid) ? undefined : true), { what: `Envoy ${envoyPid} to be gone` });
   });
+});
+
+// The image and a VM install ship dist/lastcall alone: the filter must come from inside it (an
+// asset of the single executable), not from dist/filter.wasm beside it, where the tests above
+// find one. Seen broken by `useCodeCache` (import() fails inside the executable): only the
+// container tests noticed.
+it("the single executable alone, with no filter.wasm beside it, runs Envoy with its own filter", async () => {
+  const alone = mkdtempSync(join(tmpdir(), "lastcall-alone-"));
+  try {
+    // Copied by the wrapper, then run in its place: `$0` is dist/lastcall, `$@` its arguments.
+    const lc = startLastcall(inboundConfig({ upstreamPort: app.port }), {
+      runtime: "binary",
+      wrap: ["sh", "-c", `cp "$0" ${alone}/lastcall && exec ${alone}/lastcall "$@"`],
+    });
+    expect((await lc.event("start")).filter).toEqual(["ingress"]);
+    await lc.event("ready");
+    const response = await fetch(`http://127.0.0.1:${await lc.listenerPort("ingress")}/delay?ms=1`);
+    expect(response.status).toBe(200);
+    await response.text();
+    expect(await lc.stop("SIGTERM")).toEqual({ code: 0, signal: null });
+  } finally {
+    rmSync(alone, { recursive: true, force: true });
+  }
 });
