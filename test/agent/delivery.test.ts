@@ -12,7 +12,15 @@ const app = upstreamForFile();
 const BODY = 30_000_000;
 const RATE = 3_000_000;
 
-async function slowReaderAcrossSigterm({ lc, port }: Serving) {
+/**
+ * `flushSeen`: the drain must have waited for bytes after the stream ended (`drain_flushing`).
+ * In inflight mode the filter's push comes as the stream ends, while its tail still sits in
+ * Envoy's buffer and send queue. In requests mode the drain learns of the end on its next poll
+ * of Envoy's stats (200 ms, more on a loaded machine); by then the reader's kernel may already
+ * hold the whole tail (its receive window was open: seen in CI with ~3.7 MB left to read), and
+ * there is nothing left to flush or to lose. Every byte must arrive either way.
+ */
+async function slowReaderAcrossSigterm({ lc, port }: Serving, flushSeen: boolean) {
   const download = slowDownload(port, `/bytes?n=${BODY}`, RATE);
   await download.reached(RATE); // about 1 s in
   lc.signal("SIGTERM");
@@ -21,19 +29,19 @@ async function slowReaderAcrossSigterm({ lc, port }: Serving) {
   expect(read).toEqual({ status: 200, expected: BODY, received: BODY, endedBy: "fin" });
   expect(terminated).toMatchObject({ inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
   // The stream ended for Envoy while bytes were still on their way: the drain waited for them.
-  expect(lc.events.map((e) => e.event)).toContain("drain_flushing");
+  if (flushSeen) expect(lc.events.map((e) => e.event)).toContain("drain_flushing");
   expect(await lc.exited).toEqual({ code: 0, signal: null });
   return terminated;
 }
 
 describe("a slow reader across SIGTERM", () => {
   it("gets every byte of 30 MB at 3 MB/s, on the defaults (inflight mode)", async () => {
-    const terminated = await slowReaderAcrossSigterm(await serving(app.port, []));
+    const terminated = await slowReaderAcrossSigterm(await serving(app.port, []), true);
     expect(terminated).toMatchObject({ mode: "inflight", reason: "inflight_zero" });
   });
 
   it("gets every byte in requests mode too", async () => {
-    const terminated = await slowReaderAcrossSigterm(await serving(app.port, ["--drain-mode", "requests"]));
+    const terminated = await slowReaderAcrossSigterm(await serving(app.port, ["--drain-mode", "requests"]), false);
     expect(terminated).toMatchObject({ mode: "requests", reason: "requests_zero" });
   });
 });
