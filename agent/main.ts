@@ -123,23 +123,26 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
 
 /** Runs lastcall with the process's arguments and exits with the command's code. */
 export async function main(argv: string[] = asInvoked(commandArguments(), invokedAs())): Promise<void> {
+  await exitWith(await commandStatus(argv));
+}
+
+/** Runs the command `argv` names; returns its exit code, having printed why when it failed. */
+async function commandStatus(argv: string[]): Promise<number> {
   let pending: Promise<number> | undefined;
   const program = createProgram((code) => (pending = code));
   try {
     await program.parseAsync(argv, { from: "user" });
-    exitWith(pending ? await pending : 0);
+    return pending ? await pending : 0;
   } catch (error) {
-    if (error instanceof CommanderError) {
-      // --help and --version end here with code 0; usage errors were printed by commander.
-      exitWith(error.exitCode === 0 ? 0 : 2);
-    }
+    // --help and --version end here with code 0; usage errors were printed by commander.
+    if (error instanceof CommanderError) return error.exitCode === 0 ? 0 : 2;
     if (error instanceof UsageError || error instanceof RangeError || error instanceof StartError) {
       writeErr(`lastcall: ${error.message}`);
       for (const line of (error as StartError).details ?? []) writeErr(`  ${line}`);
-      exitWith(2);
+      return 2;
     }
     writeErr(`lastcall: ${(error as Error).stack ?? error}`);
-    exitWith(1);
+    return 1;
   }
 }
 

@@ -1,4 +1,4 @@
-import { writeOut } from "../runtime/process.ts";
+import { writeLog } from "../runtime/process.ts";
 
 /** How lastcall's own events are written: one JSON object per line, or `key=value` text. */
 export type LogFormat = "json" | "text";
@@ -16,7 +16,7 @@ export type EventLog = (event: string, fields?: Record<string, unknown>) => void
  * log("start", { pid: 42 }); // {"ts":"…","event":"start","pid":42}
  * ```
  */
-export function createEventLog(format: LogFormat = "json", write: (line: string) => void = writeOut): EventLog {
+export function createEventLog(format: LogFormat = "json", write: (line: string) => void = writeLog): EventLog {
   return function logEvent(event, fields = {}) {
     const ts = new Date().toISOString();
     if (format === "json") {

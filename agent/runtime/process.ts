@@ -6,8 +6,15 @@ import process from "node:process";
 import { setTimeout } from "node:timers";
 
 // A log reader that goes away (a closed pipe: EPIPE) must not take the proxy down in the middle
-// of a drain: what is written after that is dropped.
-for (const stream of [process.stdout, process.stderr]) stream.on("error", () => {});
+// of a drain: what is written after that is dropped. A command that prints a result says so in
+// its exit status (exitWith); one that writes an event log (writeLog) keeps its own.
+let outputLost = false;
+let outputIsLog = false;
+for (const stream of [process.stdout, process.stderr]) {
+  stream.on("error", () => {
+    outputLost = true;
+  });
+}
 
 /** Environment variables of the agent's process. */
 export function environment(): Record<string, string | undefined> {
@@ -34,6 +41,12 @@ export function writeOut(line: string): void {
   process.stdout.write(line.endsWith("\n") ? line : `${line}\n`);
 }
 
+/** Writes one line of the event log to standard output (a lost log line is no lost result). */
+export function writeLog(line: string): void {
+  outputIsLog = true;
+  writeOut(line);
+}
+
 /** Writes one line to standard error. */
 export function writeErr(line: string): void {
   process.stderr.write(line.endsWith("\n") ? line : `${line}\n`);
@@ -44,10 +57,25 @@ export function writeErrChunk(chunk: Uint8Array): void {
   process.stderr.write(chunk);
 }
 
-/** Ends the agent with an exit code once pending output is flushed. */
-export function exitWith(code: number): never {
+/** The exit status of a command whose printed result was lost (as SIGPIPE's). */
+export const OUTPUT_LOST_STATUS = 141;
+
+/**
+ * Ends the agent with an exit code once everything written to standard output and error has
+ * been taken by their readers: a pipe takes 64 KiB at a time, and `process.exit` drops what the
+ * runtime still queues. A reader that went away makes a success {@linkcode OUTPUT_LOST_STATUS},
+ * unless what it lost was an event log.
+ */
+export async function exitWith(code: number): Promise<never> {
   process.exitCode = code;
-  process.exit(code);
+  await Promise.all([flushed(process.stdout), flushed(process.stderr)]);
+  process.exit(outputLost && !outputIsLog && code === 0 ? OUTPUT_LOST_STATUS : code);
+}
+
+/** Resolves once `stream` has handed everything written before to the kernel (or failed). */
+function flushed(stream: NodeJS.WriteStream): Promise<void> {
+  if (stream.destroyed) return Promise.resolve();
+  return new Promise((resolve) => stream.write("", () => resolve()));
 }
 
 /** The signals lastcall gives a meaning to, in every command (docs/operations.md, "Signals"). */
