@@ -14,6 +14,7 @@ import { InflightTracker } from "./drain/in-flight.ts";
 import { HolderBook } from "./drain/holders.ts";
 import { DrainWatch } from "./drain/waiting.ts";
 import { Drainer, undeliveredBy } from "./drain/drainer.ts";
+import { AppStopGate } from "./drain/app-stop.ts";
 import { type DiedDraining, terminate } from "./drain/terminate.ts";
 import { reload, type ReloadContext } from "./supervise/reload.ts";
 import { bindFailure, describeExit, type EnvoyExit } from "./envoy/process.ts";
@@ -88,6 +89,8 @@ export class Agent {
   #terminateSources: string[] = [];
   #terminating = false;
   #drainer!: Drainer;
+  /** Answers the app containers' preStop hooks (`GET /v1/app-stop`). */
+  #appStop!: AppStopGate;
   #failure?: string;
   /** Envoys that exited by themselves during the termination: what they had in flight, and how they ended. */
   readonly #diedDraining: DiedDraining[] = [];
@@ -235,9 +238,17 @@ export class Agent {
       onStart: (plan) => {
         this.#state.drainStartedAt = plan.startedAt;
         this.#state.phase = "draining";
+        this.#appStop.drainBegan();
       },
       drains: this.#drains,
       watch: new DrainWatch({ envoys: this.#envoys, tracker: this.#tracker, holders: this.#holders, app: this.#app, log: this.#log }),
+    });
+    this.#appStop = new AppStopGate({
+      plan: () => this.#drainer.plan,
+      inboundInflight: (signal) => this.#drainer.inboundInflight(signal),
+      closeInbound: (why) => this.#drainer.closeInbound(why),
+      log: this.#log,
+      closing: this.#closing.signal,
     });
     this.#server = await serveStatus(o.statusAddress, o.statusPort, {
       view: () => this.#statusView(),
@@ -246,6 +257,7 @@ export class Agent {
       reportToken: this.#reportToken,
       quit: () => this.terminate("POST /quitquitquit"),
       drain: () => this.drain(),
+      appStop: () => this.#appStop.answer(),
       drains: this.#drains,
     });
     if (o.watch.length > 0) {
