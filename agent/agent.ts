@@ -41,7 +41,7 @@ type AgentEvent =
   | { type: "exited"; instance: string; exit: EnvoyExit }
   | { type: "restart_due" }
   | { type: "reload"; reason: string }
-  | { type: "drain" }
+  | { type: "drain"; nativeSidecar: boolean }
   | { type: "terminate"; source: string }
   | { type: "done"; code: number }
   | { type: "fatal"; error: unknown };
@@ -149,9 +149,12 @@ export class Agent {
     this.#events.push({ type: "reload", reason });
   }
 
-  /** `POST /drain`: steps 1–4 of the termination sequence, without exiting. */
-  drain(): void {
-    this.#events.push({ type: "drain" });
+  /**
+   * `POST /drain`: steps 1–4 of the termination sequence, without exiting. `nativeSidecar`: the
+   * caller is a native sidecar's preStop, so a SIGTERM later means every app container exited.
+   */
+  drain(options: { nativeSidecar: boolean } = { nativeSidecar: false }): void {
+    this.#events.push({ type: "drain", nativeSidecar: options.nativeSidecar });
   }
 
   /** Runs until terminated or Envoy gives up; returns the process exit code. */
@@ -175,7 +178,7 @@ export class Agent {
             break;
           case "drain":
             // Steps 1–5 without the stop (drainer.ts): Envoy runs on.
-            if (!this.#terminating) this.#drainer.drainInPlace(() => this.#terminating);
+            if (!this.#terminating) this.#drainer.drainInPlace(() => this.#terminating, event.nativeSidecar);
             break;
           case "terminate":
             this.#terminating = true;
@@ -256,7 +259,7 @@ export class Agent {
       app: this.#app,
       reportToken: this.#reportToken,
       quit: () => this.terminate("POST /quitquitquit"),
-      drain: () => this.drain(),
+      drain: (options) => this.drain(options),
       appStop: () => this.#appStop.answer(),
       drains: this.#drains,
     });

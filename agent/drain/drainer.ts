@@ -107,6 +107,8 @@ export class Drainer {
   /** Aborted once every app has gone: the drain's floor no longer holds. */
   readonly #floorCut = new AbortController();
   readonly #inbound: InboundCloser;
+  /** `POST /drain?sidecar=native` came: the sidecar's SIGTERM will mean every app container exited. */
+  #nativeSidecar = false;
 
   constructor(deps: DrainerDeps) {
     this.#deps = deps;
@@ -194,7 +196,8 @@ export class Drainer {
    * `POST /drain`: steps 1–5 without the stop, once; the wait's end is logged (`drain_wait_done`)
    * and Envoy runs on. A termination meanwhile takes the drain over (`terminating`).
    */
-  drainInPlace(terminating: () => boolean): void {
+  drainInPlace(terminating: () => boolean, nativeSidecar = false): void {
+    this.#nativeSidecar ||= nativeSidecar;
     if (this.#plan) return;
     const plan = this.start("POST /drain");
     // Nothing is stopped: nothing is cut.
@@ -227,7 +230,7 @@ export class Drainer {
         this.#plan.deadline = now + o.graceMs - o.stopMarginMs;
         this.#log("drain_deadline", { source, deadline_ms: this.#plan.deadline - now, drain_ms: now - this.#plan.startedAt });
         // A native sidecar: the kubelet sends its SIGTERM only once every app container has exited.
-        if (this.#plan.source === "POST /drain") void this.#goneUnlessRunning(`${source} after POST /drain`);
+        if (this.#nativeSidecar) void this.#goneUnlessRunning(`${source} of a native sidecar`);
       }
       return this.#plan;
     }

@@ -66,8 +66,12 @@ export interface StatusControls {
   report(report: InflightReport): Promise<ReportAnswer>;
   /** `POST /quitquitquit` from loopback: the termination sequence, as on SIGTERM. */
   quit(): void;
-  /** `POST /drain` from loopback: drain without exiting. */
-  drain(): void;
+  /**
+   * `POST /drain` from loopback: drain without exiting. `?sidecar=native` (what `lastcall drain`
+   * sends): the caller is a native sidecar's preStop, so the sidecar's SIGTERM will mean that
+   * every app container has exited.
+   */
+  drain(options?: { nativeSidecar: boolean }): void;
   /**
    * `GET /v1/app-stop` from anyone (the kubelet runs an httpGet preStop from the node): waits,
    * never starts or ends a drain; see agent/drain/app-stop.ts.
@@ -152,7 +156,7 @@ export function createStatusApp(controls: StatusControls): Hono {
     return taken === false ? c.json({ error: "too many apps reported" }, 429) : c.json({ ok: true });
   });
   app.post("/drain", ...control(), function drain(c) {
-    controls.drain();
+    controls.drain({ nativeSidecar: c.req.query("sidecar") === "native" });
     return c.json({ draining: true });
   });
   return app;

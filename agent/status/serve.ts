@@ -95,8 +95,8 @@ export interface StatusWiring {
   reportToken: string;
   /** `POST /quitquitquit`. */
   quit(): void;
-  /** `POST /drain`. */
-  drain(): void;
+  /** `POST /drain` (`?sidecar=native`: the sidecar's SIGTERM will mean every app has exited). */
+  drain(options?: { nativeSidecar: boolean }): void;
   /** `GET /v1/app-stop`: an app container's preStop, answered once the inbound side is quiet. */
   appStop?(): Promise<AppStopAnswer>;
   /** How drains ended, for `/metrics`. */

@@ -6,7 +6,7 @@ import { Agent, request } from "node:http";
 import { connect, type Socket } from "node:net";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { http1, type Outcome, outcomeOf } from "../filter/clients.ts";
-import { freePort, inboundConfig, lastcallCommand, type LastcallEvent, type TestLastcall } from "../support/lastcall.ts";
+import { freePort, inboundConfig, lastcallCommand, type LastcallEvent, runLastcall, type TestLastcall } from "../support/lastcall.ts";
 import { agentSees, serving, upstreamForFile } from "../support/serving.ts";
 
 const app = upstreamForFile();
@@ -66,8 +66,8 @@ describe("the app's preStop (GET /v1/app-stop)", () => {
     const outbound = http1(egress, "/hold/out");
     await app.until((a) => a.held === 2);
     await agentSees(status, 2);
-    // The pod's deletion: the native sidecar's preStop (POST /drain) and the app's preStop at once.
-    expect((await fetch(`${status}/drain`, { method: "POST" })).status).toBe(200);
+    // The pod's deletion: the native sidecar's preStop (`lastcall drain`) and the app's at once.
+    expect((await runLastcall(["drain", "--status-url", status])).code).toBe(0);
     let answered: Record<string, unknown> | undefined;
     const hook = appStop(status).then((answer) => (answered = answer));
     await lc.event("app_stop_wait");
@@ -140,7 +140,8 @@ describe("once every app has gone", () => {
     const appProcess = await startAppProcess();
     const { lc, port, status } = await serving(appProcess.port, []);
     const pool = await idlePool(port);
-    expect((await fetch(`${status}/drain`, { method: "POST" })).status).toBe(200);
+    // The sidecar's preStop, `lastcall drain` (POST /drain?sidecar=native).
+    expect((await runLastcall(["drain", "--status-url", status])).code).toBe(0);
     const start = await lc.event("drain_start");
     // The kubelet: the app exits; only then the sidecar's SIGTERM.
     appProcess.child.kill("SIGTERM");
@@ -151,7 +152,7 @@ describe("once every app has gone", () => {
     expect(terminated).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
     // lastcall's own clock: it stopped before the floor would have ended.
     expect(Date.parse(terminated.ts)).toBeLessThan(Date.parse(start.ts) + Number(start.min_drain_ms));
-    expect(await lc.event("apps_gone")).toMatchObject({ via: "SIGTERM after POST /drain" });
+    expect(await lc.event("apps_gone")).toMatchObject({ via: "SIGTERM of a native sidecar" });
     await refusedNot503(pool);
   });
 
