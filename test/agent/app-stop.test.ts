@@ -6,6 +6,7 @@ import { Agent, request } from "node:http";
 import { connect, type Socket } from "node:net";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { http1, type Outcome, outcomeOf } from "../filter/clients.ts";
+import { waitFor } from "../support/envoy.ts";
 import { freePort, inboundConfig, lastcallCommand, type LastcallEvent, runLastcall, type TestLastcall } from "../support/lastcall.ts";
 import { agentSees, serving, upstreamForFile } from "../support/serving.ts";
 
@@ -136,6 +137,34 @@ async function refusedNot503(pool: { get(): Promise<Outcome> }): Promise<void> {
 }
 
 describe("once every app has gone", () => {
+  it("(why: a draining Envoy closes no idle keep-alive connection by itself) one stays open past the floor and the listeners' close, and a request on it is still forwarded", async () => {
+    const { lc, port, status } = await serving(app.port, []);
+    const socket = connect(port, "127.0.0.1");
+    await new Promise((done) => socket.once("connect", done));
+    let ended = false;
+    socket.once("end", () => (ended = true));
+    const answer = (): Promise<string> => new Promise((done) => {
+      let text = "";
+      const read = (chunk: Buffer) => {
+        text += String(chunk);
+        if (!/\r\n\r\nok$/.test(text)) return;
+        socket.off("data", read);
+        done(text);
+      };
+      socket.on("data", read);
+      socket.write("GET / HTTP/1.1\r\nhost: app\r\n\r\n");
+    });
+    expect(await answer()).toMatch(/^HTTP\/1\.1 200/);
+    expect((await fetch(`${status}/drain`, { method: "POST" })).status).toBe(200);
+    await lc.event("drain_wait_done");
+    await waitFor(async () => ((await connectOutcome(port)) === "ECONNREFUSED" ? true : undefined), { what: "Envoy to close its listener" });
+    expect(ended).toBe(false);
+    const late = await answer();
+    expect(late).toMatch(/^HTTP\/1\.1 200/);
+    expect(late).toMatch(/\r\nconnection: close\r\n/i);
+    socket.destroy();
+  });
+
   it("native: the sidecar's SIGTERM during the preStop's drain closes idle keep-alive connections before the floor ends; the client is refused, never answered 503", async () => {
     const appProcess = await startAppProcess();
     const { lc, port, status } = await serving(appProcess.port, []);
