@@ -2,6 +2,9 @@
 // inbound listeners, and stopping them (Envoy's `drain_listeners?inboundonly` without `graceful`
 // closes their sockets at once; accepted connections and outbound listeners go on).
 import { TCP_GAUGE } from "../envoy/bootstrap.ts";
+import { parseListenerNames } from "../envoy/listeners.ts";
+import { readTcpTable, socketInodes, TCP_STATE } from "../envoy/sockets.ts";
+import { delay } from "../lib/async.ts";
 import { activeRequests, parseStatsJson } from "../envoy/stats.ts";
 import type { EventLog } from "../lib/log.ts";
 import type { LiveEnvoy } from "../supervise/envoys.ts";
@@ -9,6 +12,9 @@ import { retryAdmin } from "./shutdown.ts";
 
 /** The admin call that closes every INBOUND listener's socket now, without a drain time. */
 export const STOP_INBOUND = "/drain_listeners?inboundonly";
+
+/** How long lastcall looks for the inbound sockets to close after Envoy said it closes them. */
+const CLOSE_SEEN_MS = 1000;
 
 /** Whether an Envoy also counts outbound requests in the filter's gauge (OUTBOUND listeners, LDS). */
 function countsOutbound(live: LiveEnvoy): boolean {
@@ -85,7 +91,25 @@ export class InboundCloser {
     const gone = new AbortController();
     live.process.exited.then(() => gone.abort());
     const admin = live.admin;
-    const ok = await retryAdmin(STOP_INBOUND, (s) => admin.request("POST", STOP_INBOUND, s), AbortSignal.any([gone.signal, this.#closing]), this.#log);
-    return ok ? live.info.epoch : undefined;
+    const signal = AbortSignal.any([gone.signal, this.#closing]);
+    const inbound = new Set(live.bootstrap.inboundListeners);
+    const listeners = await admin.request("GET", "/listeners?format=json", signal).catch(() => "");
+    const ports = [...parseListenerNames(listeners)].filter(([, name]) => name.split("|").some((n) => inbound.has(n))).map(([port]) => port);
+    if (!await retryAdmin(STOP_INBOUND, (s) => admin.request("POST", STOP_INBOUND, s), signal, this.#log)) return undefined;
+    // Envoy 1.40 answers once its workers closed their sockets (measured), which no doc promises:
+    // seen closed in /proc, no new connection can come.
+    await closedIn(live.process.pid, ports, AbortSignal.any([signal, AbortSignal.timeout(CLOSE_SEEN_MS)]));
+    return live.info.epoch;
+  }
+}
+
+/** Resolves once `pid` listens on none of `ports` (as /proc tells), or when `signal` aborts. */
+async function closedIn(pid: number, ports: readonly number[], signal: AbortSignal): Promise<void> {
+  if (ports.length === 0) return;
+  while (!signal.aborted) {
+    const [table, inodes] = await Promise.all([readTcpTable(), socketInodes(pid)]);
+    if (!table || !inodes) return; // not Linux: Envoy's answer is all there is
+    if (!table.some((s) => s.state === TCP_STATE.listen && ports.includes(s.localPort) && inodes.has(s.inode))) return;
+    await delay(5, signal).catch(() => {});
   }
 }
