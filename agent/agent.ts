@@ -178,7 +178,8 @@ export class Agent {
             break;
           case "drain":
             // Steps 1–5 without the stop (drainer.ts): Envoy runs on.
-            if (!this.#terminating) this.#drainer.drainInPlace(() => this.#terminating, event.nativeSidecar);
+            if (this.#terminating) break;
+            this.#drainer.drainInPlace(() => this.#terminating, event.nativeSidecar);
             break;
           case "terminate":
             this.#terminating = true;

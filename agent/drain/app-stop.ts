@@ -5,7 +5,7 @@ import { delay } from "../lib/async.ts";
 import type { EventLog } from "../lib/log.ts";
 import type { DrainPlan } from "./shutdown.ts";
 
-/** How long a hook waits for a drain to begin: none by then is a container restart, not the pod's end. */
+/** How long a hook waits for a drain: none by then is a container's restart, not the pod's end. */
 export const APP_STOP_NO_DRAIN_MS = 1000;
 
 /** Pause between two counts of what is in flight inbound, once the floor has passed. */
@@ -90,10 +90,17 @@ export class AppStopGate {
   /** Waits for the floor and an inbound zero (or the deadline), then closes inbound. */
   async #quiet(plan: DrainPlan): Promise<AppStopAnswer> {
     const started = Date.now();
-    this.#deps.log("app_stop_wait", { floor_in_ms: Math.max(0, floorAt(plan) - started), deadline_in_ms: plan.deadline - started });
+    this.#deps.log("app_stop_wait", {
+      floor_in_ms: Math.max(0, floorAt(plan) - started),
+      deadline_in_ms: plan.deadline - started,
+    });
     const reason = await this.#untilQuiet(plan);
     if (reason !== "stopping") await this.#deps.closeInbound(`app-stop: ${reason}`);
-    const answer: AppStopAnswer = { reason, inbound_closed: reason !== "stopping", waited_ms: Date.now() - started };
+    const answer: AppStopAnswer = {
+      reason,
+      inbound_closed: reason !== "stopping",
+      waited_ms: Date.now() - started,
+    };
     this.#deps.log("app_stop", { ...answer });
     return answer;
   }
@@ -101,7 +108,10 @@ export class AppStopGate {
   async #untilQuiet(plan: DrainPlan): Promise<AppStopReason> {
     const { closing } = this.#deps;
     const pause = (ms: number, extra?: AbortSignal) =>
-      delay(Math.min(ms, plan.deadline - Date.now()), extra ? AbortSignal.any([closing, extra]) : closing).then(() => true, () => !closing.aborted);
+      delay(
+        Math.min(ms, plan.deadline - Date.now()),
+        extra ? AbortSignal.any([closing, extra]) : closing,
+      ).then(() => true, () => !closing.aborted);
     for (;;) {
       if (closing.aborted) return "stopping";
       if (Date.now() >= plan.deadline) return "deadline";

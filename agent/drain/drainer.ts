@@ -107,7 +107,7 @@ export class Drainer {
   /** Aborted once every app has gone: the drain's floor no longer holds. */
   readonly #floorCut = new AbortController();
   readonly #inbound: InboundCloser;
-  /** `POST /drain?sidecar=native` came: the sidecar's SIGTERM will mean every app container exited. */
+  /** `POST /drain?sidecar=native` came: the sidecar's SIGTERM will mean every app has exited. */
   #nativeSidecar = false;
 
   constructor(deps: DrainerDeps) {
@@ -274,7 +274,9 @@ export class Drainer {
   appsGone(via: string): void {
     const plan = this.#plan;
     if (!plan || this.#floorCut.signal.aborted) return;
-    this.#log("apps_gone", { via, drain_ms: Date.now() - plan.startedAt, floor_left_ms: Math.max(0, plan.startedAt + plan.minDrainMs - Date.now()) });
+    const now = Date.now();
+    const floorLeftMs = Math.max(0, plan.startedAt + plan.minDrainMs - now);
+    this.#log("apps_gone", { via, drain_ms: now - plan.startedAt, floor_left_ms: floorLeftMs });
     this.#floorCut.abort();
     void this.closeInbound(`apps gone (${via})`);
   }

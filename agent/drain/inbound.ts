@@ -3,7 +3,8 @@
 // closes their sockets at once; accepted connections and outbound listeners go on).
 import { TCP_GAUGE } from "../envoy/bootstrap.ts";
 import { parseListenerNames } from "../envoy/listeners.ts";
-import { readTcpTable, socketInodes, TCP_STATE } from "../envoy/sockets.ts";
+import { readTcpTable, socketInodes, TCP_STATE, type TcpSocket } from "../envoy/sockets.ts";
+import type { AdminClient } from "../envoy/admin.ts";
 import { delay } from "../lib/async.ts";
 import { activeRequests, parseStatsJson } from "../envoy/stats.ts";
 import type { EventLog } from "../lib/log.ts";
@@ -16,7 +17,7 @@ export const STOP_INBOUND = "/drain_listeners?inboundonly";
 /** How long lastcall looks for the inbound sockets to close after Envoy said it closes them. */
 const CLOSE_SEEN_MS = 1000;
 
-/** Whether an Envoy also counts outbound requests in the filter's gauge (OUTBOUND listeners, LDS). */
+/** Whether an Envoy's filter gauge also counts outbound requests (OUTBOUND listeners, LDS). */
 function countsOutbound(live: LiveEnvoy): boolean {
   return live.bootstrap.outboundListeners.length > 0 || live.bootstrap.unseenListeners.length > 0;
 }
@@ -43,8 +44,11 @@ export async function inboundInflight(
   const only = running.length === 1 && !running[0].adminHandedOver ? running[0] : undefined;
   if (!only?.admin) return undefined;
   const b = only.bootstrap;
-  const stats = parseStatsJson(await only.admin.stats(`^wasmcustom\\.${TCP_GAUGE}(_odd)?$|downstream_rq_active$`, signal));
-  const tcp = stats.filter((s) => s.name.startsWith(`wasmcustom.${TCP_GAUGE}`)).reduce((sum, s) => sum + s.value, 0);
+  const stats = parseStatsJson(
+    await only.admin.stats(`^wasmcustom\\.${TCP_GAUGE}(_odd)?$|downstream_rq_active$`, signal),
+  );
+  const tcpGauges = stats.filter((s) => s.name.startsWith(`wasmcustom.${TCP_GAUGE}`));
+  const tcp = tcpGauges.reduce((sum, s) => sum + s.value, 0);
   // LDS listeners have prefixes lastcall does not know: every connection manager is counted.
   const prefixes = b.unseenListeners.length > 0 ? undefined : new Set(b.inboundStatPrefixes);
   return tcp + activeRequests(stats, prefixes);
@@ -76,7 +80,7 @@ export class InboundCloser {
     return this.#closed !== undefined;
   }
 
-  /** Closes inbound on every live Envoy; the first call's `why` is logged, later calls wait for it. */
+  /** Closes inbound on every live Envoy; the first call's `why` is logged, later ones wait. */
   close(all: readonly LiveEnvoy[], why: string): Promise<void> {
     this.#closed ??= Promise.all(all.map((l) => this.closeOn(l))).then((epochs) => {
       this.#log("inbound_closed", { why, epochs: epochs.filter((e) => e !== undefined) });
@@ -84,23 +88,35 @@ export class InboundCloser {
     return this.#closed;
   }
 
-  /** Closes inbound on one Envoy (retried until it answers or exits); resolves with its epoch, if done. */
+  /** Closes inbound on one Envoy (retried until it answers or exits); resolves with its epoch. */
   async closeOn(live: LiveEnvoy): Promise<number | undefined> {
-    if (this.#done.has(live) || !live.ready || !live.process.running || !live.admin || live.adminHandedOver) return undefined;
+    const admin = live.admin;
+    const able = live.ready && live.process.running && !live.adminHandedOver;
+    if (this.#done.has(live) || !able || !admin) return undefined;
     this.#done.add(live);
     const gone = new AbortController();
     live.process.exited.then(() => gone.abort());
-    const admin = live.admin;
     const signal = AbortSignal.any([gone.signal, this.#closing]);
-    const inbound = new Set(live.bootstrap.inboundListeners);
-    const listeners = await admin.request("GET", "/listeners?format=json", signal).catch(() => "");
-    const ports = [...parseListenerNames(listeners)].filter(([, name]) => name.split("|").some((n) => inbound.has(n))).map(([port]) => port);
-    if (!await retryAdmin(STOP_INBOUND, (s) => admin.request("POST", STOP_INBOUND, s), signal, this.#log)) return undefined;
+    const ports = await inboundPorts(live, admin, signal);
+    const stop = (s: AbortSignal) => admin.request("POST", STOP_INBOUND, s);
+    if (!await retryAdmin(STOP_INBOUND, stop, signal, this.#log)) return undefined;
     // Envoy 1.40 answers once its workers closed their sockets (measured), which no doc promises:
     // seen closed in /proc, no new connection can come.
-    await closedIn(live.process.pid, ports, AbortSignal.any([signal, AbortSignal.timeout(CLOSE_SEEN_MS)]));
+    const seen = AbortSignal.any([signal, AbortSignal.timeout(CLOSE_SEEN_MS)]);
+    await closedIn(live.process.pid, ports, seen);
     return live.info.epoch;
   }
+}
+
+/** The ports of an Envoy's inbound listeners, by their names (LDS ones are not known). */
+async function inboundPorts(live: LiveEnvoy, admin: AdminClient, signal: AbortSignal) {
+  const inbound = new Set(live.bootstrap.inboundListeners);
+  const text = await admin.request("GET", "/listeners?format=json", signal).catch(() => "");
+  const ports: number[] = [];
+  for (const [port, name] of parseListenerNames(text)) {
+    if (name.split("|").some((n) => inbound.has(n))) ports.push(port);
+  }
+  return ports;
 }
 
 /** Resolves once `pid` listens on none of `ports` (as /proc tells), or when `signal` aborts. */
@@ -109,7 +125,8 @@ async function closedIn(pid: number, ports: readonly number[], signal: AbortSign
   while (!signal.aborted) {
     const [table, inodes] = await Promise.all([readTcpTable(), socketInodes(pid)]);
     if (!table || !inodes) return; // not Linux: Envoy's answer is all there is
-    if (!table.some((s) => s.state === TCP_STATE.listen && ports.includes(s.localPort) && inodes.has(s.inode))) return;
+    const listening = (s: TcpSocket) => s.state === TCP_STATE.listen && ports.includes(s.localPort);
+    if (!table.some((s) => listening(s) && inodes.has(s.inode))) return;
     await delay(5, signal).catch(() => {});
   }
 }

@@ -208,7 +208,9 @@ export async function waitDrained(plan: DrainPlan, deps: WaitDeps, ended: AbortS
         floorLogged = true;
         // Every app gone cuts the floor short (Drainer.appsGone).
         const cut = plan.floorCut ? AbortSignal.any([ended, plan.floorCut]) : ended;
-        await delay(floor() - Date.now(), cut).catch((error) => { if (ended.aborted) throw error; });
+        await delay(floor() - Date.now(), cut).catch((error) => {
+          if (ended.aborted) throw error;
+        });
         if (!counting) return reason;
         continue; // a zero before the floor is not the end: count again
       }

@@ -135,7 +135,7 @@ export class AppWatch {
     return () => this.#goneListeners.delete(listener);
   }
 
-  /** Whether `lastcall exec` spoke and every app it said runs has gone (a port alone never says so). */
+  /** Whether `lastcall exec` spoke and every app it said runs has gone (never a port alone). */
   gone(): boolean {
     this.expire();
     return this.#heard && this.#running.size === 0;

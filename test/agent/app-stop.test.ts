@@ -7,14 +7,23 @@ import { connect, type Socket } from "node:net";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { http1, type Outcome, outcomeOf } from "../filter/clients.ts";
 import { waitFor } from "../support/envoy.ts";
-import { freePort, inboundConfig, lastcallCommand, type LastcallEvent, runLastcall, type TestLastcall } from "../support/lastcall.ts";
+import {
+  freePort,
+  inboundConfig,
+  lastcallCommand,
+  type LastcallEvent,
+  runLastcall,
+  type TestLastcall,
+} from "../support/lastcall.ts";
 import { agentSees, serving, upstreamForFile } from "../support/serving.ts";
 
 const app = upstreamForFile();
 
 /** The ingress listener in front of cluster `app` (on `appPort`) and an OUTBOUND `egress` one. */
 function podConfig(appPort: number): Record<string, unknown> {
-  const config = inboundConfig({ upstreamPort: appPort }) as { static_resources: { listeners: Array<Record<string, any>> } };
+  const config = inboundConfig({ upstreamPort: appPort }) as {
+    static_resources: { listeners: Array<Record<string, any>> };
+  };
   const egress = structuredClone(config.static_resources.listeners[0]);
   egress.name = "egress";
   egress.traffic_direction = "OUTBOUND";
@@ -43,16 +52,25 @@ function connectOutcome(port: number): Promise<string> {
 }
 
 /** The index of the first event named `name` (and matching `match`). */
-function order(lc: TestLastcall, name: string, match: (e: LastcallEvent) => boolean = () => true): number {
+function order(
+  lc: TestLastcall,
+  name: string,
+  match: (e: LastcallEvent) => boolean = () => true,
+): number {
   return lc.events.findIndex((e) => e.event === name && match(e));
 }
 
 /** An app in its own process: answers every request with 200, exits on SIGTERM. */
-async function startAppProcess(): Promise<{ child: ChildProcess; port: number; exited: Promise<unknown> }> {
-  const child = spawn(process.execPath, ["-e", `
+async function startAppProcess(): Promise<
+  { child: ChildProcess; port: number; exited: Promise<unknown> }
+> {
+  const child = spawn(process.execPath, [
+    "-e",
+    `
     const server = require("node:http").createServer((q, s) => s.end("ok"));
     server.listen(0, "127.0.0.1", () => console.log(server.address().port));
-    process.on("SIGTERM", () => process.exit(0));`], { stdio: ["ignore", "pipe", "inherit"] });
+    process.on("SIGTERM", () => process.exit(0));`,
+  ], { stdio: ["ignore", "pipe", "inherit"] });
   onTestFinished(() => void child.kill("SIGKILL"));
   const exited = new Promise((done) => child.once("exit", done));
   const port = Number(await new Promise((done) => child.stdout!.once("data", done)));
@@ -109,14 +127,21 @@ describe("the app's preStop (GET /v1/app-stop)", () => {
     const start = await lc.event("drain_start");
     const answered = await lc.event("app_stop");
     // lastcall's own clock: the answer came after the floor (--min-drain from the signal).
-    expect(Date.parse(answered.ts)).toBeGreaterThanOrEqual(Date.parse(start.ts) + Number(start.min_drain_ms));
+    expect(Date.parse(answered.ts)).toBeGreaterThanOrEqual(
+      Date.parse(start.ts) + Number(start.min_drain_ms),
+    );
     expect(await connectOutcome(port)).toBe("ECONNREFUSED");
-    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+    expect(await lc.event("terminated")).toMatchObject({
+      reason: "inflight_zero",
+      inflight_at_stop: 0,
+    });
   });
 });
 
 /** A client pool that keeps idle sockets and reuses the latest first (as in the failing CI run). */
-async function idlePool(port: number): Promise<{ get(): Promise<Outcome>; closed: Promise<unknown> }> {
+async function idlePool(
+  port: number,
+): Promise<{ get(): Promise<Outcome>; closed: Promise<unknown> }> {
   const agent = new Agent({ keepAlive: true, scheduling: "lifo" });
   onTestFinished(() => agent.destroy());
   const get = (): Promise<Outcome> => {
@@ -125,15 +150,22 @@ async function idlePool(port: number): Promise<{ get(): Promise<Outcome>; closed
     req.end();
     return outcome;
   };
-  expect(await Promise.all([get(), get(), get(), get()])).toEqual(Array(4).fill({ status: 200, reset: false }));
+  expect(await Promise.all([get(), get(), get(), get()])).toEqual(
+    Array(4).fill({ status: 200, reset: false }),
+  );
   const idle = Object.values(agent.freeSockets).flat() as Socket[];
   expect(idle.length).toBe(4);
-  return { get, closed: Promise.all(idle.map((socket) => new Promise((done) => socket.once("close", done)))) };
+  return {
+    get,
+    closed: Promise.all(idle.map((socket) => new Promise((done) => socket.once("close", done)))),
+  };
 }
 
 /** After the pool's idle sockets were closed by Envoy: a request opens a new connection, refused before it is sent. */
 async function refusedNot503(pool: { get(): Promise<Outcome> }): Promise<void> {
-  for (const outcome of await Promise.all([pool.get(), pool.get()])) expect(outcome.status).toBeUndefined();
+  for (const outcome of await Promise.all([pool.get(), pool.get()])) {
+    expect(outcome.status).toBeUndefined();
+  }
 }
 
 describe("once every app has gone", () => {
@@ -143,21 +175,25 @@ describe("once every app has gone", () => {
     await new Promise((done) => socket.once("connect", done));
     let ended = false;
     socket.once("end", () => (ended = true));
-    const answer = (): Promise<string> => new Promise((done) => {
-      let text = "";
-      const read = (chunk: Buffer) => {
-        text += String(chunk);
-        if (!/\r\n\r\nok$/.test(text)) return;
-        socket.off("data", read);
-        done(text);
-      };
-      socket.on("data", read);
-      socket.write("GET / HTTP/1.1\r\nhost: app\r\n\r\n");
-    });
+    const answer = (): Promise<string> =>
+      new Promise((done) => {
+        let text = "";
+        const read = (chunk: Buffer) => {
+          text += String(chunk);
+          if (!/\r\n\r\nok$/.test(text)) return;
+          socket.off("data", read);
+          done(text);
+        };
+        socket.on("data", read);
+        socket.write("GET / HTTP/1.1\r\nhost: app\r\n\r\n");
+      });
     expect(await answer()).toMatch(/^HTTP\/1\.1 200/);
     expect((await fetch(`${status}/drain`, { method: "POST" })).status).toBe(200);
     await lc.event("drain_wait_done");
-    await waitFor(async () => ((await connectOutcome(port)) === "ECONNREFUSED" ? true : undefined), { what: "Envoy to close its listener" });
+    await waitFor(
+      async () => ((await connectOutcome(port)) === "ECONNREFUSED" ? true : undefined),
+      { what: "Envoy to close its listener" },
+    );
     expect(ended).toBe(false);
     const late = await answer();
     expect(late).toMatch(/^HTTP\/1\.1 200/);
@@ -180,7 +216,9 @@ describe("once every app has gone", () => {
     const terminated = await lc.event("terminated");
     expect(terminated).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
     // lastcall's own clock: it stopped before the floor would have ended.
-    expect(Date.parse(terminated.ts)).toBeLessThan(Date.parse(start.ts) + Number(start.min_drain_ms));
+    expect(Date.parse(terminated.ts)).toBeLessThan(
+      Date.parse(start.ts) + Number(start.min_drain_ms),
+    );
     expect(await lc.event("apps_gone")).toMatchObject({ via: "SIGTERM of a native sidecar" });
     await refusedNot503(pool);
   });
@@ -189,10 +227,20 @@ describe("once every app has gone", () => {
     const appPort = await freePort();
     const { lc, port, status } = await serving(appPort, []);
     const [command, ...prefix] = lastcallCommand("bundle");
-    const exec = spawn(command, [...prefix, "exec", "--no-quit", "--status-url", status, "--", process.execPath, "-e", `
+    const exec = spawn(command, [
+      ...prefix,
+      "exec",
+      "--no-quit",
+      "--status-url",
+      status,
+      "--",
+      process.execPath,
+      "-e",
+      `
       const server = require("node:http").createServer((q, s) => s.end("ok"));
       server.listen(${appPort}, "127.0.0.1", () => console.log("listening"));
-      process.on("SIGTERM", () => process.exit(0));`], { stdio: ["ignore", "pipe", "inherit"] });
+      process.on("SIGTERM", () => process.exit(0));`,
+    ], { stdio: ["ignore", "pipe", "inherit"] });
     onTestFinished(() => void exec.kill("SIGKILL"));
     const execExit = new Promise((done) => exec.once("exit", done));
     await new Promise((done) => exec.stdout!.once("data", done));
@@ -207,7 +255,9 @@ describe("once every app has gone", () => {
     const terminated = await lc.event("terminated");
     expect(terminated).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
     expect(order(lc, "terminated")).toBeGreaterThan(order(lc, "app_exited"));
-    expect(Date.parse(terminated.ts)).toBeLessThan(Date.parse(start.ts) + Number(start.min_drain_ms));
+    expect(Date.parse(terminated.ts)).toBeLessThan(
+      Date.parse(start.ts) + Number(start.min_drain_ms),
+    );
     expect(await lc.event("apps_gone")).toMatchObject({ via: "lastcall exec" });
     await refusedNot503(pool);
   });
