@@ -103,7 +103,7 @@ export class InboundCloser {
     // Envoy 1.40 answers once its workers closed their sockets (measured), which no doc promises:
     // seen closed in /proc, no new connection can come.
     const seen = AbortSignal.any([signal, AbortSignal.timeout(CLOSE_SEEN_MS)]);
-    await closedIn(live.process.pid, ports, seen);
+    await closedIn(live, ports, seen);
     return live.info.epoch;
   }
 }
@@ -119,11 +119,16 @@ async function inboundPorts(live: LiveEnvoy, admin: AdminClient, signal: AbortSi
   return ports;
 }
 
-/** Resolves once `pid` listens on none of `ports` (as /proc tells), or when `signal` aborts. */
-async function closedIn(pid: number, ports: readonly number[], signal: AbortSignal): Promise<void> {
+/** Resolves once `live` listens on none of `ports` (as /proc tells), or when `signal` aborts. */
+async function closedIn(live: LiveEnvoy, ports: readonly number[], signal: AbortSignal) {
   if (ports.length === 0) return;
+  // Only the tables its listeners were seen in, when known: each read walks the kernel's table.
+  const tables = live.listenTables.size > 0 ? [...live.listenTables] : undefined;
   while (!signal.aborted) {
-    const [table, inodes] = await Promise.all([readTcpTable(), socketInodes(pid)]);
+    const [table, inodes] = await Promise.all([
+      readTcpTable("/proc", tables),
+      socketInodes(live.process.pid),
+    ]);
     if (!table || !inodes) return; // not Linux: Envoy's answer is all there is
     const listening = (s: TcpSocket) => s.state === TCP_STATE.listen && ports.includes(s.localPort);
     if (!table.some((s) => listening(s) && inodes.has(s.inode))) return;
