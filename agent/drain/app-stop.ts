@@ -75,8 +75,11 @@ export class AppStopGate {
     const asked = Date.now();
     this.#deps.log("app_stop_asked", { draining: this.#deps.plan() !== undefined });
     if (!this.#deps.plan()) {
-      const timer = delay(APP_STOP_NO_DRAIN_MS, this.#deps.closing).catch(() => {});
-      await Promise.race([this.#begun, timer]);
+      const begun = new AbortController(); // no timer left behind once a drain began
+      const cut = AbortSignal.any([this.#deps.closing, begun.signal]);
+      const timer = delay(APP_STOP_NO_DRAIN_MS, cut);
+      await Promise.race([this.#begun, timer.catch(() => {})]);
+      begun.abort();
     }
     const plan = this.#deps.plan();
     if (!plan) {
