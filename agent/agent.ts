@@ -14,6 +14,7 @@ import { InflightTracker } from "./drain/in-flight.ts";
 import { HolderBook } from "./drain/holders.ts";
 import { DrainWatch } from "./drain/waiting.ts";
 import { Drainer, undeliveredBy } from "./drain/drainer.ts";
+import { AppStopGate } from "./drain/app-stop.ts";
 import { type DiedDraining, terminate } from "./drain/terminate.ts";
 import { reload, type ReloadContext } from "./supervise/reload.ts";
 import { bindFailure, describeExit, type EnvoyExit } from "./envoy/process.ts";
@@ -40,7 +41,7 @@ type AgentEvent =
   | { type: "exited"; instance: string; exit: EnvoyExit }
   | { type: "restart_due" }
   | { type: "reload"; reason: string }
-  | { type: "drain" }
+  | { type: "drain"; nativeSidecar: boolean }
   | { type: "terminate"; source: string }
   | { type: "done"; code: number }
   | { type: "fatal"; error: unknown };
@@ -88,6 +89,8 @@ export class Agent {
   #terminateSources: string[] = [];
   #terminating = false;
   #drainer!: Drainer;
+  /** Answers the app containers' preStop hooks (`GET /v1/app-stop`). */
+  #appStop!: AppStopGate;
   #failure?: string;
   /** Envoys that exited by themselves during the termination: what they had in flight, and how they ended. */
   readonly #diedDraining: DiedDraining[] = [];
@@ -146,9 +149,12 @@ export class Agent {
     this.#events.push({ type: "reload", reason });
   }
 
-  /** `POST /drain`: steps 1–4 of the termination sequence, without exiting. */
-  drain(): void {
-    this.#events.push({ type: "drain" });
+  /**
+   * `POST /drain`: steps 1–4 of the termination sequence, without exiting. `nativeSidecar`: the
+   * caller is a native sidecar's preStop, so a SIGTERM later means every app container exited.
+   */
+  drain(options: { nativeSidecar: boolean } = { nativeSidecar: false }): void {
+    this.#events.push({ type: "drain", nativeSidecar: options.nativeSidecar });
   }
 
   /** Runs until terminated or Envoy gives up; returns the process exit code. */
@@ -172,7 +178,8 @@ export class Agent {
             break;
           case "drain":
             // Steps 1–5 without the stop (drainer.ts): Envoy runs on.
-            if (!this.#terminating) this.#drainer.drainInPlace(() => this.#terminating);
+            if (this.#terminating) break;
+            this.#drainer.drainInPlace(() => this.#terminating, event.nativeSidecar);
             break;
           case "terminate":
             this.#terminating = true;
@@ -235,9 +242,17 @@ export class Agent {
       onStart: (plan) => {
         this.#state.drainStartedAt = plan.startedAt;
         this.#state.phase = "draining";
+        this.#appStop.drainBegan();
       },
       drains: this.#drains,
       watch: new DrainWatch({ envoys: this.#envoys, tracker: this.#tracker, holders: this.#holders, app: this.#app, log: this.#log }),
+    });
+    this.#appStop = new AppStopGate({
+      plan: () => this.#drainer.plan,
+      inboundInflight: (signal) => this.#drainer.inboundInflight(signal),
+      closeInbound: (why) => this.#drainer.closeInbound(why),
+      log: this.#log,
+      closing: this.#closing.signal,
     });
     this.#server = await serveStatus(o.statusAddress, o.statusPort, {
       view: () => this.#statusView(),
@@ -245,7 +260,8 @@ export class Agent {
       app: this.#app,
       reportToken: this.#reportToken,
       quit: () => this.terminate("POST /quitquitquit"),
-      drain: () => this.drain(),
+      drain: (options) => this.drain(options),
+      appStop: () => this.#appStop.answer(),
       drains: this.#drains,
     });
     if (o.watch.length > 0) {

@@ -19,7 +19,9 @@ export interface DrainOptions {
  * ```
  */
 export async function requestDrain(options: DrainOptions): Promise<number> {
-  const url = new URL("/drain", options.statusUrl);
+  // `sidecar=native`: the sidecar's SIGTERM, which the kubelet sends once every app container has
+  // exited, then also means that nothing is left to forward inbound requests to.
+  const url = new URL("/drain?sidecar=native", options.statusUrl);
   try {
     const response = await fetch(url, { method: "POST", signal: AbortSignal.timeout(options.timeoutMs) });
     if (response.ok) return 0;

@@ -10,6 +10,7 @@ import type { RunOptions } from "../options.ts";
 import type { InflightTracker } from "./in-flight.ts";
 import type { ModeContext } from "./modes/context.ts";
 import { finishOldEpochs } from "./old-epochs.ts";
+import { InboundCloser, inboundInflight } from "./inbound.ts";
 import type { DrainView, DrainWatch } from "./waiting.ts";
 import type { DrainMetrics } from "./drain-metrics.ts";
 import { DrainEnded, drainListeners, type DrainPlan, countNow, freshReading, type Settled, stopEnvoys, stopTargetOf, waitDrained } from "./shutdown.ts";
@@ -103,6 +104,11 @@ export class Drainer {
   #plan?: DrainPlan;
   /** The last reading of the drain's wait (see shutdown.ts). */
   #settled?: Settled;
+  /** Aborted once every app has gone: the drain's floor no longer holds. */
+  readonly #floorCut = new AbortController();
+  readonly #inbound: InboundCloser;
+  /** `POST /drain?sidecar=native` came: the sidecar's SIGTERM will mean every app has exited. */
+  #nativeSidecar = false;
 
   constructor(deps: DrainerDeps) {
     this.#deps = deps;
@@ -111,6 +117,8 @@ export class Drainer {
     this.#envoys = deps.envoys;
     this.#tracker = deps.tracker;
     this.#filtered = deps.filtered;
+    this.#inbound = new InboundCloser(deps.log, deps.closing);
+    deps.app.onGone((via) => this.appsGone(via));
   }
 
   /** The drain under way, if one began. */
@@ -188,7 +196,8 @@ export class Drainer {
    * `POST /drain`: steps 1–5 without the stop, once; the wait's end is logged (`drain_wait_done`)
    * and Envoy runs on. A termination meanwhile takes the drain over (`terminating`).
    */
-  drainInPlace(terminating: () => boolean): void {
+  drainInPlace(terminating: () => boolean, nativeSidecar = false): void {
+    this.#nativeSidecar ||= nativeSidecar;
     if (this.#plan) return;
     const plan = this.start("POST /drain");
     // Nothing is stopped: nothing is cut.
@@ -220,6 +229,8 @@ export class Drainer {
         this.#plan.terminatedAt = now;
         this.#plan.deadline = now + o.graceMs - o.stopMarginMs;
         this.#log("drain_deadline", { source, deadline_ms: this.#plan.deadline - now, drain_ms: now - this.#plan.startedAt });
+        // A native sidecar: the kubelet sends its SIGTERM only once every app container has exited.
+        if (this.#nativeSidecar) void this.#goneUnlessRunning(`${source} of a native sidecar`);
       }
       return this.#plan;
     }
@@ -234,6 +245,7 @@ export class Drainer {
       startedAt,
       ...(terminating ? { terminatedAt: startedAt } : {}),
       deadline: startedAt + o.graceMs - o.stopMarginMs,
+      floorCut: this.#floorCut.signal,
     };
     this.#plan = plan;
     this.#deps.onStart(plan); // step 1: /healthz/ready answers 503 from now on
@@ -249,12 +261,44 @@ export class Drainer {
     });
     for (const live of this.#envoys.all()) this.drainListenersOf(live);
     void undeliveredBy(this.#envoys.all()); // learn the listening ports before Envoy closes them
+    if (this.#deps.app.gone()) this.appsGone("lastcall exec");
     return plan;
+  }
+
+  /**
+   * Every app beside the proxy has gone (`via` says how it is known): nothing is left to forward
+   * inbound requests to. The floor no longer holds, inbound listeners close at once, and the
+   * drain waits only for what is in flight and still to deliver; Envoy's stop then closes the
+   * idle keep-alive connections, which a draining Envoy never closes by itself. Once per drain.
+   */
+  appsGone(via: string): void {
+    const plan = this.#plan;
+    if (!plan || this.#floorCut.signal.aborted) return;
+    const now = Date.now();
+    const floorLeftMs = Math.max(0, plan.startedAt + plan.minDrainMs - now);
+    this.#log("apps_gone", { via, drain_ms: now - plan.startedAt, floor_left_ms: floorLeftMs });
+    this.#floorCut.abort();
+    void this.closeInbound(`apps gone (${via})`);
+  }
+
+  async #goneUnlessRunning(via: string): Promise<void> {
+    if (!await this.#deps.app.running()) this.appsGone(via);
+  }
+
+  /** Stops taking new inbound requests on every live Envoy, once (`inbound_closed`). */
+  closeInbound(why: string): Promise<void> {
+    return this.#inbound.close(this.#envoys.all(), why);
+  }
+
+  /** Requests in flight on inbound listeners now (see inbound.ts). */
+  inboundInflight(signal: AbortSignal): Promise<number | undefined> {
+    return inboundInflight(this.#envoys.all(), (s) => this.measure(s), signal);
   }
 
   /** Asks one Envoy to drain its listeners (retried in the background until it answers). */
   drainListenersOf(live: LiveEnvoy): void {
     const plan = this.#plan;
+    if (plan && this.#inbound.closed) void this.#inbound.closeOn(live);
     if (!plan || !live.ready || live.listenersDraining) return;
     if (!live.admin || live.adminHandedOver) {
       live.listenersDraining = true; // its child drained them (said once)

@@ -33,6 +33,8 @@ export interface DrainPlan {
   deadline: number;
   /** The old epochs a reload's drain is for (absent for the termination's drain). */
   epochs?: number[];
+  /** Aborts once every app has gone: the floor no longer holds (nothing is left to forward to). */
+  floorCut?: AbortSignal;
 }
 
 /**
@@ -195,16 +197,20 @@ export async function waitDelivered(deps: WaitDeps, signal: AbortSignal): Promis
  */
 export async function waitDrained(plan: DrainPlan, deps: WaitDeps, ended: AbortSignal): Promise<string> {
   const { log } = deps;
-  const floor = plan.startedAt + plan.minDrainMs;
+  const floor = () => (plan.floorCut?.aborted ? 0 : plan.startedAt + plan.minDrainMs);
   const counting = plan.mode === "inflight" || plan.mode === "requests";
   let floorLogged = false;
   try {
     for (;;) {
       const reason = await DRAIN_WAITS[plan.mode](deps, ended);
-      if (Date.now() < floor) {
-        if (!floorLogged) log("min_drain_wait", { ms: floor - Date.now(), reason });
+      if (Date.now() < floor()) {
+        if (!floorLogged) log("min_drain_wait", { ms: floor() - Date.now(), reason });
         floorLogged = true;
-        await delay(floor - Date.now(), ended);
+        // Every app gone cuts the floor short (Drainer.appsGone).
+        const cut = plan.floorCut ? AbortSignal.any([ended, plan.floorCut]) : ended;
+        await delay(floor() - Date.now(), cut).catch((error) => {
+          if (ended.aborted) throw error;
+        });
         if (!counting) return reason;
         continue; // a zero before the floor is not the end: count again
       }

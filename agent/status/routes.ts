@@ -1,14 +1,15 @@
 // The status server: probes, state, metrics, and the filter's reports. Routes read the agent
 // through a small interface, so tests can call `app.request(url)` without a server.
-// Probes, /metrics and /v1/state are open to whoever reaches the port (kubelet, scrapers);
-// stopping, draining and app news are for loopback callers that are not Envoy (a route of the
-// user's config could carry a remote client there); reports need the agent's secret. Every body
-// is capped.
+// Probes, /metrics, /v1/state and the app's preStop (/v1/app-stop, which only waits) are open to
+// whoever reaches the port (kubelet, scrapers); stopping, draining and app news are for loopback
+// callers that are not Envoy (a route of the user's config could carry a remote client there);
+// reports need the agent's secret. Every body is capped.
 import { Hono } from "hono";
 import { type InflightReport, parseReport } from "../drain/in-flight.ts";
 import type { DrainView } from "../drain/waiting.ts";
 import type { AgentState } from "../state.ts";
 import type { AppReport } from "../supervise/app-watch.ts";
+import type { AppStopAnswer } from "../drain/app-stop.ts";
 import { bodyCap } from "./body-cap.ts";
 import { loopbackOnly } from "./loopback-only.ts";
 import { type ConnectionMaker, type ConnectionPorts, notThroughEnvoy } from "./not-through-envoy.ts";
@@ -65,8 +66,17 @@ export interface StatusControls {
   report(report: InflightReport): Promise<ReportAnswer>;
   /** `POST /quitquitquit` from loopback: the termination sequence, as on SIGTERM. */
   quit(): void;
-  /** `POST /drain` from loopback: drain without exiting. */
-  drain(): void;
+  /**
+   * `POST /drain` from loopback: drain without exiting. `?sidecar=native` (what `lastcall drain`
+   * sends): the caller is a native sidecar's preStop, so the sidecar's SIGTERM will mean that
+   * every app container has exited.
+   */
+  drain(options?: { nativeSidecar: boolean }): void;
+  /**
+   * `GET /v1/app-stop` from anyone (the kubelet runs an httpGet preStop from the node): waits,
+   * never starts or ends a drain; see agent/drain/app-stop.ts.
+   */
+  appStop?(): Promise<AppStopAnswer>;
   /**
    * Who made the connection a control request (`/quitquitquit`, `/drain`, `/v1/app`) came on:
    * one made by an Envoy lastcall supervises is refused (see `connectionMaker`).
@@ -97,6 +107,11 @@ export function createStatusApp(controls: StatusControls): Hono {
   });
   app.get("/healthz/live", (c) => c.json({ live: true }));
   app.get("/v1/state", (c) => c.json(controls.state()));
+  // An app container's preStop: the answer comes once lastcall's inbound side is quiet.
+  app.get("/v1/app-stop", async function appStop(c) {
+    if (!controls.appStop) return c.json({ error: "not served here" }, 404);
+    return c.json(await controls.appStop());
+  });
   app.get("/metrics", async function metrics(c) {
     return c.body(await controls.metrics(), 200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });
   });
@@ -141,7 +156,7 @@ export function createStatusApp(controls: StatusControls): Hono {
     return taken === false ? c.json({ error: "too many apps reported" }, 429) : c.json({ ok: true });
   });
   app.post("/drain", ...control(), function drain(c) {
-    controls.drain();
+    controls.drain({ nativeSidecar: c.req.query("sidecar") === "native" });
     return c.json({ draining: true });
   });
   return app;

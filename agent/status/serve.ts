@@ -13,6 +13,7 @@ import { createMetrics } from "./metrics.ts";
 import type { DrainMetrics } from "../drain/drain-metrics.ts";
 import { connectionMaker } from "./not-through-envoy.ts";
 import type { AgentState } from "../state.ts";
+import type { AppStopAnswer } from "../drain/app-stop.ts";
 
 /** What the answers are made from. */
 export interface StatusView {
@@ -94,8 +95,10 @@ export interface StatusWiring {
   reportToken: string;
   /** `POST /quitquitquit`. */
   quit(): void;
-  /** `POST /drain`. */
-  drain(): void;
+  /** `POST /drain` (`?sidecar=native`: the sidecar's SIGTERM will mean every app has exited). */
+  drain(options?: { nativeSidecar: boolean }): void;
+  /** `GET /v1/app-stop`: an app container's preStop, answered once the inbound side is quiet. */
+  appStop?(): Promise<AppStopAnswer>;
   /** How drains ended, for `/metrics`. */
   drains?: DrainMetrics;
 }
@@ -129,6 +132,7 @@ export async function serveStatus(address: string, port: number, w: StatusWiring
     app: (report) => w.app.report(report),
     quit: w.quit,
     drain: w.drain,
+    appStop: w.appStop,
     // Control requests an Envoy of this agent carries (a user's route to the status port) are refused.
     connectionMaker: (ports) => connectionMaker(ports, w.view().envoys.all().map((live) => live.info.pid)),
   });

@@ -88,6 +88,8 @@ export class AppWatch {
   #heard = false;
   /** Looks for silent apps while any is known to run (unref'd: it keeps no process alive). */
   #sweeper?: ReturnType<typeof setInterval>;
+  /** Told when the last app `lastcall exec` knew of has gone. */
+  readonly #goneListeners = new Set<(via: string) => void>();
 
   constructor(options: AppWatchOptions, log: EventLog) {
     this.#port = options.port;
@@ -118,7 +120,29 @@ export class AppWatch {
     }
     this.#heard = true;
     this.#log(report.state === "running" ? "app_running" : "app_exited", { pid: report.pid, status: report.status, via: "lastcall exec", running: this.#running.size });
+    if (report.state === "exited" && this.#running.size === 0) this.#tellGone("lastcall exec");
     return true;
+  }
+
+  /**
+   * Calls `listener` each time the last app `lastcall exec` said runs has gone (exited, or its
+   * lease expired).
+   *
+   * @returns Stops telling it
+   */
+  onGone(listener: (via: string) => void): () => void {
+    this.#goneListeners.add(listener);
+    return () => this.#goneListeners.delete(listener);
+  }
+
+  /** Whether `lastcall exec` spoke and every app it said runs has gone (never a port alone). */
+  gone(): boolean {
+    this.expire();
+    return this.#heard && this.#running.size === 0;
+  }
+
+  #tellGone(via: string): void {
+    for (const listener of [...this.#goneListeners]) listener(via);
   }
 
   /**
@@ -128,12 +152,15 @@ export class AppWatch {
    */
   expire(): void {
     const now = this.#now();
+    let expired = false;
     for (const [id, lease] of this.#running) {
       const silentMs = now - lease.heardAt;
       if (silentMs < this.#leaseMs) continue;
       this.#running.delete(id);
+      expired = true;
       this.#log("app_expired", { id, pid: lease.pid, silent_ms: silentMs, via: "lastcall exec", running: this.#running.size });
     }
+    if (expired && this.#running.size === 0) this.#tellGone("lastcall exec (lease expired)");
     if (this.#running.size === 0 && this.#sweeper !== undefined) {
       clearInterval(this.#sweeper);
       this.#sweeper = undefined;

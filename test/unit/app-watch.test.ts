@@ -45,6 +45,25 @@ describe("AppWatch", () => {
     expect(await watch.running()).toBe(false);
   });
 
+  it("tells once the last app has gone, by exit or by its lease's end; a port alone never says so", () => {
+    let now = 0;
+    const gone: string[] = [];
+    const watch = new AppWatch({ port: 1, now: () => now }, quiet);
+    watch.onGone((via) => gone.push(via));
+    expect(watch.gone()).toBe(false); // nothing heard: not known to be gone
+    watch.report({ state: "running", id: "a" });
+    watch.report({ state: "running", id: "b" });
+    watch.report({ state: "exited", id: "a" });
+    expect([watch.gone(), gone]).toEqual([false, []]);
+    watch.report({ state: "exited", id: "b" });
+    expect([watch.gone(), gone]).toEqual([true, ["lastcall exec"]]);
+    watch.report({ state: "running", id: "c" });
+    expect(watch.gone()).toBe(false);
+    now += APP_LEASE_MS;
+    expect(watch.gone()).toBe(true);
+    expect(gone).toEqual(["lastcall exec", "lastcall exec (lease expired)"]);
+  });
+
   describe("leases: an app not heard of for a while is taken as gone", () => {
     /** A clock the test moves by hand. */
     const clock = () => {

@@ -89,6 +89,24 @@ describe("control routes refuse connections an Envoy of the agent made", () => {
     expect(controls.report).toHaveBeenCalledOnce();
     expect(controls.connectionMaker).not.toHaveBeenCalled();
   });
+
+  it("GET /v1/app-stop (an httpGet preStop, sent by the kubelet to the pod's IP) is open to any peer and only asks the agent to wait", async () => {
+    const answer = { reason: "no_drain" as const, inbound_closed: false, waited_ms: 1000 };
+    const controls = { ...fakeControls({ kind: "envoy", pid: 4242 }), appStop: vi.fn(async () => answer) };
+    const remote = { incoming: { socket: { remoteAddress: "10.0.0.7", remotePort: 40000, localPort: STATUS_PORT, remoteFamily: "IPv4" } } };
+    const res = await createStatusApp(controls).request("/v1/app-stop", {}, remote);
+    expect([res.status, await res.json()]).toEqual([200, answer]);
+    expect(controls.appStop).toHaveBeenCalledOnce();
+    for (const call of ["drain", "quit", "app"] as const) expect(controls[call]).not.toHaveBeenCalled();
+  });
+
+  it("POST /drain?sidecar=native (lastcall drain) tells the agent the caller is a native sidecar's preStop; a plain POST /drain does not", async () => {
+    const controls = fakeControls();
+    const app = createStatusApp(controls);
+    expect((await app.request("/drain?sidecar=native", { method: "POST" }, loopback)).status).toBe(200);
+    expect((await app.request("/drain", { method: "POST" }, loopback)).status).toBe(200);
+    expect(controls.drain.mock.calls).toEqual([[{ nativeSidecar: true }], [{ nativeSidecar: false }]]);
+  });
 });
 
 describe("connectionMaker reads /proc", () => {

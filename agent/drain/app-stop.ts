@@ -1,0 +1,132 @@
+// `GET /v1/app-stop`, an app container's preStop: holds the app's SIGTERM until the proxy's inbound
+// side is quiet (the floor passed, nothing in flight inbound) or the deadline, then stops taking
+// new inbound requests. It only waits: no caller can start or end a drain with it.
+import { delay } from "../lib/async.ts";
+import type { EventLog } from "../lib/log.ts";
+import type { DrainPlan } from "./shutdown.ts";
+
+/** How long a hook waits for a drain: none by then is a container's restart, not the pod's end. */
+export const APP_STOP_NO_DRAIN_MS = 1000;
+
+/** Pause between two counts of what is in flight inbound, once the floor has passed. */
+export const APP_STOP_POLL_MS = 50;
+
+/** Longest one count may take before it is asked again. */
+const COUNT_TIMEOUT_MS = 500;
+
+/** Why a hook was answered. */
+export type AppStopReason = "no_drain" | "quiet" | "deadline" | "stopping";
+
+/** What `GET /v1/app-stop` answers (always 200: the kubelet goes on to SIGTERM the app). */
+export interface AppStopAnswer {
+  reason: AppStopReason;
+  /** Whether lastcall has stopped taking new inbound requests. */
+  inbound_closed: boolean;
+  /** From the first hook of this drain to its answer. */
+  waited_ms: number;
+}
+
+/** What the gate needs from the agent. */
+export interface AppStopDeps {
+  /** The drain under way, if one began. */
+  plan(): DrainPlan | undefined;
+  /** Requests in flight inbound now, counted afresh; undefined when it cannot be told. */
+  inboundInflight(signal: AbortSignal): Promise<number | undefined>;
+  /** Stops taking new inbound requests (in-flight ones go on; outbound listeners stay). */
+  closeInbound(why: string): Promise<void>;
+  log: EventLog;
+  /** Aborts when lastcall closes: held hooks are answered. */
+  closing: AbortSignal;
+}
+
+/** When the drain's floor ends (`--min-drain` from its start), or now if every app has gone. */
+export function floorAt(plan: DrainPlan): number {
+  return plan.floorCut?.aborted ? 0 : plan.startedAt + plan.minDrainMs;
+}
+
+/**
+ * Answers app containers' preStop hooks. Every hook of one drain shares one wait, so the answer
+ * is the same for all of them and inbound is closed once.
+ *
+ * @example
+ * ```ts
+ * const gate = new AppStopGate(deps);
+ * onDrainStart(() => gate.drainBegan());
+ * const answer = await gate.answer(); // { reason: "quiet", inbound_closed: true, waited_ms: 4210 }
+ * ```
+ */
+export class AppStopGate {
+  readonly #deps: AppStopDeps;
+  #began!: () => void;
+  readonly #begun = new Promise<void>((resolve) => (this.#began = resolve));
+  #wait?: Promise<AppStopAnswer>;
+
+  constructor(deps: AppStopDeps) {
+    this.#deps = deps;
+  }
+
+  /** A drain began (the termination, or `POST /drain`): hooks waiting for one go on. */
+  drainBegan(): void {
+    this.#began();
+  }
+
+  /** One hook: waits up to a second for a drain, then for the inbound side to be quiet. */
+  async answer(): Promise<AppStopAnswer> {
+    const asked = Date.now();
+    this.#deps.log("app_stop_asked", { draining: this.#deps.plan() !== undefined });
+    if (!this.#deps.plan()) {
+      const begun = new AbortController(); // no timer left behind once a drain began
+      const cut = AbortSignal.any([this.#deps.closing, begun.signal]);
+      const timer = delay(APP_STOP_NO_DRAIN_MS, cut);
+      await Promise.race([this.#begun, timer.catch(() => {})]);
+      begun.abort();
+    }
+    const plan = this.#deps.plan();
+    if (!plan) {
+      this.#deps.log("app_stop", { reason: "no_drain", waited_ms: Date.now() - asked });
+      return { reason: "no_drain", inbound_closed: false, waited_ms: Date.now() - asked };
+    }
+    this.#wait ??= this.#quiet(plan);
+    return await this.#wait;
+  }
+
+  /** Waits for the floor and an inbound zero (or the deadline), then closes inbound. */
+  async #quiet(plan: DrainPlan): Promise<AppStopAnswer> {
+    const started = Date.now();
+    this.#deps.log("app_stop_wait", {
+      floor_in_ms: Math.max(0, floorAt(plan) - started),
+      deadline_in_ms: plan.deadline - started,
+    });
+    const reason = await this.#untilQuiet(plan);
+    if (reason !== "stopping") await this.#deps.closeInbound(`app-stop: ${reason}`);
+    const answer: AppStopAnswer = {
+      reason,
+      inbound_closed: reason !== "stopping",
+      waited_ms: Date.now() - started,
+    };
+    this.#deps.log("app_stop", { ...answer });
+    return answer;
+  }
+
+  async #untilQuiet(plan: DrainPlan): Promise<AppStopReason> {
+    const { closing } = this.#deps;
+    const pause = (ms: number, extra?: AbortSignal) =>
+      delay(
+        Math.min(ms, plan.deadline - Date.now()),
+        extra ? AbortSignal.any([closing, extra]) : closing,
+      ).then(() => true, () => !closing.aborted);
+    for (;;) {
+      if (closing.aborted) return "stopping";
+      if (Date.now() >= plan.deadline) return "deadline";
+      const floorLeft = floorAt(plan) - Date.now();
+      if (floorLeft > 0) {
+        await pause(floorLeft, plan.floorCut);
+        continue;
+      }
+      const signal = AbortSignal.any([closing, AbortSignal.timeout(COUNT_TIMEOUT_MS)]);
+      const inflight = await this.#deps.inboundInflight(signal).catch(() => undefined);
+      if (inflight === 0) return "quiet";
+      await pause(APP_STOP_POLL_MS);
+    }
+  }
+}
