@@ -2,13 +2,20 @@
 // reader (3 MB/s, a phone on a poor link) downloads 30 MB through Envoy; SIGTERM comes 1 s in,
 // on lastcall's defaults. Envoy finishes the stream long before the client has read it (the
 // rest sits in Envoy's buffer and the kernel's send queue); lastcall waits until it is delivered.
-import { describe, expect, it } from "vitest";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readTcpTable, TCP_STATE } from "../../agent/envoy/sockets.ts";
-import { httpBootstrap, startEnvoy } from "../support/envoy.ts";
-import { type Serving, serving, upstreamForFile } from "../support/serving.ts";
-import { slowDownload } from "../support/slow-reader.ts";
+import { httpBootstrap, localCluster, startEnvoy, waitFor } from "../support/envoy.ts";
+import { startGrpcStreamServer, type GrpcStreamServer } from "../support/grpc-stream.ts";
+import { inboundConfig, startLastcall } from "../support/lastcall.ts";
+import { agentState, type Serving, serving, upstreamForFile } from "../support/serving.ts";
+import { slowDownload, slowH2Download, type SlowStreamOptions } from "../support/slow-reader.ts";
+import { tempDir } from "../support/temp.ts";
 
 const app = upstreamForFile();
+let grpc: GrpcStreamServer;
+beforeAll(async () => (grpc = await startGrpcStreamServer()));
+afterAll(() => grpc.close());
 const BODY = 30_000_000;
 const RATE = 3_000_000;
 
@@ -43,6 +50,60 @@ describe("a slow reader across SIGTERM", () => {
   it("gets every byte in requests mode too", async () => {
     const terminated = await slowReaderAcrossSigterm(await serving(app.port, ["--drain-mode", "requests"]), false);
     expect(terminated).toMatchObject({ mode: "requests", reason: "requests_zero" });
+  });
+});
+
+// HTTP/2 throttles by flow control: the client's window, opened only as its app reads, holds the
+// rest in Envoy's HTTP/2 codec (`http2.pending_send_bytes`), not in the kernel's queue.
+describe("an HTTP/2 client that reads slowly, by flow control (16 KiB window)", () => {
+  async function acrossSigterm({ lc, port }: Serving, path: string, options: SlowStreamOptions = {}) {
+    const download = slowH2Download(port, path, RATE, options);
+    await download.reached(RATE);
+    lc.signal("SIGTERM");
+    const read = await download.done;
+    const terminated = await lc.event("terminated");
+    expect(await lc.exited).toEqual({ code: 0, signal: null });
+    return { read, terminated, said: lc.events.map((e) => e.event) };
+  }
+
+  it("gets every byte of 30 MB, END_STREAM included, on the defaults", async () => {
+    const { read, terminated } = await acrossSigterm(await serving(app.port, []), `/bytes?n=${BODY}`);
+    expect(read).toEqual({ status: 200, expected: BODY, received: BODY, endedBy: "end_stream" });
+    expect(terminated).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
+  });
+
+  it("a gRPC server stream (h2 upstream) gets every message and its trailers", async () => {
+    const config = inboundConfig({ upstreamPort: app.port }) as { static_resources: { clusters: unknown[] } };
+    config.static_resources.clusters = [localCluster("app", grpc.port, { http2: true })];
+    const [messages, size] = [3000, 10_000];
+    // A server-streaming call: one empty request message, then the request half-closes.
+    const call = { headers: { ":method": "POST", "content-type": "application/grpc", te: "trailers" }, body: Buffer.alloc(5) };
+    const { read, terminated, said } = await acrossSigterm(await serving(app.port, [], { config }), `/svc/Stream?messages=${messages}&size=${size}`, call);
+    expect(read).toMatchObject({ status: 200, received: messages * (size + 5), endedBy: "end_stream", trailers: { "grpc-status": "0" } });
+    expect(terminated).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
+    // The stream ended for Envoy's filter while its tail still waited for the client's window.
+    expect(said).toContain("drain_flushing");
+  });
+});
+
+describe("a slow reader on a unix-socket listener", () => {
+  it("gets every byte of 30 MB: the drain waits for Envoy's own write buffer", async () => {
+    const path = join(tempDir("lastcall-pipe-"), "in.sock");
+    const config = inboundConfig({ upstreamPort: app.port }) as { static_resources: { listeners: Array<Record<string, unknown>> } };
+    config.static_resources.listeners[0].address = { pipe: { path } };
+    const lc = startLastcall(config);
+    expect(await lc.event("start")).toMatchObject({ listeners: [{ name: "ingress", delivery: "envoy_buffers" }] });
+    await lc.event("ready");
+    const status = await lc.statusUrl();
+    await waitFor(async () => ((await agentState(status)).filter === "reporting" ? true : undefined), { what: "the filter's first report" });
+    const download = slowDownload({ path }, `/bytes?n=${BODY}`, RATE);
+    await download.reached(RATE);
+    lc.signal("SIGTERM");
+    const read = await download.done;
+    expect(read).toEqual({ status: 200, expected: BODY, received: BODY, endedBy: "fin" });
+    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
+    expect(lc.events.map((e) => e.event)).toContain("drain_flushing");
+    expect(await lc.exited).toEqual({ code: 0, signal: null });
   });
 });
 
