@@ -193,10 +193,10 @@ export interface UnixSocket {
 export function parseUnixTable(text: string): UnixSocket[] {
   const rows: UnixSocket[] = [];
   for (const line of text.split("\n").slice(1)) {
-    const f = line.trim().split(/\s+/);
-    if (f.length < 7) continue;
-    const path = f.slice(7).join(" ");
-    rows.push({ listening: (parseInt(f[3], 16) & 0x10000) !== 0, inode: Number(f[6]), ...(path ? { path } : {}) });
+    // Seven fields, then the path as the kernel wrote it (it may hold spaces).
+    const m = /^\s*\S+\s+\S+\s+\S+\s+([0-9A-Fa-f]+)\s+\S+\s+\S+\s+(\d+)(?: (.*))?$/.exec(line);
+    if (!m) continue;
+    rows.push({ listening: (parseInt(m[1], 16) & 0x10000) !== 0, inode: Number(m[2]), ...(m[3] ? { path: m[3] } : {}) });
   }
   return rows;
 }
