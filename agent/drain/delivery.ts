@@ -17,8 +17,11 @@ async function heldBy(live: LiveEnvoy): Promise<{ bytes: number; unchecked?: str
   try {
     const text = await live.admin.stats(BUFFER_STATS, AbortSignal.timeout(BUFFERS_READ_MS));
     const held = envoyBuffers(parseStatsJson(text));
-    if (held.http3Connections === 0) return { bytes: held.bytes };
-    return { bytes: held.bytes, unchecked: `${epoch}: ${held.http3Connections} HTTP/3 (QUIC) connections (QUIC's send buffers are in no stat)` };
+    const unseen = [
+      ...(held.http2Connections ? [`${held.http2Connections} HTTP/2 connections open (what a client took but has not read yet, up to its window, is not seen)`] : []),
+      ...(held.http3Connections ? [`${held.http3Connections} HTTP/3 (QUIC) connections open (QUIC's send buffers are in no stat)`] : []),
+    ];
+    return { bytes: held.bytes, ...(unseen.length ? { unchecked: `${epoch}: ${unseen.join("; ")}` } : {}) };
   } catch (error) {
     return { bytes: 0, unchecked: `${epoch}: its own buffers (its admin did not answer: ${(error as Error).message})` };
   }

@@ -47,14 +47,16 @@ describe("deliveryOf", () => {
 });
 
 describe("envoyBuffers", () => {
-  it("sums HTTP/2 pending bytes and write buffers, leaves the admin's own answer out, counts HTTP/3 connections", () => {
+  it("sums HTTP/2 pending bytes and write buffers, leaves the admin's own answer out, counts HTTP/2 and HTTP/3 connections", () => {
     expect(envoyBuffers([
       { name: "http2.pending_send_bytes", value: 18_000 },
       { name: "http.ingress.downstream_cx_tx_bytes_buffered", value: 1_000_000 },
       { name: "tcp.db.downstream_cx_tx_bytes_buffered", value: 7 },
       { name: "http.admin.downstream_cx_tx_bytes_buffered", value: 500 },
       { name: "http.quic.downstream_cx_http3_active", value: 2 },
-    ])).toEqual({ bytes: 1_018_007, http3Connections: 2 });
+      { name: "http.ingress.downstream_cx_http2_active", value: 3 },
+      { name: "http.admin.downstream_cx_http2_active", value: 1 },
+    ])).toEqual({ bytes: 1_018_007, http2Connections: 3, http3Connections: 2 });
   });
 });
 
