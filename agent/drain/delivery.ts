@@ -63,9 +63,10 @@ export async function undeliveredBy(live: readonly LiveEnvoy[]): Promise<Undeliv
   const each = await Promise.all(running.map((l) => undelivered(l.process.pid, { listenPorts: l.listenPorts, listenTables: l.listenTables, table })));
   if (each.some((u) => u === undefined)) return undefined;
   const unchecked = held.flatMap((h) => (h.unchecked ? [h.unchecked] : []));
-  return each.reduce<Undelivered>((sum, u) => ({
+  const sum = each.reduce<Undelivered>((sum, u) => ({
     connections: sum.connections + u!.connections,
     sending: sum.sending + u!.sending,
     bytes: sum.bytes + u!.bytes,
-  }), { connections: 0, sending: 0, bytes: held.reduce((sum, h) => sum + h.bytes, 0), ...(unchecked.length ? { unchecked } : {}) });
+  }), { connections: 0, sending: 0, bytes: held.reduce((sum, h) => sum + h.bytes, 0) });
+  return unchecked.length ? { ...sum, unchecked } : sum;
 }

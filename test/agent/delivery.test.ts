@@ -8,7 +8,8 @@ import { readTcpTable, TCP_STATE } from "../../agent/envoy/sockets.ts";
 import { httpBootstrap, localCluster, startEnvoy, waitFor } from "../support/envoy.ts";
 import { startGrpcStreamServer, type GrpcStreamServer } from "../support/grpc-stream.ts";
 import { inboundConfig, startLastcall } from "../support/lastcall.ts";
-import { agentState, type Serving, serving, upstreamForFile } from "../support/serving.ts";
+import { http1 } from "../filter/clients.ts";
+import { agentSees, agentState, type Serving, serving, upstreamForFile } from "../support/serving.ts";
 import { slowDownload, slowH2Download, type SlowStreamOptions, type SlowStreamRead } from "../support/slow-reader.ts";
 import { tempDir } from "../support/temp.ts";
 
@@ -143,6 +144,24 @@ describe("a slow reader across a reload", () => {
     expect(read).toEqual({ status: 200, expected: BODY, received: BODY, endedBy: "fin" });
     expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
     expect(await lc.exited).toEqual({ code: 0, signal: null });
+  });
+});
+
+// A hot-restart parent's admin went to its child: its own buffers (HTTP/2 windows, write
+// buffers) cannot be read. While it still holds a connection, the stop says so instead of a 0.
+describe("what the stop cannot look at", () => {
+  it("a hot-restart parent still holding a connection at the deadline: named, no bytes_unsent_at_stop", async () => {
+    const { lc, port, status } = await serving(app.port, ["--grace", "9s"]);
+    const held = http1(port, "/hold");
+    await agentSees(status, 1);
+    lc.signal("SIGHUP");
+    await lc.event("epoch_draining");
+    lc.signal("SIGTERM");
+    const terminated = await lc.event("terminated");
+    expect(terminated).toMatchObject({ reason: "deadline", inflight_at_stop: 1, delivery_unchecked: [expect.stringContaining("epoch 0")] });
+    expect(terminated).not.toHaveProperty("bytes_unsent_at_stop");
+    app.release();
+    await held.catch(() => undefined);
   });
 });
 
