@@ -2,6 +2,7 @@
 // reader (3 MB/s, a phone on a poor link) downloads 30 MB through Envoy; SIGTERM comes 1 s in,
 // on lastcall's defaults. Envoy finishes the stream long before the client has read it (the
 // rest sits in Envoy's buffer and the kernel's send queue); lastcall waits until it is delivered.
+import { execFileSync } from "node:child_process";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readTcpTable, TCP_STATE } from "../../agent/envoy/sockets.ts";
@@ -162,6 +163,40 @@ describe("what the stop cannot look at", () => {
     expect(terminated).not.toHaveProperty("bytes_unsent_at_stop");
     app.release();
     await held.catch(() => undefined);
+  });
+
+  // No HTTP/3 client here (Node has none): with no QUIC connection open, nothing is out of sight.
+  it("an HTTP/3 (QUIC) listener is named unchecked at start; with no QUIC connection open the stop can say 0", async () => {
+    const dir = tempDir("lastcall-quic-");
+    execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+      "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem")], { stdio: "ignore" });
+    const config = inboundConfig({ upstreamPort: app.port }) as { static_resources: { listeners: Array<Record<string, unknown>> } };
+    const tcp = config.static_resources.listeners[0] as { filter_chains: Array<{ filters: Array<{ typed_config: Record<string, unknown> }> }> };
+    const hcm = { ...tcp.filter_chains[0].filters[0].typed_config, codec_type: "HTTP3", stat_prefix: "quic" };
+    config.static_resources.listeners.push({
+      name: "quic",
+      address: { socket_address: { protocol: "UDP", address: "127.0.0.1", port_value: 0 } },
+      udp_listener_config: { quic_options: {} },
+      filter_chains: [{
+        transport_socket: {
+          name: "envoy.transport_sockets.quic",
+          typed_config: {
+            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.quic.v3.QuicDownstreamTransport",
+            downstream_tls_context: { common_tls_context: { tls_certificates: [{
+              certificate_chain: { filename: join(dir, "cert.pem") }, private_key: { filename: join(dir, "key.pem") },
+            }] } },
+          },
+        },
+        filters: [{ name: "envoy.filters.network.http_connection_manager", typed_config: hcm }],
+      }],
+    });
+    const lc = startLastcall(config);
+    expect(await lc.event("start")).toMatchObject({
+      listeners: [{ name: "ingress", delivery: "tcp_queue" }, { name: "quic", counted: "filter", delivery: "unchecked" }],
+    });
+    await lc.event("ready");
+    lc.signal("SIGTERM");
+    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", bytes_unsent_at_stop: 0 });
   });
 });
 
