@@ -14,14 +14,17 @@
 export type DeliveryCheck = "tcp_queue" | "envoy_buffers" | "unchecked";
 
 type Json = Record<string, unknown>;
-const isObject = (v: unknown): v is Json => typeof v === "object" && v !== null && !Array.isArray(v);
+const isObject = (v: unknown): v is Json =>
+  typeof v === "object" && v !== null && !Array.isArray(v);
 const RANK: Record<DeliveryCheck, number> = { tcp_queue: 0, envoy_buffers: 1, unchecked: 2 };
 
 function checkOfAddress(address: unknown): DeliveryCheck {
   if (!isObject(address)) return "tcp_queue";
   if (isObject(address.pipe) || isObject(address.envoy_internal_address)) return "envoy_buffers";
   const socket = address.socket_address;
-  return isObject(socket) && (socket.protocol === "UDP" || socket.protocol === 1) ? "unchecked" : "tcp_queue";
+  return isObject(socket) && (socket.protocol === "UDP" || socket.protocol === 1)
+    ? "unchecked"
+    : "tcp_queue";
 }
 
 /**
@@ -36,6 +39,8 @@ function checkOfAddress(address: unknown): DeliveryCheck {
 export function deliveryOf(listener: Json): DeliveryCheck {
   if (isObject(listener.udp_listener_config)) return "unchecked";
   const extra = Array.isArray(listener.additional_addresses) ? listener.additional_addresses : [];
-  const checks = [listener.address, ...extra.map((a) => (isObject(a) ? a.address : undefined))].map(checkOfAddress);
+  const checks = [listener.address, ...extra.map((a) => (isObject(a) ? a.address : undefined))].map(
+    checkOfAddress,
+  );
   return checks.reduce((worst, c) => (RANK[c] > RANK[worst] ? c : worst), "tcp_queue");
 }

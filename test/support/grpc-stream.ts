@@ -45,7 +45,11 @@ export async function startGrpcStreamServer(): Promise<GrpcStreamServer> {
   server.on("stream", (stream, headers) => {
     stream.resume(); // the request's (empty) message
     const url = new URL(String(headers[":path"] ?? "/"), "http://grpc");
-    serveStream(stream, Number(url.searchParams.get("messages") ?? 1), Number(url.searchParams.get("size") ?? 1024));
+    serveStream(
+      stream,
+      Number(url.searchParams.get("messages") ?? 1),
+      Number(url.searchParams.get("size") ?? 1024),
+    );
   });
   server.on("sessionError", () => {});
   await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
