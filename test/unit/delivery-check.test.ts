@@ -64,7 +64,7 @@ describe("deliveryOf", () => {
 });
 
 describe("envoyBuffers", () => {
-  it("sums HTTP/2 pending bytes and write buffers, not the admin's; counts h2, h3 connections", () => {
+  it("sums HTTP/2 pending and write buffers, not the admin's; counts h2, h3 connections", () => {
     expect(envoyBuffers([
       { name: "http2.pending_send_bytes", value: 18_000 },
       { name: "http.ingress.downstream_cx_tx_bytes_buffered", value: 1_000_000 },
