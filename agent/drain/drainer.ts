@@ -4,7 +4,7 @@
 import type { AppWatch } from "../supervise/app-watch.ts";
 import type { LiveEnvoy, Envoys } from "../supervise/envoys.ts";
 import { GAUGE_NAMES, activeRequests, isInflightGauge, parseStatsJson } from "../envoy/stats.ts";
-import { readTcpTable, type Undelivered, undelivered } from "../envoy/sockets.ts";
+import { undeliveredBy } from "./delivery.ts";
 import type { EventLog } from "../lib/log.ts";
 import type { RunOptions } from "../options.ts";
 import type { InflightTracker } from "./in-flight.ts";
@@ -13,7 +13,7 @@ import { finishOldEpochs } from "./old-epochs.ts";
 import { InboundCloser, inboundInflight } from "./inbound.ts";
 import type { DrainView, DrainWatch } from "./waiting.ts";
 import type { DrainMetrics } from "./drain-metrics.ts";
-import { DrainEnded, drainListeners, type DrainPlan, countNow, freshReading, type Settled, stopEnvoys, stopTargetOf, waitDrained } from "./shutdown.ts";
+import { DrainEnded, deliveryReading, drainListeners, type DrainPlan, countNow, freshReading, type Settled, stopEnvoys, stopTargetOf, waitDrained } from "./shutdown.ts";
 
 
 /** What the drainer needs from the agent. */
@@ -47,6 +47,8 @@ export interface StopOutcome {
   inflightAtStop: number;
   /** Response bytes not yet delivered at the stop (kernel send queues of accepted connections), when known. */
   bytesUnsentAtStop?: number;
+  /** What the delivery check could not look at (then there is no `bytesUnsentAtStop`). */
+  deliveryUnchecked?: string[];
   /**
    * From the wait's last reading of zero to the stop's order (ms), when the last wait ended on
    * a zero; the caller knows whether this drain's wait did (a counting mode's zero).
@@ -54,30 +56,7 @@ export interface StopOutcome {
   lastZeroToStopMs?: number;
 }
 
-/**
- * What the given Envoy processes still have to deliver, summed; undefined when /proc cannot
- * tell for one of them.
- *
- * @example
- * ```ts
- * const left = await undeliveredBy(envoys.all()); // { connections: 2, sending: 1, bytes: 812_000 }
- * ```
- */
-export async function undeliveredBy(live: readonly LiveEnvoy[]): Promise<Undelivered | undefined> {
-  // Once for all of them, and only the tables their listeners were found in (each read walks the
-  // kernel's whole connection hash); both until those are known.
-  const running = live.filter((l) => l.process.running);
-  const tables = running.every((l) => l.listenTables.size > 0) ? [...new Set(running.flatMap((l) => [...l.listenTables]))] : undefined;
-  const table = await readTcpTable("/proc", tables);
-  if (!table) return undefined;
-  const each = await Promise.all(running.map((l) => undelivered(l.process.pid, { listenPorts: l.listenPorts, listenTables: l.listenTables, table })));
-  if (each.some((u) => u === undefined)) return undefined;
-  return each.reduce<Undelivered>((sum, u) => ({
-    connections: sum.connections + u!.connections,
-    sending: sum.sending + u!.sending,
-    bytes: sum.bytes + u!.bytes,
-  }), { connections: 0, sending: 0, bytes: 0 });
-}
+export { undeliveredBy } from "./delivery.ts";
 
 /**
  * Drains and stops the live Envoys.
@@ -392,7 +371,7 @@ export class Drainer {
   async stop(plan: DrainPlan): Promise<StopOutcome> {
     // Everything from here fits in what is left of the grace period (less a little for exiting).
     const graceEnd = (plan.terminatedAt ?? plan.startedAt) + this.#o.graceMs - 300;
-    const { inflight: inflightAtStop, bytesUnsent } = await this.#readingAtStop(graceEnd);
+    const { inflight: inflightAtStop, bytesUnsent, unchecked } = await this.#readingAtStop(graceEnd);
     const stopBudget = () => Math.max(200, graceEnd - Date.now());
     const targets = this.#envoys.all().filter((l) => l.process.running);
     for (const l of targets) this.#deps.retiring.add(l.info.instance);
@@ -404,7 +383,7 @@ export class Drainer {
     const lastZeroToStopMs = zero === undefined ? undefined : Date.now() - zero;
     await stopEnvoys(newest.map(stopTargetOf), this.#log, stopBudget() / 2);
     await stopEnvoys(targets.filter((l) => l.process.running).map(stopTargetOf), this.#log, stopBudget());
-    return { inflightAtStop, bytesUnsentAtStop: bytesUnsent, ...(lastZeroToStopMs !== undefined ? { lastZeroToStopMs } : {}) };
+    return { inflightAtStop, bytesUnsentAtStop: bytesUnsent, ...(unchecked ? { deliveryUnchecked: unchecked } : {}), ...(lastZeroToStopMs !== undefined ? { lastZeroToStopMs } : {}) };
   }
 
   // What is in flight and undelivered right before the stop. A wait that ended on a zero just now
@@ -417,6 +396,6 @@ export class Drainer {
       countNow((s) => this.measure(s), () => this.#tracker.inflight(this.#envoys.reporters()), measureMs),
       undeliveredBy(this.#envoys.all()),
     ]);
-    return { inflight, ...(left ? { bytesUnsent: left.bytes } : {}) };
+    return { inflight, ...deliveryReading(left) };
   }
 }

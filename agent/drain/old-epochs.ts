@@ -13,7 +13,7 @@ import type { RunOptions } from "../options.ts";
 import type { InflightTracker } from "./in-flight.ts";
 import type { ModeContext } from "./modes/context.ts";
 import type { DrainMetrics } from "./drain-metrics.ts";
-import { DELIVERY_POLL_MS, DrainEnded, drainListeners, type DrainPlan, countNow, freshReading, type Settled, stopEnvoys, stopTargetOf, waitDrained } from "./shutdown.ts";
+import { DELIVERY_POLL_MS, deliveryReading, DrainEnded, drainListeners, type DrainPlan, countNow, freshReading, type Settled, stopEnvoys, stopTargetOf, waitDrained } from "./shutdown.ts";
 import { delay } from "../lib/async.ts";
 
 /** What finishing old Envoys needs from the drainer. */
@@ -128,11 +128,16 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
     freshReading(last)?.inflight ?? countNow(deps.measure, () => deps.tracker.inflight(reporters), 500),
     deps.undelivered(old),
   ]);
-  const cut = { inflight_at_stop: inflight, ...(left ? { bytes_unsent_at_stop: left.bytes } : {}) };
+  const { bytesUnsent, unchecked } = deliveryReading(left);
+  const cut = {
+    inflight_at_stop: inflight,
+    ...(bytesUnsent !== undefined ? { bytes_unsent_at_stop: bytesUnsent } : {}),
+    ...(unchecked ? { delivery_unchecked: unchecked } : {}),
+  };
   for (const l of old) l.drained = { drain_reason: reason, ...cut };
   const drainMs = Date.now() - startedAt;
   deps.log("epoch_drained", { epochs, reason, ms: drainMs, ...cut });
-  const outcome = { reason, drainMs, inflightAtStop: inflight, ...(left ? { bytesUnsent: left.bytes } : {}) };
+  const outcome = { reason, drainMs, inflightAtStop: inflight, ...(bytesUnsent !== undefined ? { bytesUnsent } : {}) };
   if (request.kind === "hot") {
     metered?.ended(outcome); // lastcall stops no hot parent: no time to a stop
     return reason; // its child ends it (see above)

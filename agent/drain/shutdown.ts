@@ -148,6 +148,22 @@ export interface Settled {
   at: number;
   inflight: number;
   bytesUnsent?: number;
+  /** What the delivery wait could not look at (there is then no `bytesUnsent`). */
+  unchecked?: string[];
+}
+
+/**
+ * A delivery reading as the stop reports it: the bytes left when every buffer was looked at,
+ * else what could not be (never a 0 for what was not seen).
+ *
+ * @example
+ * ```ts
+ * deliveryReading({ connections: 1, sending: 0, bytes: 0 }); // { bytesUnsent: 0 }
+ * ```
+ */
+export function deliveryReading(left: Undelivered | undefined): Pick<Settled, "bytesUnsent" | "unchecked"> {
+  if (!left) return {};
+  return left.unchecked?.length ? { unchecked: left.unchecked } : { bytesUnsent: left.bytes };
 }
 
 /** Longest pause between two looks at what Envoy's last responses still have to deliver. */
@@ -156,8 +172,9 @@ export const DELIVERY_POLL_MS = 50;
 const DELIVERY_POLL_MIN_MS = 2;
 
 /**
- * Waits until no accepted connection of the Envoys has a response byte left to deliver (the
- * kernel's send queue is empty, so Envoy's own buffer is too). A slow reader keeps its
+ * Waits until no accepted connection of the Envoys has a response byte left to deliver: the
+ * kernel's send queues are empty, and so are Envoy's own buffers (HTTP/2 bytes waiting for a
+ * client's window, write buffers; what cannot be seen is only said at the stop). A slow reader keeps its
  * connection's queue full long after Envoy finished the stream: this is what makes "done" mean
  * the client's last byte. Looks again when the queues should be empty at the rate they have
  * been emptying (at most every 50 ms), so the end is seen a few ms after it comes. Resolves with
@@ -239,7 +256,7 @@ export async function waitDrained(plan: DrainPlan, deps: WaitDeps, ended: AbortS
           }
           inflight = again ?? 0;
         }
-        deps.settled?.({ at: Date.now(), inflight, ...(delivery.left ? { bytesUnsent: delivery.left.bytes } : {}) });
+        deps.settled?.({ at: Date.now(), inflight, ...deliveryReading(delivery.left) });
       }
       log("drain_wait_done", { mode: plan.mode, reason, ms: Date.now() - plan.startedAt, ...(plan.epochs ? { epochs: plan.epochs } : {}) });
       return reason;

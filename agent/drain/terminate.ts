@@ -53,12 +53,13 @@ export async function terminate(c: TerminateContext, source: string): Promise<nu
   let reason = hadEnvoy ? "envoy_not_ready" : "envoy_not_running";
   let inflightAtStop = 0;
   let bytesUnsentAtStop: number | undefined;
+  let deliveryUnchecked: string[] | undefined;
   let lastZeroToStopMs: number | undefined;
   if (c.envoys.all().some((l) => l.process.running)) {
     reason = await c.drainer.waitDrained(plan);
     c.state.phase = "stopping";
     const stopped = await c.drainer.stop(plan);
-    ({ inflightAtStop, bytesUnsentAtStop } = stopped);
+    ({ inflightAtStop, bytesUnsentAtStop, deliveryUnchecked } = stopped);
     // A counting mode's wait that ended on its own read a zero right before it returned.
     const counting = plan.mode === "inflight" || plan.mode === "requests";
     if (counting && !DrainEnded.reasons.includes(reason)) lastZeroToStopMs = stopped.lastZeroToStopMs;
@@ -84,6 +85,7 @@ export async function terminate(c: TerminateContext, source: string): Promise<nu
     drain_ms: summary.drainMs,
     inflight_at_stop: inflightAtStop,
     ...(bytesUnsentAtStop !== undefined ? { bytes_unsent_at_stop: bytesUnsentAtStop } : {}),
+    ...(deliveryUnchecked ? { delivery_unchecked: deliveryUnchecked } : {}),
     ...(lastZeroToStopMs !== undefined ? { last_zero_to_stop_ms: lastZeroToStopMs } : {}),
     ...(died.length > 0 ? { envoy_exits: died.map((d) => d.exit) } : {}),
   });

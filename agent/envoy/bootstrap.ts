@@ -4,6 +4,7 @@
 // OUTBOUND ones. Pure: no I/O.
 import { redirectXds, type XdsPlan, type XdsRedirectOptions } from "../xds/redirect.ts";
 import { countingOf, type Direction, directionOf, type ListenerCounting } from "./direction.ts";
+import { deliveryOf } from "./delivery-check.ts";
 
 /** Timeout of the filter's report calls: longer than the longest heartbeat hold (the agent's long poll). */
 export function reportTimeoutMs(heartbeatMs: number): number {
@@ -235,7 +236,8 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
       }
     }
     if (http > 0) (isInbound ? filteredListeners : outboundListeners).push(name);
-    counting.set(listener, { name, direction: directions.get(listener)!, counted: countingOf({ direction: directions.get(listener)!, http, tcp, statsOnly }) });
+    const counted = countingOf({ direction: directions.get(listener)!, http, tcp, statsOnly });
+    counting.set(listener, { name, direction: directions.get(listener)!, counted, delivery: deliveryOf(listener) });
   }
   // xDS hook (agent/xds/redirect.ts): LDS goes through lastcall, which inserts the filter.
   const xds = options.filter && options.xds

@@ -2,6 +2,7 @@
 // one rule for static listeners (bootstrap.ts) and LDS ones (agent/xds/). Every listener is
 // counted unless it is explicitly OUTBOUND; an unmarked one is treated, and marked, as INBOUND,
 // because Envoy's `drain_listeners?inboundonly` drains only listeners marked INBOUND.
+import type { DeliveryCheck } from "./delivery-check.ts";
 
 /** `traffic_direction` as written: INBOUND, OUTBOUND, or absent (UNSPECIFIED). */
 export type Direction = "INBOUND" | "OUTBOUND" | "unmarked";
@@ -25,6 +26,8 @@ export interface ListenerCounting {
   name: string;
   direction: Direction;
   counted: Counting;
+  /** How its responses' delivery is checked (delivery-check.ts); absent where its address was not read. */
+  delivery?: DeliveryCheck;
 }
 
 /**

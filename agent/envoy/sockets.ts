@@ -105,8 +105,23 @@ export interface Undelivered {
   connections: number;
   /** Of those, the ones with bytes not yet acknowledged by the client. */
   sending: number;
-  /** Bytes in those connections' kernel send queues. */
+  /** Bytes in those connections' kernel send queues, and (agent/drain/delivery.ts) in Envoy's own buffers. */
   bytes: number;
+  /** What could not be looked at (then `bytes` is only what could): never reported as 0 unsent. */
+  unchecked?: string[];
+}
+
+/**
+ * The bytes left undelivered, when everything was looked at; undefined when something could not
+ * be (or nothing could: no /proc).
+ *
+ * @example
+ * ```ts
+ * knownBytes({ connections: 1, sending: 0, bytes: 0, unchecked: ["2 HTTP/3 connections"] }); // undefined
+ * ```
+ */
+export function knownBytes(left: Undelivered | undefined): number | undefined {
+  return left && !left.unchecked?.length ? left.bytes : undefined;
 }
 
 /** Options of {@linkcode undelivered}. */
@@ -156,4 +171,51 @@ export async function undelivered(pid: number, options: UndeliveredOptions = {})
     }
   }
   return result;
+}
+
+/** One row of /proc/net/unix. */
+export interface UnixSocket {
+  /** Listening (`__SO_ACCEPTCON`). */
+  listening: boolean;
+  inode: number;
+  /** The bound path (`@…` in the abstract namespace); an accepted socket shows its listener's. */
+  path?: string;
+}
+
+/**
+ * Parses the text of /proc/net/unix.
+ *
+ * @example
+ * ```ts
+ * parseUnixTable(await readFile("/proc/net/unix", "utf8")).filter((s) => s.listening);
+ * ```
+ */
+export function parseUnixTable(text: string): UnixSocket[] {
+  const rows: UnixSocket[] = [];
+  for (const line of text.split("\n").slice(1)) {
+    // Seven fields, then the path as the kernel wrote it (it may hold spaces).
+    const m = /^\s*\S+\s+\S+\s+\S+\s+([0-9A-Fa-f]+)\s+\S+\s+\S+\s+(\d+)(?: (.*))?$/.exec(line);
+    if (!m) continue;
+    rows.push({ listening: (parseInt(m[1], 16) & 0x10000) !== 0, inode: Number(m[2]), ...(m[3] ? { path: m[3] } : {}) });
+  }
+  return rows;
+}
+
+/**
+ * How many connections `pid` accepted on its unix-socket listeners (their paths are gathered in
+ * `listenPaths`, as {@linkcode undelivered} gathers ports); `exclude` names paths that are not
+ * listeners of its traffic (its admin). The kernel shows no queue sizes there.
+ *
+ * @returns undefined where /proc cannot tell
+ * @example
+ * ```ts
+ * await unixConnections(envoy.pid, new Set()); // 1
+ * ```
+ */
+export async function unixConnections(pid: number, listenPaths: Set<string>, exclude: readonly string[] = [], proc = "/proc"): Promise<number | undefined> {
+  const [inodes, text] = await Promise.all([socketInodes(pid, proc), readFile(`${proc}/net/unix`, "utf8").catch(() => undefined)]);
+  if (!inodes || text === undefined) return undefined;
+  const own = parseUnixTable(text).filter((s) => inodes.has(s.inode) && s.path !== undefined && !exclude.includes(s.path));
+  for (const s of own) if (s.listening) listenPaths.add(s.path!);
+  return own.filter((s) => !s.listening && listenPaths.has(s.path!)).length;
 }

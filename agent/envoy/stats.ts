@@ -71,3 +71,45 @@ export function activeConnections(stats: Stat[], excludeAddresses: readonly stri
   }
   return total;
 }
+
+/**
+ * The stats {@linkcode envoyBuffers} reads: HTTP/2 response bytes waiting for a client's window
+ * (`http2.pending_send_bytes`: every downstream HTTP/2 codec), bytes in the connection write
+ * buffers of each connection manager and TCP proxy, and open HTTP/2 and HTTP/3 connections.
+ */
+export const BUFFER_STATS =
+  "^http2\\.pending_send_bytes$|^(http|tcp)\\..+\\.downstream_cx_tx_bytes_buffered$|^http\\..+\\.downstream_cx_http[23]_active$";
+
+/** What Envoy itself still holds for its clients, from its stats. */
+export interface EnvoyBuffers {
+  /** Response bytes in Envoy's own buffers: HTTP/2 codecs waiting for a window, write buffers. */
+  bytes: number;
+  /**
+   * Open HTTP/2 connections: what a client's TCP took but its app has not read yet (up to its
+   * window) is lost if the client drops it as the connection closes (the client's WINDOW_UPDATEs
+   * then meet a closed socket: a reset).
+   */
+  http2Connections: number;
+  /** Open HTTP/3 connections: what QUIC still has to send or resend is not in any stat. */
+  http3Connections: number;
+}
+
+/**
+ * Sums what Envoy holds for its clients (see {@linkcode BUFFER_STATS}); Envoy's admin connection
+ * manager (the answer being written) is left out.
+ *
+ * @example
+ * ```ts
+ * envoyBuffers([{ name: "http2.pending_send_bytes", value: 18_000 }]); // { bytes: 18000, http2Connections: 0, http3Connections: 0 }
+ * ```
+ */
+export function envoyBuffers(stats: Stat[]): EnvoyBuffers {
+  const held: EnvoyBuffers = { bytes: 0, http2Connections: 0, http3Connections: 0 };
+  for (const { name, value } of stats) {
+    if (name.startsWith("http.admin.")) continue;
+    if (name === "http2.pending_send_bytes" || name.endsWith(".downstream_cx_tx_bytes_buffered")) held.bytes += value;
+    else if (name.endsWith(".downstream_cx_http2_active")) held.http2Connections += value;
+    else if (name.endsWith(".downstream_cx_http3_active")) held.http3Connections += value;
+  }
+  return held;
+}

@@ -47,7 +47,7 @@ export interface LiveEnvoy {
   /** The /proc/net tables those listening sockets were found in (tcp, tcp6). */
   listenTables: Set<TcpTableName>;
   /** How the drain of this old epoch of a reload ended, for its `epoch_exit` line. */
-  drained?: { drain_reason: string; inflight_at_stop: number; bytes_unsent_at_stop?: number };
+  drained?: { drain_reason: string; inflight_at_stop: number; bytes_unsent_at_stop?: number; delivery_unchecked?: string[] };
 }
 
 /**

@@ -73,7 +73,7 @@ export async function relayFile(file: XdsFile, context: FileRelayContext): Promi
     context.log("xds_listeners", {
       service: "file", path: file.source, listeners: rewrite.listeners.map((l) => l.name),
       filtered: rewrite.listeners.filter((l) => l.http + l.tcp > 0).map((l) => l.name),
-      counted: rewrite.listeners.map((l) => ({ name: l.name, direction: l.direction, counted: l.counted })),
+      counted: rewrite.listeners.map((l) => ({ name: l.name, direction: l.direction, counted: l.counted, delivery: l.delivery })),
     });
     context.onListeners(rewrite.listeners);
   };

@@ -2,6 +2,7 @@
 // wire-level rewrite (listener.ts) and as static listeners, on parsed JSON, and an unmarked
 // listener marked INBOUND (agent/envoy/direction.ts). Keys lastcall does not know stay as they are.
 import { type Counting, countingOf, type Direction, directionOf } from "../envoy/direction.ts";
+import { type DeliveryCheck, deliveryOf } from "../envoy/delivery-check.ts";
 
 type Json = Record<string, unknown>;
 const isObject = (v: unknown): v is Json => typeof v === "object" && v !== null && !Array.isArray(v);
@@ -19,6 +20,8 @@ export interface JsonListenerRewrite {
   marked: boolean;
   /** How it is counted (the filters it got now or already had). */
   counted: Counting;
+  /** How its responses' delivery is checked, by its address. */
+  delivery: DeliveryCheck;
   /** HTTP connection managers that got the filter. */
   http: number;
   /** Filter chains that got the TCP variant. */
@@ -61,7 +64,7 @@ export function insertIntoListener(listener: Json, filters: { http: Json; tcp: J
     }
   }
   const counted = countingOf({ direction, http: httpAfter, tcp: tcpAfter });
-  return { name: String(listener.name ?? ""), direction, marked, counted, http, tcp };
+  return { name: String(listener.name ?? ""), direction, marked, counted, delivery: deliveryOf(listener), http, tcp };
 }
 
 /**

@@ -5,6 +5,7 @@
 // inbound-only drain drains only listeners so marked. Every other byte is copied as it came, so
 // fields lastcall does not know (a newer Envoy's) reach Envoy unchanged.
 import { type Counting, countingOf, type Direction, TRAFFIC_DIRECTION } from "../envoy/direction.ts";
+import { type DeliveryCheck, deliveryOf } from "../envoy/delivery-check.ts";
 import { concat, lenField, readFields, stringOf, varintField, WIRE, type WireField } from "./wire.ts";
 
 const HCM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
@@ -12,7 +13,10 @@ const TCP_PROXY_TYPE = "type.googleapis.com/envoy.extensions.filters.network.tcp
 
 /** Field numbers of Envoy's API used here (envoy/config/listener/v3, http_connection_manager/v3). */
 const F = {
-  listener: { name: 1, filterChains: 3, trafficDirection: 16, defaultFilterChain: 25 },
+  listener: { name: 1, address: 2, filterChains: 3, trafficDirection: 16, udpListenerConfig: 18, defaultFilterChain: 25, additionalAddresses: 33 },
+  additionalAddress: { address: 1 },
+  address: { socketAddress: 1, pipe: 2, envoyInternalAddress: 3 },
+  socketAddress: { protocol: 1 },
   chain: { filters: 3 },
   filter: { name: 1, typedConfig: 4 },
   any: { typeUrl: 1, value: 2 },
@@ -42,6 +46,8 @@ export interface ListenerRewrite {
   marked: boolean;
   /** How it is counted (the filters it got now or already had). */
   counted: Counting;
+  /** How its responses' delivery is checked, by its address. */
+  delivery: DeliveryCheck;
   /** HTTP connection managers that got the filter. */
   http: number;
   /** Filter chains that got the TCP variant. */
@@ -124,6 +130,28 @@ function directionOfFields(fields: WireField[]): Direction {
   return value === TRAFFIC_DIRECTION.OUTBOUND ? "OUTBOUND" : value === TRAFFIC_DIRECTION.INBOUND ? "INBOUND" : "unmarked";
 }
 
+/** An encoded `envoy.config.core.v3.Address` as the JSON {@linkcode deliveryOf} reads. */
+function addressJson(bytes: Uint8Array | undefined): Record<string, unknown> | undefined {
+  if (!bytes) return undefined;
+  const fields = readFields(bytes);
+  if (fields.some((f) => isLen(f, F.address.pipe))) return { pipe: {} };
+  if (fields.some((f) => isLen(f, F.address.envoyInternalAddress))) return { envoy_internal_address: {} };
+  const socket = fields.find((f) => isLen(f, F.address.socketAddress));
+  if (!socket) return undefined;
+  const protocol = readFields(socket.value).filter((f) => f.number === F.socketAddress.protocol && f.wireType === WIRE.varint).at(-1)?.varint;
+  return { socket_address: { protocol: protocol ?? 0 } };
+}
+
+/** How a Listener's delivery is checked, from its encoded address fields. */
+function deliveryOfFields(fields: WireField[]): DeliveryCheck {
+  return deliveryOf({
+    address: addressJson(fields.filter((f) => isLen(f, F.listener.address)).at(-1)?.value),
+    additional_addresses: fields.filter((f) => isLen(f, F.listener.additionalAddresses))
+      .map((f) => ({ address: addressJson(readFields(f.value).find((g) => isLen(g, F.additionalAddress.address))?.value) })),
+    ...(fields.some((f) => isLen(f, F.listener.udpListenerConfig)) ? { udp_listener_config: {} } : {}),
+  });
+}
+
 /**
  * Inserts the filter into every filter chain of an encoded `envoy.config.listener.v3.Listener`,
  * and marks an unmarked listener INBOUND.
@@ -155,6 +183,7 @@ export function rewriteListener(bytes: Uint8Array, filters: EncodedFilters): Lis
   });
   if (marked) out.push(varintField(F.listener.trafficDirection, TRAFFIC_DIRECTION.INBOUND));
   const counted = countingOf({ direction, http: httpAfter, tcp: tcpAfter });
-  return { bytes: http + tcp > 0 || marked ? concat(out) : bytes, name, outbound, direction, marked, counted, http, tcp };
+  const delivery = deliveryOfFields(fields);
+  return { bytes: http + tcp > 0 || marked ? concat(out) : bytes, name, outbound, direction, marked, counted, delivery, http, tcp };
 }
 

@@ -80,7 +80,7 @@ export function relayStream(down: grpc.ServerDuplexStream<Buffer, Buffer>, metho
           log("xds_listeners", {
             service: method.service, variant: method.variant, nonce: rewrite.nonce,
             listeners: rewrite.listeners.map((l) => l.name), filtered: filtered.map((l) => l.name),
-            counted: rewrite.listeners.map((l) => ({ name: l.name, direction: l.direction, counted: l.counted })),
+            counted: rewrite.listeners.map((l) => ({ name: l.name, direction: l.direction, counted: l.counted, delivery: l.delivery })),
           });
           context.onListeners(rewrite.listeners);
         }

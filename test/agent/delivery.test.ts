@@ -2,13 +2,22 @@
 // reader (3 MB/s, a phone on a poor link) downloads 30 MB through Envoy; SIGTERM comes 1 s in,
 // on lastcall's defaults. Envoy finishes the stream long before the client has read it (the
 // rest sits in Envoy's buffer and the kernel's send queue); lastcall waits until it is delivered.
-import { describe, expect, it } from "vitest";
+import { execFileSync } from "node:child_process";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readTcpTable, TCP_STATE } from "../../agent/envoy/sockets.ts";
-import { httpBootstrap, startEnvoy } from "../support/envoy.ts";
-import { type Serving, serving, upstreamForFile } from "../support/serving.ts";
-import { slowDownload } from "../support/slow-reader.ts";
+import { httpBootstrap, localCluster, startEnvoy, waitFor } from "../support/envoy.ts";
+import { startGrpcStreamServer, type GrpcStreamServer } from "../support/grpc-stream.ts";
+import { inboundConfig, startLastcall } from "../support/lastcall.ts";
+import { http1 } from "../filter/clients.ts";
+import { agentSees, agentState, type Serving, serving, upstreamForFile } from "../support/serving.ts";
+import { slowDownload, slowH2Download, type SlowStreamOptions, type SlowStreamRead } from "../support/slow-reader.ts";
+import { tempDir } from "../support/temp.ts";
 
 const app = upstreamForFile();
+let grpc: GrpcStreamServer;
+beforeAll(async () => (grpc = await startGrpcStreamServer()));
+afterAll(() => grpc.close());
 const BODY = 30_000_000;
 const RATE = 3_000_000;
 
@@ -46,6 +55,72 @@ describe("a slow reader across SIGTERM", () => {
   });
 });
 
+/**
+ * What the stop says of an HTTP/2 download: 0 unsent only when every byte reached the client's
+ * app; with the client's connection still open at the stop, what it took but has not read is
+ * not seen, and the stop says so instead.
+ */
+function saidTruly(terminated: Record<string, unknown>, read: SlowStreamRead, expected: number) {
+  expect(terminated).toMatchObject({ inflight_at_stop: 0 });
+  if (terminated.bytes_unsent_at_stop === 0) expect(read).toMatchObject({ received: expected, endedBy: "end_stream" });
+  else expect(terminated.delivery_unchecked).toEqual([expect.stringContaining("HTTP/2 connections open")]);
+}
+
+// HTTP/2 throttles by flow control: the client's window, opened only as its app reads, holds the
+// rest in Envoy's HTTP/2 codec (`http2.pending_send_bytes`), not in the kernel's queue; Envoy
+// 1.40 ends the stream for the filter only once its END_STREAM left the codec.
+describe("an HTTP/2 client that reads slowly, by flow control (16 KiB window)", () => {
+  async function acrossSigterm({ lc, port }: Serving, path: string, options: SlowStreamOptions = {}) {
+    const download = slowH2Download(port, path, RATE, options);
+    await download.reached(RATE);
+    lc.signal("SIGTERM");
+    const read = await download.done;
+    const terminated = await lc.event("terminated");
+    expect(await lc.exited).toEqual({ code: 0, signal: null });
+    return { read, terminated };
+  }
+
+  it("gets every byte of 30 MB, END_STREAM included, on the defaults", async () => {
+    const { read, terminated } = await acrossSigterm(await serving(app.port, []), `/bytes?n=${BODY}`);
+    expect(read).toEqual({ status: 200, expected: BODY, received: BODY, endedBy: "end_stream" });
+    expect(terminated).toMatchObject({ reason: "inflight_zero" });
+    saidTruly(terminated, read, BODY);
+  });
+
+  it("a gRPC server stream (h2 upstream) gets every message and its trailers", async () => {
+    const config = inboundConfig({ upstreamPort: app.port }) as { static_resources: { clusters: unknown[] } };
+    config.static_resources.clusters = [localCluster("app", grpc.port, { http2: true })];
+    const [messages, size] = [3000, 10_000];
+    // A server-streaming call: one empty request message, then the request half-closes.
+    const call = { headers: { ":method": "POST", "content-type": "application/grpc", te: "trailers" }, body: Buffer.alloc(5) };
+    const { read, terminated } = await acrossSigterm(await serving(app.port, [], { config }), `/svc/Stream?messages=${messages}&size=${size}`, call);
+    expect(read).toMatchObject({ status: 200, received: messages * (size + 5), endedBy: "end_stream", trailers: { "grpc-status": "0" } });
+    expect(terminated).toMatchObject({ reason: "inflight_zero" });
+    saidTruly(terminated, read, messages * (size + 5));
+  });
+});
+
+describe("a slow reader on a unix-socket listener", () => {
+  it("gets every byte of 30 MB: the drain waits for Envoy's own write buffer", async () => {
+    const path = join(tempDir("lastcall-pipe-"), "in.sock");
+    const config = inboundConfig({ upstreamPort: app.port }) as { static_resources: { listeners: Array<Record<string, unknown>> } };
+    config.static_resources.listeners[0].address = { pipe: { path } };
+    const lc = startLastcall(config);
+    expect(await lc.event("start")).toMatchObject({ listeners: [{ name: "ingress", delivery: "envoy_buffers" }] });
+    await lc.event("ready");
+    const status = await lc.statusUrl();
+    await waitFor(async () => ((await agentState(status)).filter === "reporting" ? true : undefined), { what: "the filter's first report" });
+    const download = slowDownload({ path }, `/bytes?n=${BODY}`, RATE);
+    await download.reached(RATE);
+    lc.signal("SIGTERM");
+    const read = await download.done;
+    expect(read).toEqual({ status: 200, expected: BODY, received: BODY, endedBy: "fin" });
+    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
+    expect(lc.events.map((e) => e.event)).toContain("drain_flushing");
+    expect(await lc.exited).toEqual({ code: 0, signal: null });
+  });
+});
+
 describe("a slow reader across a reload", () => {
   it("a cold reload (--no-hot-restart) stops the old Envoy only once the reader has every byte", async () => {
     const { lc, port, envoyPid } = await serving(app.port, ["--no-hot-restart"]);
@@ -70,6 +145,58 @@ describe("a slow reader across a reload", () => {
     expect(read).toEqual({ status: 200, expected: BODY, received: BODY, endedBy: "fin" });
     expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
     expect(await lc.exited).toEqual({ code: 0, signal: null });
+  });
+});
+
+// A hot-restart parent's admin went to its child: its own buffers (HTTP/2 windows, write
+// buffers) cannot be read. While it still holds a connection, the stop says so instead of a 0.
+describe("what the stop cannot look at", () => {
+  it("a hot-restart parent still holding a connection at the deadline: named, no bytes_unsent_at_stop", async () => {
+    const { lc, port, status } = await serving(app.port, ["--grace", "9s"]);
+    const held = http1(port, "/hold");
+    await agentSees(status, 1);
+    lc.signal("SIGHUP");
+    await lc.event("epoch_draining");
+    lc.signal("SIGTERM");
+    const terminated = await lc.event("terminated");
+    expect(terminated).toMatchObject({ reason: "deadline", inflight_at_stop: 1, delivery_unchecked: [expect.stringContaining("epoch 0")] });
+    expect(terminated).not.toHaveProperty("bytes_unsent_at_stop");
+    app.release();
+    await held.catch(() => undefined);
+  });
+
+  // No HTTP/3 client here (Node has none): with no QUIC connection open, nothing is out of sight.
+  it("an HTTP/3 (QUIC) listener is named unchecked at start; with no QUIC connection open the stop can say 0", async () => {
+    const dir = tempDir("lastcall-quic-");
+    execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+      "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem")], { stdio: "ignore" });
+    const config = inboundConfig({ upstreamPort: app.port }) as { static_resources: { listeners: Array<Record<string, unknown>> } };
+    const tcp = config.static_resources.listeners[0] as { filter_chains: Array<{ filters: Array<{ typed_config: Record<string, unknown> }> }> };
+    const hcm = { ...tcp.filter_chains[0].filters[0].typed_config, codec_type: "HTTP3", stat_prefix: "quic" };
+    config.static_resources.listeners.push({
+      name: "quic",
+      address: { socket_address: { protocol: "UDP", address: "127.0.0.1", port_value: 0 } },
+      udp_listener_config: { quic_options: {} },
+      filter_chains: [{
+        transport_socket: {
+          name: "envoy.transport_sockets.quic",
+          typed_config: {
+            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.quic.v3.QuicDownstreamTransport",
+            downstream_tls_context: { common_tls_context: { tls_certificates: [{
+              certificate_chain: { filename: join(dir, "cert.pem") }, private_key: { filename: join(dir, "key.pem") },
+            }] } },
+          },
+        },
+        filters: [{ name: "envoy.filters.network.http_connection_manager", typed_config: hcm }],
+      }],
+    });
+    const lc = startLastcall(config);
+    expect(await lc.event("start")).toMatchObject({
+      listeners: [{ name: "ingress", delivery: "tcp_queue" }, { name: "quic", counted: "filter", delivery: "unchecked" }],
+    });
+    await lc.event("ready");
+    lc.signal("SIGTERM");
+    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", bytes_unsent_at_stop: 0 });
   });
 });
 

@@ -87,8 +87,8 @@ it("a static listener with no traffic_direction beside an INBOUND one: named in 
   const start = await lc.event("start");
   expect(start).toMatchObject({ filter: ["ingress", "plain"], inbound: ["ingress", "plain"] });
   expect(start.listeners).toEqual([
-    { name: "ingress", direction: "INBOUND", counted: "filter" },
-    { name: "plain", direction: "unmarked", counted: "filter" },
+    { name: "ingress", direction: "INBOUND", counted: "filter", delivery: "tcp_queue" },
+    { name: "plain", direction: "unmarked", counted: "filter", delivery: "tcp_queue" },
   ]);
   await lc.event("ready");
   await heldPastTheFloor(lc, await lc.listenerPort("plain"));

@@ -2,6 +2,7 @@
 // end of a large body sits in Envoy's and the kernel's buffers long after Envoy has finished the
 // stream. It counts the body bytes it really got.
 import { connect } from "node:net";
+import { connect as connectH2, type ClientHttp2Stream } from "node:http2";
 
 /** What a slow reader got. */
 export interface SlowRead {
@@ -24,8 +25,8 @@ export interface SlowDownload {
 }
 
 /**
- * GETs `path` from 127.0.0.1:`port` over HTTP/1.1 (`Connection: close`) and reads the answer at
- * `bytesPerSecond`.
+ * GETs `path` from 127.0.0.1:`port` (or a unix socket at `{ path }`) over HTTP/1.1
+ * (`Connection: close`) and reads the answer at `bytesPerSecond`.
  *
  * @example
  * ```ts
@@ -33,8 +34,8 @@ export interface SlowDownload {
  * await download.reached(3_000_000);
  * ```
  */
-export function slowDownload(port: number, path: string, bytesPerSecond: number): SlowDownload {
-  const socket = connect({ host: "127.0.0.1", port });
+export function slowDownload(target: number | { path: string }, path: string, bytesPerSecond: number): SlowDownload {
+  const socket = connect(typeof target === "number" ? { host: "127.0.0.1", port: target } : target);
   socket.setNoDelay(true);
   const startedAt = Date.now();
   let head = Buffer.alloc(0);
@@ -73,6 +74,94 @@ export function slowDownload(port: number, path: string, bytesPerSecond: number)
   let endedBy: SlowRead["endedBy"] = "fin";
   socket.on("error", () => (endedBy = "reset"));
   const done = new Promise<SlowRead>((resolve) => socket.once("close", () => resolve({ status, expected, received, endedBy })));
+  return {
+    received: () => received,
+    reached: (bytes) => new Promise<void>((resolve) => {
+      waiters.push({ bytes, resolve });
+      notify();
+    }),
+    done,
+  };
+}
+
+/** What a slow HTTP/2 reader got. */
+export interface SlowStreamRead {
+  status: number;
+  /** Content-length the response announced (-1 when it announced none). */
+  expected: number;
+  received: number;
+  /** END_STREAM came (the response is whole), or the stream closed without it. */
+  endedBy: "end_stream" | "closed";
+  /** Trailers, when the response had some (gRPC's `grpc-status`). */
+  trailers?: Record<string, string | string[] | undefined>;
+}
+
+/** Options of {@linkcode slowH2Download}. */
+export interface SlowStreamOptions {
+  /** Request headers besides `:path` (a gRPC call's method and content type). */
+  headers?: Record<string, string>;
+  /** The stream's initial receive window (SETTINGS_INITIAL_WINDOW_SIZE). @default 16384 */
+  windowSize?: number;
+  /** The request's body (a gRPC call's message), sent whole with END_STREAM. */
+  body?: Buffer;
+}
+
+/** An HTTP/2 download in progress. */
+export interface SlowStream {
+  reached(bytes: number): Promise<void>;
+  received(): number;
+  done: Promise<SlowStreamRead>;
+}
+
+/**
+ * GETs `path` from 127.0.0.1:`port` over HTTP/2 (h2c) with a small receive window and reads the
+ * body at `bytesPerSecond`, throttling by flow control: Node sends WINDOW_UPDATE only for what
+ * the paused stream has handed to the app, so the rest waits in the server's HTTP/2 codec.
+ *
+ * @example
+ * ```ts
+ * const download = slowH2Download(port, "/bytes?n=30000000", 3_000_000);
+ * await download.reached(3_000_000);
+ * ```
+ */
+export function slowH2Download(port: number, path: string, bytesPerSecond: number, options: SlowStreamOptions = {}): SlowStream {
+  const { headers = {}, windowSize = 16_384, body } = options;
+  const session = connectH2(`http://127.0.0.1:${port}`, { settings: { initialWindowSize: windowSize } });
+  session.on("error", () => {});
+  const stream: ClientHttp2Stream = session.request({ ":path": path, ...headers }, { endStream: body === undefined });
+  if (body !== undefined) stream.end(body);
+  const startedAt = Date.now();
+  let status = 0;
+  let expected = -1;
+  let received = 0;
+  let ended = false;
+  let trailers: SlowStreamRead["trailers"];
+  const waiters: Array<{ bytes: number; resolve: () => void }> = [];
+  const notify = () => {
+    for (const w of [...waiters]) if (received >= w.bytes) waiters.splice(waiters.indexOf(w), 1), w.resolve();
+  };
+  stream.on("response", (h) => {
+    status = Number(h[":status"]);
+    expected = Number(h["content-length"] ?? -1);
+  });
+  stream.on("trailers", (t) => (trailers = t));
+  stream.on("data", (chunk: Buffer) => {
+    received += chunk.length;
+    notify();
+    const aheadMs = (received / bytesPerSecond) * 1000 - (Date.now() - startedAt);
+    if (aheadMs > 5) {
+      stream.pause();
+      setTimeout(() => stream.resume(), aheadMs);
+    }
+  });
+  stream.on("end", () => (ended = true));
+  stream.on("error", () => {});
+  const done = new Promise<SlowStreamRead>((resolve) =>
+    stream.once("close", () => {
+      session.close();
+      resolve({ status, expected, received, endedBy: ended ? "end_stream" : "closed", ...(trailers ? { trailers } : {}) });
+    })
+  );
   return {
     received: () => received,
     reached: (bytes) => new Promise<void>((resolve) => {

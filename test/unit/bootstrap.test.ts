@@ -88,9 +88,9 @@ describe("deriveBootstrap", () => {
     expect(result).toMatchObject({ inboundListeners: ["in", "plain"], inboundStatPrefixes: ["in", "plain"], filteredListeners: ["in", "plain"], outboundListeners: ["out"] });
     expect(result.filteredStatPrefixes).toEqual(expect.arrayContaining(["in", "plain", "out"]));
     expect(result.listeners).toEqual([
-      { name: "in", direction: "INBOUND", counted: "filter" },
-      { name: "out", direction: "OUTBOUND", counted: "filter_outbound" },
-      { name: "plain", direction: "unmarked", counted: "filter" },
+      { name: "in", direction: "INBOUND", counted: "filter", delivery: "tcp_queue" },
+      { name: "out", direction: "OUTBOUND", counted: "filter_outbound", delivery: "tcp_queue" },
+      { name: "plain", direction: "unmarked", counted: "filter", delivery: "tcp_queue" },
     ]);
   });
 
@@ -112,7 +112,7 @@ describe("deriveBootstrap", () => {
   it("treats every listener as inbound when none is marked", () => {
     const result = deriveBootstrap({ static_resources: { listeners: [listener("a"), listener("b", undefined, [tcpProxy])] } }, withFilter);
     expect(result).toMatchObject({ inboundListeners: ["a", "b"], inboundStatPrefixes: ["a"], filteredListeners: ["a"], tcpListeners: ["b"] });
-    expect(result.listeners).toEqual([{ name: "a", direction: "unmarked", counted: "filter" }, { name: "b", direction: "unmarked", counted: "filter_tcp" }]);
+    expect(result.listeners).toEqual([{ name: "a", direction: "unmarked", counted: "filter", delivery: "tcp_queue" }, { name: "b", direction: "unmarked", counted: "filter_tcp", delivery: "tcp_queue" }]);
   });
 
   it("counts a listener unless it is explicitly OUTBOUND, whatever the mix (property)", () => {
@@ -169,7 +169,7 @@ describe("deriveBootstrap", () => {
     const result = deriveBootstrap({ static_resources: { listeners: [listener("in", "INBOUND")] } }, options);
     expect(httpFilterNames(result.config, 0)).toEqual([router.name]);
     expect(result).toMatchObject({ inboundStatPrefixes: ["in"], filteredListeners: [] });
-    expect(result.listeners).toEqual([{ name: "in", direction: "INBOUND", counted: "stats" }]);
+    expect(result.listeners).toEqual([{ name: "in", direction: "INBOUND", counted: "stats", delivery: "tcp_queue" }]);
   });
 
   it("puts the connection-counting variant before tcp_proxy, with its own VM and instance", () => {

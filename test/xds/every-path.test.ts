@@ -21,7 +21,10 @@ async function overAds(variant: XdsVariant, args: string[]): Promise<{ lc: TestL
   await cp.push(basicSnapshot({ version: "1", listenerPort: port, appPort: app.port, service: "ads", variant }));
   const lc = startLastcall(xdsBootstrap({ xdsPort: cp.port, service: "ads", variant }), { args });
   await lc.event("ready");
-  expect((await lc.event("xds_listeners")).filtered).toEqual(["ingress"]);
+  const listeners = await lc.event("xds_listeners");
+  expect(listeners.filtered).toEqual(["ingress"]);
+  // Read from the Listener's protobuf as the control plane sent it: its address is TCP.
+  expect(listeners.counted).toEqual([{ name: "ingress", direction: "INBOUND", counted: "filter", delivery: "tcp_queue" }]);
   await waitFor(async () => (await get(port, "/delay?ms=1").catch(() => undefined)), { what: "the LDS listener to answer" });
   return { lc, port };
 }

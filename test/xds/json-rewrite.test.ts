@@ -28,7 +28,7 @@ const listener = (name: string, direction: string | undefined, filter: Json): Js
 describe("insertIntoListener", () => {
   it("gives an unmarked listener the filter and marks it INBOUND; keeps OUTBOUND counted, not drained", () => {
     const plain = listener("plain", undefined, hcm("plain"));
-    expect(insertIntoListener(plain, filters)).toEqual({ name: "plain", direction: "unmarked", marked: true, counted: "filter", http: 1, tcp: 0 });
+    expect(insertIntoListener(plain, filters)).toEqual({ name: "plain", direction: "unmarked", marked: true, counted: "filter", delivery: "tcp_queue", http: 1, tcp: 0 });
     expect(plain.traffic_direction).toBe("INBOUND");
     expect(plain.filter_chains[0].filters[0].typed_config.http_filters[0].name).toBe("lastcall_inflight");
     const out = listener("out", "OUTBOUND", tcpProxy);
@@ -37,7 +37,7 @@ describe("insertIntoListener", () => {
     const tcp = listener("tcp", undefined, tcpProxy);
     expect(insertIntoListener(tcp, filters)).toMatchObject({ counted: "filter_tcp", tcp: 1, marked: true });
     // A second pass finds both there: nothing inserted, still counted.
-    expect(insertIntoListener(plain, filters)).toEqual({ name: "plain", direction: "INBOUND", marked: false, counted: "filter", http: 0, tcp: 0 });
+    expect(insertIntoListener(plain, filters)).toEqual({ name: "plain", direction: "INBOUND", marked: false, counted: "filter", delivery: "tcp_queue", http: 0, tcp: 0 });
   });
 });
 
@@ -47,7 +47,7 @@ describe("rewriteFile", () => {
     already.filter_chains[0].filters[0].typed_config.http_filters.unshift(filters.http);
     const content = new TextEncoder().encode(YAML.stringify({ resources: [already] }));
     const out = rewriteFile(content, "yaml", { filters, encoded });
-    expect(out.listeners).toEqual([{ name: "plain", direction: "unmarked", marked: true, counted: "filter", http: 0, tcp: 0 }]);
+    expect(out.listeners).toEqual([{ name: "plain", direction: "unmarked", marked: true, counted: "filter", delivery: "tcp_queue", http: 0, tcp: 0 }]);
     expect(JSON.parse(new TextDecoder().decode(out.content)).resources[0].traffic_direction).toBe("INBOUND");
   });
 

@@ -1,0 +1,97 @@
+// What the live Envoys still have to deliver: the kernel's TCP send queues of the connections
+// they accepted (sockets.ts) and what each Envoy holds itself, from its stats: HTTP/2 bytes
+// waiting for a client's window, write buffers (unix sockets). What cannot be seen is said.
+import type { LiveEnvoy } from "../supervise/envoys.ts";
+import { BUFFER_STATS, type EnvoyBuffers, envoyBuffers, parseStatsJson } from "../envoy/stats.ts";
+import { readTcpTable, type Undelivered, undelivered, unixConnections } from "../envoy/sockets.ts";
+
+/** Longest wait for one Envoy's stats in a look at what is undelivered. */
+const BUFFERS_READ_MS = 500;
+/** The unix-socket listener paths each Envoy was seen listening on. */
+const listenPaths = new WeakMap<LiveEnvoy, Set<string>>();
+
+/** What open HTTP/2 and HTTP/3 connections keep out of sight. */
+function unseenOn(held: EnvoyBuffers): string[] {
+  const h2 = "what a client took but has not read, up to its window, is not seen";
+  const h3 = "QUIC's send buffers are in no stat";
+  return [
+    ...(held.http2Connections ? [`${held.http2Connections} HTTP/2 connections open (${h2})`] : []),
+    ...(held.http3Connections ? [`${held.http3Connections} HTTP/3 connections open (${h3})`] : []),
+  ];
+}
+
+/** What `live` holds in its own buffers, and what of it cannot be seen. */
+async function heldBy(live: LiveEnvoy): Promise<{ bytes: number; unchecked?: string }> {
+  const epoch = `epoch ${live.info.epoch}`;
+  if (!live.admin || live.adminHandedOver) return await handedOver(live);
+  try {
+    const text = await live.admin.stats(BUFFER_STATS, AbortSignal.timeout(BUFFERS_READ_MS));
+    const held = envoyBuffers(parseStatsJson(text));
+    const unseen = unseenOn(held).join("; ");
+    return { bytes: held.bytes, ...(unseen ? { unchecked: `${epoch}: ${unseen}` } : {}) };
+  } catch (error) {
+    const why = (error as Error).message;
+    return { bytes: 0, unchecked: `${epoch}: its own buffers (its admin did not answer: ${why})` };
+  }
+}
+
+/**
+ * A hot-restart parent's admin is gone: its own buffers cannot be read. With no accepted
+ * connection left (TCP or unix) there is nothing they could hold.
+ */
+async function handedOver(live: LiveEnvoy): Promise<{ bytes: number; unchecked?: string }> {
+  const paths = listenPaths.get(live) ?? new Set<string>();
+  listenPaths.set(live, paths);
+  const admin = live.admin?.url.startsWith("unix:") ? [live.admin.url.slice("unix:".length)] : [];
+  const [tcp, unix] = await Promise.all([
+    undelivered(live.process.pid, {
+      listenPorts: live.listenPorts,
+      listenTables: live.listenTables,
+    }),
+    unixConnections(live.process.pid, paths, admin),
+  ]);
+  const open = (tcp?.connections ?? 0) + (unix ?? 0);
+  if (tcp && unix !== undefined && open === 0) return { bytes: 0 };
+  const why = `${open} open connections; its admin went to its hot-restart child`;
+  return { bytes: 0, unchecked: `epoch ${live.info.epoch}: its own buffers (${why})` };
+}
+
+/**
+ * What the given Envoy processes still have to deliver, summed: kernel send queues and Envoy's
+ * own buffers; `unchecked` names what could not be looked at. Undefined when /proc cannot tell.
+ *
+ * @example
+ * ```ts
+ * const left = await undeliveredBy(envoys.all()); // { connections: 2, sending: 1, bytes: 812_000 }
+ * ```
+ */
+export async function undeliveredBy(live: readonly LiveEnvoy[]): Promise<Undelivered | undefined> {
+  // Once for all of them, and only the tables their listeners were found in (each read walks the
+  // kernel's whole connection hash); both until those are known.
+  const running = live.filter((l) => l.process.running);
+  const tables = running.every((l) => l.listenTables.size > 0)
+    ? [...new Set(running.flatMap((l) => [...l.listenTables]))]
+    : undefined;
+  const [table, held] = await Promise.all([
+    readTcpTable("/proc", tables),
+    Promise.all(running.map(heldBy)),
+  ]);
+  if (!table) return undefined;
+  const each = await Promise.all(
+    running.map((l) =>
+      undelivered(l.process.pid, {
+        listenPorts: l.listenPorts,
+        listenTables: l.listenTables,
+        table,
+      })
+    ),
+  );
+  if (each.some((u) => u === undefined)) return undefined;
+  const unchecked = held.flatMap((h) => (h.unchecked ? [h.unchecked] : []));
+  const sum = each.reduce<Undelivered>((sum, u) => ({
+    connections: sum.connections + u!.connections,
+    sending: sum.sending + u!.sending,
+    bytes: sum.bytes + u!.bytes,
+  }), { connections: 0, sending: 0, bytes: held.reduce((sum, h) => sum + h.bytes, 0) });
+  return unchecked.length ? { ...sum, unchecked } : sum;
+}
