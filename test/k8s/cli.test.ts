@@ -32,7 +32,10 @@ describe("lastcall inject", () => {
 
   it("prints the manifest with the sidecar, from a file", async () => {
     const result = await lastcall(["inject", "-f", tempFile(text)]);
-    expect(result).toEqual({ code: 0, stdout: injectManifest(text, SIDECAR_DEFAULTS).text, stderr: "" });
+    const expected = injectManifest(text, SIDECAR_DEFAULTS);
+    expect(expected.notes).toHaveLength(2);
+    const stderr = [...expected.notes, ...expected.warnings].map((line) => `lastcall inject: ${line}\n`).join("");
+    expect(result).toEqual({ code: 0, stdout: expected.text, stderr });
   });
 
   it("reads standard input with -f -, and its own output gives the same bytes", async () => {
@@ -50,11 +53,12 @@ describe("lastcall inject", () => {
   });
 
   it("warns on stderr, one line naming the container, about a Job app it cannot wrap", async () => {
-    const job = manifest(workload("Job", podSpec({ containers: [{ name: "report", image: "example/report:1" }] }), "nightly"));
+    const job = manifest(workload("Job", podSpec({ containers: [{ name: "report", image: "example/report:1", ports: [{ containerPort: 80 }] }] }), "nightly"));
     const result = await lastcall(["inject", "-f", "-", "--mode", "classic"], job);
     expect(result.code).toBe(0);
     expect(result.stderr).toBe(
-      'lastcall inject: job/nightly: container "report" has no command: not wrapped with lastcall exec, so the sidecar keeps running after it ends (set its command, or use --mode native)\n',
+      "lastcall inject: job/nightly: Envoy config in ConfigMap nightly-lastcall-envoy (a new document after it): listeners 10080 → app port 80\n" +
+        'lastcall inject: job/nightly: container "report" has no command: not wrapped with lastcall exec, so the sidecar keeps running after it ends (set its command, or use --mode native)\n',
     );
   });
 
@@ -172,9 +176,13 @@ describe("examples/k8s are what the CLI generates", () => {
   });
 });
 
-describe("examples/k8s/envoy-config.yaml", () => {
-  it("holds an envoy.yaml that Envoy accepts, as lastcall runs it", async () => {
-    const config = tempFile(YAML.parse(readFileSync(example("envoy-config.yaml"), "utf8")).data["envoy.yaml"]);
+describe.each([
+  { file: "envoy-config.yaml", configMap: "lastcall-envoy" },
+  { file: "deployment.injected.yaml", configMap: "web-lastcall-envoy" },
+])("examples/k8s/$file", ({ file, configMap }) => {
+  it(`holds an envoy.yaml in ConfigMap ${configMap} that Envoy accepts, as lastcall runs it`, async () => {
+    const object = YAML.parseAllDocuments(readFileSync(example(file), "utf8")).map((d) => d.toJS()).find((o) => o.kind === "ConfigMap" && o.metadata.name === configMap);
+    const config = tempFile(object.data["envoy.yaml"]);
     const bootstrap = await lastcall(["bootstrap", "--config", config]);
     expect(bootstrap.code).toBe(0);
     const path = join(mkdtempSync(join(tmpdir(), "lastcall-k8s-")), "bootstrap.yaml");
