@@ -176,6 +176,17 @@ describe("examples/k8s are what the CLI generates", () => {
   });
 });
 
+describe("examples/k8s apply as they are on a cluster that has only them", () => {
+  it.each(["deployment.injected.yaml", "job.injected.yaml", "job.classic.yaml", "caller.yaml", "pod-demo.yaml"])("every ConfigMap a pod of %s mounts is in the file", (name) => {
+    const docs = YAML.parseAllDocuments(readFileSync(example(name), "utf8")).map((d) => d.toJS());
+    const defined = docs.filter((o) => o.kind === "ConfigMap").map((o) => o.metadata.name);
+    const specs = docs.map((o) => (o.kind === "Pod" ? o.spec : o.spec?.template?.spec)).filter(Boolean);
+    const mounted = specs.flatMap((spec) => (spec.volumes ?? []).filter((v: { configMap?: unknown }) => v.configMap).map((v: { configMap: { name: string } }) => v.configMap.name));
+    expect(mounted.length).toBeGreaterThan(0);
+    expect(mounted.filter((m: string) => !defined.includes(m))).toEqual([]);
+  });
+});
+
 describe.each([
   { file: "envoy-config.yaml", configMap: "lastcall-envoy" },
   { file: "deployment.injected.yaml", configMap: "web-lastcall-envoy" },
