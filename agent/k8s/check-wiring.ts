@@ -24,7 +24,10 @@ export function manifestContext(objects: readonly unknown[]): ManifestContext {
     if (service) context.services.push(service);
     const name = getPath(object, ["metadata", "name"]);
     if (isRecord(object) && object.kind === "ConfigMap" && typeof name === "string") {
-      context.configMaps.set(configMapKey(getPath(object, ["metadata", "namespace"]), name), object);
+      context.configMaps.set(
+        configMapKey(getPath(object, ["metadata", "namespace"]), name),
+        object,
+      );
     }
   }
   return context;
@@ -36,7 +39,10 @@ export function configMapKey(namespace: unknown, name: string): string {
 }
 
 /** Where a `lastcall run` container's Envoy config comes from: a ConfigMap and key, or not one. */
-export function configSource(spec: Record<string, unknown>, c: ContainerSpec): { configMap: string; key: string } | undefined {
+export function configSource(
+  spec: Record<string, unknown>,
+  c: ContainerSpec,
+): { configMap: string; key: string } | undefined {
   const args = lastcallArgs(c) ?? [];
   const path = flagValue(args, "--config") ?? "/etc/envoy/envoy.yaml";
   const cut = path.lastIndexOf("/");
@@ -48,12 +54,18 @@ export function configSource(spec: Record<string, unknown>, c: ContainerSpec): {
   const volume = volumes.find((v) => v.name === mount?.name);
   const configMap = isRecord(volume?.configMap) ? volume.configMap : undefined;
   if (!configMap || typeof configMap.name !== "string") return undefined;
-  const item = (Array.isArray(configMap.items) ? configMap.items.filter(isRecord) : []).find((i) => i.path === file);
+  const item = (Array.isArray(configMap.items) ? configMap.items.filter(isRecord) : []).find((i) =>
+    i.path === file
+  );
   return { configMap: configMap.name, key: typeof item?.key === "string" ? item.key : file };
 }
 
 /** The config a ConfigMap of the manifest holds for that source; undefined when not in it. */
-export function seenConfig(context: Pick<ManifestContext, "configMaps">, namespace: unknown, source: { configMap: string; key: string }): SeenConfig | undefined {
+export function seenConfig(
+  context: Pick<ManifestContext, "configMaps">,
+  namespace: unknown,
+  source: { configMap: string; key: string },
+): SeenConfig | undefined {
   const data = context.configMaps.get(configMapKey(namespace, source.configMap))?.data;
   const text = isRecord(data) ? data[source.key] : undefined;
   if (typeof text !== "string") return undefined;
@@ -73,30 +85,56 @@ export function seenConfig(context: Pick<ManifestContext, "configMaps">, namespa
  * wiringChecks(template, undefined, manifestContext(objects), new Set(["lastcall"])).findings;
  * ```
  */
-export function wiringChecks(template: PodTemplate, namespace: unknown, context: ManifestContext, members: ReadonlySet<string>): { findings: string[]; notes: string[] } {
+export function wiringChecks(
+  template: PodTemplate,
+  namespace: unknown,
+  context: ManifestContext,
+  members: ReadonlySet<string>,
+): { findings: string[]; notes: string[] } {
   const spec = template.spec ?? {};
-  const sidecar = podContainers(spec).find(({ container }) => lastcallArgs(container)?.[0] === "run" && members.has(containerName(container)));
+  const sidecar = podContainers(spec).find(({ container }) =>
+    lastcallArgs(container)?.[0] === "run" && members.has(containerName(container))
+  );
   if (!sidecar) return { findings: [], notes: [] };
-  const apps = podContainers(spec).filter((e) => !e.init && !members.has(containerName(e.container))).map((e) => e.container);
+  const apps = podContainers(spec).filter((e) =>
+    !e.init && !members.has(containerName(e.container))
+  ).map((e) => e.container);
   const declared = declaredAppPorts(apps);
   if (apps.length === 0) return { findings: [], notes: [] };
   const name = containerName(sidecar.container);
   const source = configSource(spec, sidecar.container);
   const seen = source && seenConfig(context, namespace, source);
-  const listenerFor = (port: number) => seen?.listeners.find((l) => l.appPorts.includes(port))?.port;
-  const findings = context.services.filter((s) => selects(s, template, typeof namespace === "string" ? namespace : undefined))
+  const listenerFor = (port: number) =>
+    seen?.listeners.find((l) => l.appPorts.includes(port))?.port;
+  const findings = context.services.filter((s) =>
+    selects(s, template, typeof namespace === "string" ? namespace : undefined)
+  )
     .flatMap((s) => bypasses(s, spec, new Set(apps.map(containerName)), listenerFor));
   const notes: string[] = [];
   if (declared.length === 0) return { findings, notes };
   if (!seen) {
-    const where = source ? `ConfigMap ${source.configMap}, not in this manifest` : "not from a ConfigMap";
-    notes.push(`${name}'s Envoy config (${where}): its listeners were not checked against the app ports`);
+    const where = source
+      ? `ConfigMap ${source.configMap}, not in this manifest`
+      : "not from a ConfigMap";
+    notes.push(
+      `${name}'s Envoy config (${where}): its listeners were not checked against the app ports`,
+    );
     return { findings, notes };
   }
-  if (seen.unseen.length) notes.push(`${name}'s Envoy config has ${seen.unseen.join(", ")}: those listeners and routes were not checked`);
+  if (seen.unseen.length) {
+    notes.push(
+      `${name}'s Envoy config has ${
+        seen.unseen.join(", ")
+      }: those listeners and routes were not checked`,
+    );
+  }
   for (const d of declared) {
     if (listenerFor(d.port) !== undefined) continue;
-    findings.push(`${name} has no listener forwarding to container "${d.container}" port ${d.port} (ConfigMap ${source!.configMap}): requests to it cannot go through lastcall and are not drained; add an inbound listener to 127.0.0.1:${d.port} (lastcall inject writes one per declared port)`);
+    findings.push(
+      `${name} has no listener forwarding to container "${d.container}" port ${d.port} (ConfigMap ${
+        source!.configMap
+      }): requests to it cannot go through lastcall and are not drained; add an inbound listener to 127.0.0.1:${d.port} (lastcall inject writes one per declared port)`,
+    );
   }
   return { findings, notes };
 }

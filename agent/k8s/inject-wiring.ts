@@ -39,11 +39,13 @@ export interface Wiring {
 
 /** The ConfigMap name inject writes for a workload: `<name>-lastcall-envoy`. */
 export function generatedName(object: Record<string, unknown>): string {
-  const name = getPath(object, ["metadata", "name"]) ?? String(getPath(object, ["metadata", "generateName"]) ?? "").replace(/-+$/, "");
+  const name = getPath(object, ["metadata", "name"]) ??
+    String(getPath(object, ["metadata", "generateName"]) ?? "").replace(/-+$/, "");
   return `${typeof name === "string" && name ? name : "workload"}-lastcall-envoy`;
 }
 
-const key = (namespace: unknown, name: string) => `${typeof namespace === "string" ? namespace : ""}/${name}`;
+const key = (namespace: unknown, name: string) =>
+  `${typeof namespace === "string" ? namespace : ""}/${name}`;
 
 /**
  * The wiring of a pod, or the reason it has none: `--config-map`, or a ConfigMap of the
@@ -51,7 +53,13 @@ const key = (namespace: unknown, name: string) => `${typeof namespace === "strin
  * overwritten); otherwise inject writes one for the declared ports, and a pod that declares
  * none cannot be wired.
  */
-export function wiringOf(object: Record<string, unknown>, template: PodTemplate, given: string | undefined, statusPort: number, context: WiringContext): Wiring | string {
+export function wiringOf(
+  object: Record<string, unknown>,
+  template: PodTemplate,
+  given: string | undefined,
+  statusPort: number,
+  context: WiringContext,
+): Wiring | string {
   const namespace = getPath(object, ["metadata", "namespace"]);
   const generated = generatedName(object);
   const own = given ?? (context.configMaps.has(key(namespace, generated)) ? generated : undefined);
@@ -59,23 +67,38 @@ export function wiringOf(object: Record<string, unknown>, template: PodTemplate,
   if (own !== undefined) {
     const data = context.configMaps.get(key(namespace, own))?.data;
     const text = isRecord(data) ? data[CONFIG_KEY] : undefined;
-    return { configMap: own, generate: false, ...(typeof text === "string" ? { wires: wiresFrom(text, apps, others, statusPort) } : {}) };
+    return {
+      configMap: own,
+      generate: false,
+      ...(typeof text === "string" ? { wires: wiresFrom(text, apps, others, statusPort) } : {}),
+    };
   }
   const wires = planWires(apps, others, statusPort);
   // Two workloads of one name (a Deployment and a Job `web`): the second's name has its kind.
-  const name = context.generated.has(key(namespace, generated)) ? generated.replace(/-lastcall-envoy$/, `-${template.kind.toLowerCase()}-lastcall-envoy`) : generated;
-  if (wires.length > 0) return context.generated.add(key(namespace, name)), { configMap: name, generate: true, wires };
+  const name = context.generated.has(key(namespace, generated))
+    ? generated.replace(/-lastcall-envoy$/, `-${template.kind.toLowerCase()}-lastcall-envoy`)
+    : generated;
+  if (wires.length > 0) {
+    return context.generated.add(key(namespace, name)), { configMap: name, generate: true, wires };
+  }
   return "no container declares a TCP containerPort, so lastcall cannot tell which ports to put Envoy in front of: left as is (declare the app's ports, or write your listeners in a ConfigMap and pass --config-map NAME)";
 }
 
 /** The pod's app containers (regular ones) and the others (init containers). */
-function splitContainers(spec: Record<string, unknown>): { apps: ContainerSpec[]; others: ContainerSpec[] } {
+function splitContainers(
+  spec: Record<string, unknown>,
+): { apps: ContainerSpec[]; others: ContainerSpec[] } {
   const of = (k: string) => (Array.isArray(spec[k]) ? (spec[k] as unknown[]).filter(isRecord) : []);
   return { apps: of("containers"), others: of("initContainers") };
 }
 
 /** The wires a user's config makes: its inbound listeners that forward to a declared app port. */
-function wiresFrom(text: string, apps: ContainerSpec[], others: ContainerSpec[], statusPort: number): PortWire[] {
+function wiresFrom(
+  text: string,
+  apps: ContainerSpec[],
+  others: ContainerSpec[],
+  statusPort: number,
+): PortWire[] {
   let config: unknown;
   try {
     config = parse(text);
@@ -83,19 +106,29 @@ function wiresFrom(text: string, apps: ContainerSpec[], others: ContainerSpec[],
     return [];
   }
   const given = new Map<number, number>();
-  for (const l of readWires(config).listeners) for (const port of l.appPorts) if (!given.has(port)) given.set(port, l.port);
+  for (const l of readWires(config).listeners) {
+    for (const port of l.appPorts) if (!given.has(port)) given.set(port, l.port);
+  }
   return planWires(apps, others, statusPort, given);
 }
 
 /** The sidecar's `ports`: Envoy's listeners, each named as the app port it fronts was. */
 export function sidecarPorts(wires: readonly PortWire[]): Record<string, unknown>[] {
-  return wires.map((w) => ({ ...(w.name !== undefined ? { name: w.name } : {}), containerPort: w.listenerPort }));
+  return wires.map((w) => ({
+    ...(w.name !== undefined ? { name: w.name } : {}),
+    containerPort: w.listenerPort,
+  }));
 }
 
 /** The generated ConfigMap, as a plain object. */
-export function configMapObject(object: Record<string, unknown>, name: string, wires: readonly PortWire[]): Record<string, unknown> {
+export function configMapObject(
+  object: Record<string, unknown>,
+  name: string,
+  wires: readonly PortWire[],
+): Record<string, unknown> {
   const namespace = getPath(object, ["metadata", "namespace"]);
-  const header = "# Written by `lastcall inject`: one inbound listener per app port (lastcall run adds its\n# admin, cluster and filter). Yours to edit: inject never overwrites a ConfigMap of this name.\n";
+  const header =
+    "# Written by `lastcall inject`: one inbound listener per app port (lastcall run adds its\n# admin, cluster and filter). Yours to edit: inject never overwrites a ConfigMap of this name.\n";
   return {
     apiVersion: "v1",
     kind: "ConfigMap",
@@ -118,12 +151,18 @@ export function renameAppPorts(doc: Document, spec: YAMLMap, wires: readonly Por
     const c = ownItem(doc, containers, i);
     if (!isMap(c)) continue;
     const name = containerName(valueOf(doc, c) as ContainerSpec);
-    for (const w of wires.filter((w) => w.container === name && w.name !== undefined && w.appName !== undefined)) {
+    for (
+      const w of wires.filter((w) =>
+        w.container === name && w.name !== undefined && w.appName !== undefined
+      )
+    ) {
       const ports = ownValue(doc, c, "ports");
       if (!isSeq(ports)) continue;
       ports.items.forEach((_, j) => {
         const port = ownItem(doc, ports, j);
-        if (isMap(port) && (valueOf(doc, port) as Record<string, unknown>).name === w.name) port.set("name", w.appName);
+        if (isMap(port) && (valueOf(doc, port) as Record<string, unknown>).name === w.name) {
+          port.set("name", w.appName);
+        }
       });
       const handlers = [...PROBES.map((k) => [k]), ...HOOKS.map((k) => ["lifecycle", k])];
       for (const path of handlers) {
@@ -142,7 +181,13 @@ export function renameAppPorts(doc: Document, spec: YAMLMap, wires: readonly Por
  * Points the Service ports that reach a fronted app port at Envoy's listener: a number is
  * replaced by the listener's; a name needs nothing (it now names Envoy's port). One line each.
  */
-export function rewireServices(template: PodTemplate, namespace: string | undefined, wires: readonly PortWire[], context: WiringContext, spec: Record<string, unknown>): string[] {
+export function rewireServices(
+  template: PodTemplate,
+  namespace: string | undefined,
+  wires: readonly PortWire[],
+  context: WiringContext,
+  spec: Record<string, unknown>,
+): string[] {
   const lines: string[] = [];
   for (const { value: service, node, doc } of context.services) {
     if (!selects(service, template, namespace)) continue;
@@ -150,14 +195,23 @@ export function rewireServices(template: PodTemplate, namespace: string | undefi
     const ports = ownIn(doc, ["spec", "ports"], node);
     if (!isSeq(ports)) continue;
     targets.forEach((t) => {
-      const wire = wires.find((w) => (typeof t.targetPort === "number" ? w.appPort === t.targetPort : w.name === t.targetPort));
+      const wire = wires.find((
+        w,
+      ) => (typeof t.targetPort === "number"
+        ? w.appPort === t.targetPort
+        : w.name === t.targetPort)
+      );
       if (!wire) return;
       const item = ownItem(doc, ports, t.index);
       if (typeof t.targetPort === "string") {
-        lines.push(`${service.ref} ${t.what}: targetPort ${t.targetPort} now names lastcall's listener ${wire.listenerPort} (container "${wire.container}" port ${wire.appPort} is renamed ${wire.appName})`);
+        lines.push(
+          `${service.ref} ${t.what}: targetPort ${t.targetPort} now names lastcall's listener ${wire.listenerPort} (container "${wire.container}" port ${wire.appPort} is renamed ${wire.appName})`,
+        );
       } else if (isMap(item)) {
         item.set("targetPort", wire.listenerPort);
-        lines.push(`${service.ref} ${t.what}: targetPort ${t.targetPort} → ${wire.listenerPort} (lastcall's listener in front of container "${wire.container}" port ${wire.appPort})`);
+        lines.push(
+          `${service.ref} ${t.what}: targetPort ${t.targetPort} → ${wire.listenerPort} (lastcall's listener in front of container "${wire.container}" port ${wire.appPort})`,
+        );
       }
     });
   }

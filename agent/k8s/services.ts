@@ -34,9 +34,17 @@ export function serviceOf(object: unknown): ServiceObject | undefined {
  * the namespaces are the same (one left unset counts as the same: `kubectl apply -n` puts both
  * in one).
  */
-export function selects(service: ServiceObject, template: PodTemplate, namespace: string | undefined): boolean {
-  if (service.namespace !== undefined && namespace !== undefined && service.namespace !== namespace) return false;
-  return Object.entries(service.selector).every(([key, value]) => String(template.labels[key]) === String(value));
+export function selects(
+  service: ServiceObject,
+  template: PodTemplate,
+  namespace: string | undefined,
+): boolean {
+  if (
+    service.namespace !== undefined && namespace !== undefined && service.namespace !== namespace
+  ) return false;
+  return Object.entries(service.selector).every(([key, value]) =>
+    String(template.labels[key]) === String(value)
+  );
 }
 
 /** Where one Service port lands in the pod. */
@@ -59,13 +67,31 @@ export interface PortTarget {
  */
 export function portTargets(service: ServiceObject, spec: Record<string, unknown>): PortTarget[] {
   const containers = Array.isArray(spec.containers) ? spec.containers.filter(isRecord) : [];
-  const sidecars = (Array.isArray(spec.initContainers) ? spec.initContainers.filter(isRecord) : []).filter((c) => c.restartPolicy === "Always");
-  const declared = [...containers, ...sidecars].flatMap((c) => tcpPorts(c).map((p) => ({ container: containerName(c), ...p })));
-  return service.ports.map((p, index) => ({ p, index })).filter(({ p }) => (p.protocol ?? "TCP") === "TCP").map(({ p, index }) => {
-    const targetPort = typeof p.targetPort === "number" || typeof p.targetPort === "string" ? p.targetPort : Number(p.port);
-    const found = declared.find((d) => (typeof targetPort === "number" ? d.port === targetPort : d.name === targetPort));
+  const sidecars = (Array.isArray(spec.initContainers) ? spec.initContainers.filter(isRecord) : [])
+    .filter((c) => c.restartPolicy === "Always");
+  const declared = [...containers, ...sidecars].flatMap((c) =>
+    tcpPorts(c).map((p) => ({ container: containerName(c), ...p }))
+  );
+  return service.ports.map((p, index) => ({ p, index })).filter(({ p }) =>
+    (p.protocol ?? "TCP") === "TCP"
+  ).map(({ p, index }) => {
+    const targetPort = typeof p.targetPort === "number" || typeof p.targetPort === "string"
+      ? p.targetPort
+      : Number(p.port);
+    const found = declared.find((
+      d,
+    ) => (typeof targetPort === "number" ? d.port === targetPort : d.name === targetPort));
     const what = `port ${String(p.port)}${typeof p.name === "string" ? ` (${p.name})` : ""}`;
-    return { index, what, targetPort, ...(found ? { container: found.container, port: found.port } : typeof targetPort === "number" ? { port: targetPort } : {}) };
+    return {
+      index,
+      what,
+      targetPort,
+      ...(found
+        ? { container: found.container, port: found.port }
+        : typeof targetPort === "number"
+        ? { port: targetPort }
+        : {}),
+    };
   });
 }
 
@@ -73,7 +99,10 @@ export function portTargets(service: ServiceObject, spec: Record<string, unknown
 function tcpPorts(c: ContainerSpec): { port: number; name?: string }[] {
   return (Array.isArray(c.ports) ? c.ports.filter(isRecord) : [])
     .filter((p) => typeof p.containerPort === "number" && (p.protocol ?? "TCP") === "TCP")
-    .map((p) => ({ port: p.containerPort as number, ...(typeof p.name === "string" ? { name: p.name } : {}) }));
+    .map((p) => ({
+      port: p.containerPort as number,
+      ...(typeof p.name === "string" ? { name: p.name } : {}),
+    }));
 }
 
 /**
@@ -86,10 +115,19 @@ function tcpPorts(c: ContainerSpec): { port: number; name?: string }[] {
  * // ["service/web port 80 targetPort 8080 reaches container \"web\" port 8080 directly, …"]
  * ```
  */
-export function bypasses(service: ServiceObject, spec: Record<string, unknown>, apps: ReadonlySet<string>, listenerFor: (port: number) => number | undefined): string[] {
-  return portTargets(service, spec).filter((t) => t.container !== undefined && apps.has(t.container)).map((t) => {
+export function bypasses(
+  service: ServiceObject,
+  spec: Record<string, unknown>,
+  apps: ReadonlySet<string>,
+  listenerFor: (port: number) => number | undefined,
+): string[] {
+  return portTargets(service, spec).filter((t) =>
+    t.container !== undefined && apps.has(t.container)
+  ).map((t) => {
     const listener = listenerFor(t.port!);
-    const fix = listener === undefined ? "point it at an Envoy listener that forwards to the app" : `set targetPort: ${listener} (lastcall's listener for it)`;
+    const fix = listener === undefined
+      ? "point it at an Envoy listener that forwards to the app"
+      : `set targetPort: ${listener} (lastcall's listener for it)`;
     return `${service.ref} ${t.what} targetPort ${t.targetPort} reaches container "${t.container}" port ${t.port} directly (bypasses lastcall): its requests are not counted and not drained; ${fix}`;
   });
 }
