@@ -1,7 +1,6 @@
-// `check`'s wiring rules for pods with lastcall: a Service of the manifest that reaches an app
-// port directly bypasses the proxy (nothing captures traffic), and a declared app port that no
-// inbound listener forwards to cannot go through it. The Envoy config is read from the
-// ConfigMap the sidecar mounts when the manifest has it; otherwise check says it could not see.
+// `check`'s wiring rules for pods with lastcall (nothing captures traffic): a Service that reaches
+// an app port directly bypasses it, and a declared app port no inbound listener forwards to cannot
+// go through it. The config is read from the mounted ConfigMap when the manifest has it.
 import { parse } from "yaml";
 import { containerName, type ContainerSpec, flagValue, podContainers } from "./containers.ts";
 import { declaredAppPorts, readWires, type SeenConfig } from "./envoy-wiring.ts";

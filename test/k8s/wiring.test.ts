@@ -1,7 +1,6 @@
-// How inject wires traffic through the sidecar without capture (agent/k8s/inject-wiring.ts): the
-// generated ConfigMap, the listener ports, the names moved to Envoy's ports, the Services pointed
-// at the listeners; and check's findings for a Service that still reaches the app, or an app port
-// no listener forwards to.
+// How inject wires traffic through the sidecar (agent/k8s/inject-wiring.ts): the ConfigMap, the
+// listener ports, the names moved to Envoy's ports, the Services pointed at the listeners; and
+// check's findings for a Service that still reaches the app, or an app port no listener serves.
 import { describe, expect, it } from "vitest";
 import YAML from "yaml";
 import { checkReport } from "../../agent/k8s/check.ts";

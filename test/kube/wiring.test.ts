@@ -1,8 +1,6 @@
 // The user's flow on a real kubelet: `lastcall inject -f app.yaml | kubectl apply -f -`, nothing
-// else applied. app.yaml is a Deployment (an app on 0.0.0.0:8080 and :9090, no preStop) and its
-// Service as users write them (a named and a numeric targetPort). The injected pods must become
-// Ready with the ConfigMap inject wrote, the Service must reach the app through Envoy (lastcall's
-// filter counts the requests), and a request held across `kubectl delete pod` gets its answer.
+// else applied (a Deployment with two ports, no preStop, and its Service as users write them):
+// pods Ready, requests through Envoy counted by lastcall, a request held across a pod delete answered.
 import { request } from "node:http";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
