@@ -115,6 +115,19 @@ describe("lastcall check", () => {
     expect(await lastcall(["check", "-f", "-"], injected.stdout)).toEqual({ code: 0, stdout: "1 workload, 1 proxy, 0 findings\n", stderr: "" });
   });
 
+  it("flags a Service that still reaches the app, as inject warns of it", async () => {
+    const injected = await lastcall(["inject", "-f", example("deployment.yaml")]);
+    const direct = "---\napiVersion: v1\nkind: Service\nmetadata: {name: web-direct}\nspec:\n  selector: {app: web}\n  ports: [{port: 8080}]\n";
+    const line = `service/web-direct port 8080 targetPort 8080 reaches container "web" port 8080 directly (bypasses lastcall): its requests are not counted and not drained`;
+    expect(await lastcall(["check", "-f", "-"], injected.stdout + direct)).toEqual({
+      code: 1,
+      stdout: `deployment/web: ${line}; set targetPort: 18080 (lastcall's listener for it)\n1 workload, 1 proxy, 1 finding\n`,
+      stderr: "",
+    });
+    const again = await lastcall(["inject", "-f", "-"], injected.stdout + direct);
+    expect(again).toEqual({ code: 0, stdout: injected.stdout + direct, stderr: `lastcall inject: deployment/web: ${line}; set targetPort: 18080 (lastcall's listener for it)\n` });
+  });
+
   it("exits 2 on unreadable input", async () => {
     const result = await lastcall(["check", "-f", "-"], "a: [\n");
     expect(result.code).toBe(2);
