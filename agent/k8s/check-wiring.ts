@@ -15,7 +15,14 @@ export interface ManifestContext {
   configMaps: Map<string, Record<string, unknown>>;
 }
 
-/** The Services and ConfigMaps among a manifest's objects. */
+/**
+ * The Services and ConfigMaps among a manifest's objects.
+ *
+ * @example
+ * ```ts
+ * manifestContext(objects).services.map((s) => s.ref); // ["service/web"]
+ * ```
+ */
 export function manifestContext(objects: readonly unknown[]): ManifestContext {
   const context: ManifestContext = { services: [], configMaps: new Map() };
   for (const object of objects) {
@@ -32,12 +39,26 @@ export function manifestContext(objects: readonly unknown[]): ManifestContext {
   return context;
 }
 
-/** How ConfigMaps are looked up: `namespace/name`. */
+/**
+ * How ConfigMaps are looked up: `namespace/name`.
+ *
+ * @example
+ * ```ts
+ * configMapKey(undefined, "web-lastcall-envoy"); // "/web-lastcall-envoy"
+ * ```
+ */
 export function configMapKey(namespace: unknown, name: string): string {
   return `${typeof namespace === "string" ? namespace : ""}/${name}`;
 }
 
-/** Where a `lastcall run` container's Envoy config comes from: a ConfigMap and key, or not one. */
+/**
+ * Where a `lastcall run` container's Envoy config comes from: a ConfigMap and key, or not one.
+ *
+ * @example
+ * ```ts
+ * configSource(spec, sidecar); // { configMap: "web-lastcall-envoy", key: "envoy.yaml" }
+ * ```
+ */
 export function configSource(
   spec: Record<string, unknown>,
   c: ContainerSpec,
@@ -59,7 +80,14 @@ export function configSource(
   return { configMap: configMap.name, key: typeof item?.key === "string" ? item.key : file };
 }
 
-/** The config a ConfigMap of the manifest holds for that source; undefined when not in it. */
+/**
+ * The config a ConfigMap of the manifest holds for that source; undefined when not in it.
+ *
+ * @example
+ * ```ts
+ * seenConfig(context, undefined, { configMap: "web-lastcall-envoy", key: "envoy.yaml" })?.listeners;
+ * ```
+ */
 export function seenConfig(
   context: Pick<ManifestContext, "configMaps">,
   namespace: unknown,

@@ -28,7 +28,15 @@ export interface PortWire {
 /** A port name read as a non-HTTP protocol (Istio's `<protocol>[-<suffix>]` naming). */
 const TCP_NAME = /^(tcp|tls|https|mongo|mysql|postgres|redis|amqp|kafka|zookeeper)(-|$)/;
 
-/** The TCP ports the app containers declare, each once (the first container declaring it wins). */
+/**
+ * The TCP ports the app containers declare, each once (the first container declaring it wins).
+ *
+ * @example
+ * ```ts
+ * declaredAppPorts([{ name: "web", ports: [{ name: "http", containerPort: 8080 }] }]);
+ * // [{ container: "web", port: 8080, name: "http" }]
+ * ```
+ */
 export function declaredAppPorts(
   apps: readonly ContainerSpec[],
 ): { container: string; port: number; name?: string }[] {

@@ -37,7 +37,14 @@ export interface Wiring {
   wires?: PortWire[];
 }
 
-/** The ConfigMap name inject writes for a workload: `<name>-lastcall-envoy`. */
+/**
+ * The ConfigMap name inject writes for a workload: `<name>-lastcall-envoy`.
+ *
+ * @example
+ * ```ts
+ * generatedName({ kind: "Deployment", metadata: { name: "web" } }); // "web-lastcall-envoy"
+ * ```
+ */
 export function generatedName(object: Record<string, unknown>): string {
   const name = getPath(object, ["metadata", "name"]) ??
     String(getPath(object, ["metadata", "generateName"]) ?? "").replace(/-+$/, "");
@@ -52,6 +59,12 @@ const key = (namespace: unknown, name: string) =>
  * generated name already in the manifest, is the user's (read when present, never
  * overwritten); otherwise inject writes one for the declared ports, and a pod that declares
  * none cannot be wired.
+ *
+ * @example
+ * ```ts
+ * const wiring = wiringOf(object, template, undefined, 15020, context);
+ * if (typeof wiring === "string") warn(wiring); // the pod cannot be wired
+ * ```
  */
 export function wiringOf(
   object: Record<string, unknown>,
@@ -112,7 +125,14 @@ function wiresFrom(
   return planWires(apps, others, statusPort, given);
 }
 
-/** The sidecar's `ports`: Envoy's listeners, each named as the app port it fronts was. */
+/**
+ * The sidecar's `ports`: Envoy's listeners, each named as the app port it fronts was.
+ *
+ * @example
+ * ```ts
+ * sidecarPorts(wires); // [{ name: "http", containerPort: 18080 }]
+ * ```
+ */
 export function sidecarPorts(wires: readonly PortWire[]): Record<string, unknown>[] {
   return wires.map((w) => ({
     ...(w.name !== undefined ? { name: w.name } : {}),
@@ -120,7 +140,14 @@ export function sidecarPorts(wires: readonly PortWire[]): Record<string, unknown
   }));
 }
 
-/** The generated ConfigMap, as a plain object. */
+/**
+ * The generated ConfigMap, as a plain object.
+ *
+ * @example
+ * ```ts
+ * configMapObject(deployment, "web-lastcall-envoy", wires).data; // { "envoy.yaml": "# Written by …" }
+ * ```
+ */
 export function configMapObject(
   object: Record<string, unknown>,
   name: string,
@@ -143,6 +170,11 @@ const HOOKS = ["postStart", "preStop"];
 /**
  * Renames each fronted app port that has a name (its name moves to Envoy's port, so Services
  * that name it reach Envoy), and the container's own probes and hooks that use the old name.
+ *
+ * @example
+ * ```ts
+ * renameAppPorts(doc, spec, wires); // ports: [{ name: http-app, containerPort: 8080 }]
+ * ```
  */
 export function renameAppPorts(doc: Document, spec: YAMLMap, wires: readonly PortWire[]): void {
   const containers = ownValue(doc, spec, "containers");
@@ -180,6 +212,12 @@ export function renameAppPorts(doc: Document, spec: YAMLMap, wires: readonly Por
 /**
  * Points the Service ports that reach a fronted app port at Envoy's listener: a number is
  * replaced by the listener's; a name needs nothing (it now names Envoy's port). One line each.
+ *
+ * @example
+ * ```ts
+ * rewireServices(template, undefined, wires, context, spec);
+ * // ["service/web port 80: targetPort 8080 → 18080 (…)"]
+ * ```
  */
 export function rewireServices(
   template: PodTemplate,

@@ -13,7 +13,14 @@ export interface ServiceObject {
   ports: Record<string, unknown>[];
 }
 
-/** Reads a Service object, or undefined for any other kind (or a Service without a selector). */
+/**
+ * Reads a Service object, or undefined for any other kind (or a Service without a selector).
+ *
+ * @example
+ * ```ts
+ * serviceOf({ kind: "Service", metadata: { name: "web" }, spec: { selector: { app: "web" }, ports: [] } })?.ref; // "service/web"
+ * ```
+ */
 export function serviceOf(object: unknown): ServiceObject | undefined {
   if (!isRecord(object) || object.kind !== "Service") return undefined;
   const selector = getPath(object, ["spec", "selector"]);
@@ -33,6 +40,11 @@ export function serviceOf(object: unknown): ServiceObject | undefined {
  * Whether a Service sends to a pod template's pods: every selector label is on the pod, and
  * the namespaces are the same (one left unset counts as the same: `kubectl apply -n` puts both
  * in one).
+ *
+ * @example
+ * ```ts
+ * selects(service, findPodTemplate(deployment)!, "shop"); // true when every selector label is on the pod
+ * ```
  */
 export function selects(
   service: ServiceObject,
@@ -64,6 +76,11 @@ export interface PortTarget {
  * Resolves each TCP port of a Service against a pod spec: a number is that port (on whichever
  * container declares it), a name is the first container port of that name in the regular
  * containers, then in the native sidecars (Kubernetes' FindPort).
+ *
+ * @example
+ * ```ts
+ * portTargets(service, spec)[0]; // { index: 0, what: "port 80", targetPort: "http", container: "web", port: 8080 }
+ * ```
  */
 export function portTargets(service: ServiceObject, spec: Record<string, unknown>): PortTarget[] {
   const containers = Array.isArray(spec.containers) ? spec.containers.filter(isRecord) : [];
