@@ -11,12 +11,12 @@ import { statusUrlOption } from "./status.ts";
 /** Adds `inject`, `check` and `drain` to the program; `run` resolves each command's exit code. */
 export function addKubernetesCommands(program: Command, run: (code: Promise<number>) => void): void {
   program.command("inject")
-    .description("print a manifest (YAML or JSON) with the lastcall sidecar added to every pod template (Pod, Deployment, StatefulSet, DaemonSet, Job, CronJob, and those in a List); a pod with another proxy or hostNetwork is refused (exit 1, left as is); annotation lastcall/inject: \"false\" skips a workload")
+    .description("print a manifest (YAML or JSON) with the lastcall sidecar added to every pod template (Pod, Deployment, StatefulSet, DaemonSet, Job, CronJob, and those in a List), wired: for each app containerPort P, Envoy listens on P+10000 (−10000 above 55535; the next free port when taken) and forwards to 127.0.0.1:P; that config is a new ConfigMap <workload>-lastcall-envoy after the workload; the app port's name moves to Envoy's port (the app's becomes <name>-app, its probes follow), so Services naming it reach Envoy; the manifest's Services that select the pod get numeric targetPorts moved to the listener (one line each on stderr), and one still reaching the app is a warning. A pod with another proxy, hostNetwork, or no containerPort (without --config-map) is refused (exit 1, left as is); annotation lastcall/inject: \"false\" skips a workload")
     .addOption(option("-f, --filename <file>", "the manifest (YAML, several documents allowed); - for stdin").makeOptionMandatory())
     .addOption(option("--mode <mode>", "native: init container with restartPolicy Always (Kubernetes ≥ 1.29); classic: first container with a postStart wait")
       .default(SIDECAR_DEFAULTS.mode).argParser(choiceArg(["native", "classic"] as const)))
     .addOption(option("--image <image>", "the lastcall image").default(SIDECAR_DEFAULTS.image))
-    .addOption(option("--config-map <name>", "ConfigMap with envoy.yaml, mounted at /etc/envoy").default(SIDECAR_DEFAULTS.configMap))
+    .addOption(option("--config-map <name>", "your ConfigMap with envoy.yaml (your listeners), mounted at /etc/envoy instead of the generated one; also used when the manifest holds a ConfigMap named <workload>-lastcall-envoy; never overwritten"))
     .addOption(option("--host-network", "also inject pods with hostNetwork: true (their sidecar takes the node's ports)"))
     .exitOverride()
     .action((o) => run(injectCommand(o.filename, { mode: o.mode, image: o.image, configMap: o.configMap, hostNetwork: o.hostNetwork === true })));

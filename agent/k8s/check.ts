@@ -12,6 +12,7 @@ import { findProxies } from "./proxies.ts";
 import { earlier, formatFlagDuration, type ProxyTiming, type Setting } from "./timing.ts";
 import { findPodTemplate, isRecord, type PodTemplate } from "./workloads.ts";
 import { DEFAULT_GRACE_SECONDS } from "./sidecar.ts";
+import { type ManifestContext, manifestContext, wiringChecks } from "./check-wiring.ts";
 
 /**
  * How long endpoint controllers, kube-proxy and ingress controllers take to stop sending new
@@ -60,9 +61,11 @@ export interface WorkloadCheck {
  * @throws {ManifestError} when the manifest is not YAML
  */
 export function checkReport(text: string): WorkloadCheck[] {
-  return readManifest(text).flatMap(({ doc }) => workloadObjects(doc.toJS())).flatMap((object) => {
+  const objects = readManifest(text).flatMap(({ doc }) => workloadObjects(doc.toJS()));
+  const context = manifestContext(objects);
+  return objects.flatMap((object) => {
     const template = findPodTemplate(object);
-    return template ? [checkWorkload(template)] : [];
+    return template ? [checkWorkload(template, { context, namespace: (object as { metadata?: { namespace?: unknown } }).metadata?.namespace })] : [];
   });
 }
 
@@ -112,7 +115,7 @@ function workloadObjects(value: unknown): unknown[] {
  * checkWorkload(findPodTemplate(deployment)!).notes; // ["no proxy found: only the apps' preStop hooks …"]
  * ```
  */
-export function checkWorkload(template: PodTemplate): WorkloadCheck {
+export function checkWorkload(template: PodTemplate, manifest?: { context: ManifestContext; namespace: unknown }): WorkloadCheck {
   const spec = template.spec;
   if (!spec) return { ref: template.ref, proxies: [], findings: [], notes: ["no pod spec: nothing to check"] };
   const proxies = findProxies(spec, { ...template.labels, ...template.annotations }, !template.runsToCompletion);
@@ -120,7 +123,13 @@ export function checkWorkload(template: PodTemplate): WorkloadCheck {
   const notes = proxies.length === 0
     ? [`no proxy found${onlyApps}`]
     : proxies.filter((p) => p.unmodelled).map((p) => `${p.container} (${p.unmodelled}): timing not modelled${proxies.every((q) => q.unmodelled) ? onlyApps : ""}`);
-  return { ref: template.ref, proxies: [...new Set(proxies.map((p) => p.container))], findings: checkPod(template, proxies), notes };
+  const wiring = manifest ? wiringChecks(template, manifest.namespace, manifest.context, new Set(proxies.flatMap((p) => p.members))) : { findings: [], notes: [] };
+  return {
+    ref: template.ref,
+    proxies: [...new Set(proxies.map((p) => p.container))],
+    findings: [...checkPod(template, proxies), ...wiring.findings],
+    notes: [...notes, ...wiring.notes],
+  };
 }
 
 /** An app container and how long its preStop holds off its SIGTERM. */

@@ -1,8 +1,8 @@
 // `lastcall inject`: adds the sidecar to every pod template of a manifest. Edits go through
 // the YAML syntax tree, so the user's comments and layout survive in the documents it touches,
 // and documents it does not touch are printed back byte for byte.
-import { type Document, isMap, isScalar, isSeq, type Node, visit, type YAMLMap, type YAMLSeq } from "yaml";
-import { type ManifestDocument, readManifest, renderManifest } from "./manifest.ts";
+import { Document, isMap, isScalar, isSeq, type Node, visit, type YAMLMap, type YAMLSeq } from "yaml";
+import { MANIFEST_YAML, type ManifestDocument, readManifest, renderManifest } from "./manifest.ts";
 import { ownIn, ownItem, ownValue, valueOf } from "./own-node.ts";
 import { findPodTemplate, getPath, isRecord, type PodTemplate } from "./workloads.ts";
 import { podContainers } from "./containers.ts";
@@ -10,6 +10,9 @@ import { otherProxies } from "./other-proxies.ts";
 import { lastcallArgs } from "./proxy-lastcall.ts";
 import { withoutLibc } from "./app-images.ts";
 import { renderJson } from "./json-out.ts";
+import { configMapObject, renameAppPorts, rewireServices, sidecarPorts, type Wiring, type WiringContext, wiringOf } from "./inject-wiring.ts";
+import { bypasses, selects, serviceOf } from "./services.ts";
+import { configSource, seenConfig } from "./check-wiring.ts";
 import {
   BIN_VOLUME,
   binMount,
@@ -42,6 +45,8 @@ export interface InjectResult {
   text: string;
   /** One line per thing the user should know (containers not wrapped, pods left alone). */
   warnings: string[];
+  /** One line per thing inject wired: a ConfigMap written, a Service pointed at Envoy. */
+  notes: string[];
   /** How many pod templates got the sidecar. */
   injected: number;
   /** How many pod templates were left as they are for a reason a warning gives (not opt-outs). */
@@ -70,28 +75,83 @@ export const OPT_OUT_ANNOTATION = "lastcall/inject";
 export function injectManifest(text: string, options: InjectOptions): InjectResult {
   const documents = readManifest(text);
   const changed = new Set<ManifestDocument>();
+  const added = new Map<ManifestDocument, ManifestDocument[]>();
   const warnings: string[] = [];
+  const notes: string[] = [];
+  const context = contextOf(documents);
   let refused = 0;
   let injected = 0;
   for (const d of documents) {
     for (const object of objectsOf(d.doc)) {
-      const done = injectObject(d.doc, object, options, (line, refusal) => {
+      const done = injectObject(d.doc, object, options, context, (line, refusal) => {
         warnings.push(line);
         if (refusal) refused++;
       });
       if (!done) continue;
       injected++;
       changed.add(d);
+      notes.push(...done.notes);
+      for (const s of context.services) if (done.rewired.has(s.doc)) changed.add(documents.find((x) => x.doc === s.doc)!);
+      if (done.configMap) addAfter(d, object, done.configMap, added);
     }
   }
+  for (const d of documents) for (const object of objectsOf(d.doc)) warnings.push(...bypassesOf(d.doc, object, context));
+  const all = documents.flatMap((d) => [d, ...(added.get(d) ?? [])]);
+  for (const list of added.values()) for (const d of list) changed.add(d);
   // A file of comments only holds no document: it comes back as it is.
-  const out = documents.length === 0 || changed.size === 0 ? text : isJson(text) ? renderJson(documents) : renderManifest(documents, changed);
-  return { text: out, warnings, injected, refused };
+  const out = documents.length === 0 || changed.size === 0 ? text : isJson(text) ? renderJson(all, text) : renderManifest(all, changed);
+  return { text: out, warnings, notes, injected, refused };
 }
 
-/** Adds the sidecar to the pod template of each object of a document; returns whether it changed. */
-export function injectDocument(doc: Document, options: InjectOptions, warn: (line: string) => void): boolean {
-  return objectsOf(doc).map((object) => injectObject(doc, object, options, warn)).some(Boolean);
+/** The ConfigMaps and Services of the manifest, for the pods' wiring. */
+function contextOf(documents: readonly ManifestDocument[]): WiringContext {
+  const context: WiringContext = { configMaps: new Map(), services: [], generated: new Set() };
+  for (const { doc } of documents) {
+    for (const node of objectsOf(doc)) {
+      const value = valueOf(doc, node) as Record<string, unknown>;
+      const service = serviceOf(value);
+      if (service) context.services.push({ value: service, node, doc });
+      const metadata = getPath(value, ["metadata"]) as Record<string, unknown> | undefined;
+      if (value.kind === "ConfigMap" && typeof metadata?.name === "string") {
+        context.configMaps.set(`${typeof metadata.namespace === "string" ? metadata.namespace : ""}/${metadata.name}`, value);
+      }
+    }
+  }
+  return context;
+}
+
+/**
+ * Puts the generated ConfigMap right after its workload: as the next item of a List, else as
+ * a new document after the workload's.
+ */
+function addAfter(d: ManifestDocument, object: YAMLMap, configMap: Record<string, unknown>, added: Map<ManifestDocument, ManifestDocument[]>): void {
+  if (object !== d.doc.contents) {
+    const items = ownValue(d.doc, d.doc.contents as YAMLMap, "items");
+    if (isSeq(items)) items.items.splice(items.items.indexOf(object) + 1, 0, d.doc.createNode(configMap));
+    return;
+  }
+  const doc = new Document(configMap, { version: MANIFEST_YAML.version });
+  doc.directives!.docStart = true;
+  const list = added.get(d) ?? [];
+  list.push({ index: d.index, doc: doc as Document.Parsed, source: d.source });
+  added.set(d, list);
+}
+
+/** The Services that still reach an app container of a pod with lastcall, not its Envoy. */
+function bypassesOf(doc: Document, object: YAMLMap, context: WiringContext): string[] {
+  const value = valueOf(doc, object) as Record<string, unknown>;
+  const template = findPodTemplate(value);
+  if (!template?.spec || !hasSidecar(template.spec)) return [];
+  const namespace = getPath(value, ["metadata", "namespace"]) as string | undefined;
+  const apps = new Set(podContainers(template.spec).filter((c) => !c.init && c.container.name !== SIDECAR_NAME).map((c) => String(c.container.name)));
+  const sidecar = podContainers(template.spec).find((c) => c.container.name === SIDECAR_NAME)!.container;
+  const source = configSource(template.spec, sidecar);
+  const seen = source && seenConfig(context, namespace, source);
+  const listenerFor = (port: number) => seen?.listeners.find((l) => l.appPorts.includes(port))?.port;
+  // Read again: inject may have rewired them.
+  const services = context.services.map((s) => serviceOf(valueOf(s.doc, s.node))!);
+  return services.filter((s) => selects(s, template, namespace))
+    .flatMap((s) => bypasses(s, template.spec!, apps, listenerFor).map((line) => `${template.ref}: ${line}`));
 }
 
 /** The objects of a document: the document itself, or the items of a `kind: List`. */
@@ -104,30 +164,42 @@ function objectsOf(doc: Document): YAMLMap[] {
   return isSeq(items) ? items.items.map((_, i) => ownItem(doc, items, i)).filter(isMap) : [];
 }
 
-/** Adds the sidecar to one object's pod template; returns whether the object changed. */
-function injectObject(doc: Document, object: YAMLMap, options: InjectOptions, warn: (line: string, refusal: boolean) => void): boolean {
-  const value = valueOf(doc, object);
+/** What injecting one object did. */
+interface Injected {
+  notes: string[];
+  /** Documents whose Services were rewired. */
+  rewired: Set<Document>;
+  /** The ConfigMap to add after the workload, when inject writes one. */
+  configMap?: Record<string, unknown>;
+}
+
+/** Adds the sidecar to one object's pod template; undefined when the object is left as is. */
+function injectObject(doc: Document, object: YAMLMap, options: InjectOptions, context: WiringContext, warn: (line: string, refusal: boolean) => void): Injected | undefined {
+  const value = valueOf(doc, object) as Record<string, unknown>;
   const template = findPodTemplate(value);
-  if (!template) return false;
+  if (!template) return undefined;
   if (!template.spec || !Array.isArray(template.spec.containers) || template.spec.containers.length === 0) {
     warn(`${template.ref}: no containers at ${template.specPath.join(".")}.containers: left as is`, true);
-    return false;
+    return undefined;
   }
-  if (hasSidecar(template.spec) || optedOut(value, template)) return false;
-  const refusal = refusalOf(template, options);
-  if (refusal) {
-    warn(`${template.ref}: ${refusal}`, true);
-    return false;
+  if (hasSidecar(template.spec) || optedOut(value, template)) return undefined;
+  const statusPort = freeStatusPort(template.spec);
+  const wiring = refusalOf(template, options) ?? wiringOf(value, template, options.configMap, statusPort, context);
+  if (typeof wiring === "string") {
+    warn(`${template.ref}: ${wiring}`, true);
+    return undefined;
   }
   // Made the document's own along the way: a spec or containers from an anchor are copied here.
   const spec = ownIn(doc, template.specPath, object);
-  if (!isMap(spec)) return false;
+  if (!isMap(spec)) return undefined;
+  const before = structuredClone(template.spec);
   const grace = graceSeconds(template.spec);
-  const sidecar = { ...options, statusPort: freeStatusPort(template.spec) };
+  const sidecar = { ...options, statusPort, ports: sidecarPorts(wiring.wires ?? []) };
   const container = compact(doc.createNode(sidecarContainer(grace, sidecar), { aliasDuplicateObjects: false }));
   if (sidecar.statusPort !== STATUS_PORT) {
     warn(`${template.ref}: port ${STATUS_PORT} is taken in this pod: lastcall's status server uses ${sidecar.statusPort}`, false);
   }
+  renameAppPorts(doc, spec, wiring.wires ?? []);
   if (options.mode === "native") {
     // Last among the init containers: the pod's own init steps run as before, and the app
     // containers start once the proxy's startup probe passes.
@@ -135,9 +207,24 @@ function injectObject(doc: Document, object: YAMLMap, options: InjectOptions, wa
   } else {
     sequence(doc, spec, "containers").items.unshift(container);
   }
-  addVolume(doc, spec, CONFIG_VOLUME, configVolume(options.configMap));
+  addVolume(doc, spec, CONFIG_VOLUME, configVolume(wiring.configMap));
   if (options.mode === "classic") wrapApps(doc, spec, template, sidecar, (line) => warn(line, false));
-  return true;
+  return wired(value, template, wiring, context, before);
+}
+
+/** The notes, Service edits and ConfigMap of a pod's wiring. */
+function wired(value: Record<string, unknown>, template: PodTemplate, wiring: Wiring, context: WiringContext, spec: Record<string, unknown>): Injected {
+  const notes: string[] = [];
+  const wires = wiring.wires ?? [];
+  const fronts = wires.map((w) => `${w.listenerPort} → app port ${w.appPort}`).join(", ");
+  if (wiring.generate) notes.push(`${template.ref}: Envoy config in ConfigMap ${wiring.configMap} (a new document after it): listeners ${fronts}`);
+  else if (wiring.wires) notes.push(`${template.ref}: Envoy config is your ConfigMap ${wiring.configMap}: ${fronts ? `listeners ${fronts}` : "no listener to a declared app port"}`);
+  else notes.push(`${template.ref}: Envoy config is your ConfigMap ${wiring.configMap}, not in this manifest: Services not rewired, listeners not checked`);
+  const namespace = getPath(value, ["metadata", "namespace"]) as string | undefined;
+  const before = new Map(context.services.map((s) => [s, JSON.stringify(s.node.toJSON())]));
+  notes.push(...rewireServices(template, namespace, wires, context, spec).map((line) => `${template.ref}: ${line}`));
+  const rewired = new Set(context.services.filter((s) => before.get(s) !== JSON.stringify(s.node.toJSON())).map((s) => s.doc));
+  return { notes, rewired, ...(wiring.generate ? { configMap: configMapObject(value, wiring.configMap, wires) } : {}) };
 }
 
 /** Why a pod is left as it is, or undefined when it can take the sidecar. */

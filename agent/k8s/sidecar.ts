@@ -17,14 +17,19 @@ export interface SidecarOptions {
   mode: SidecarMode;
   /** The lastcall image (its entrypoint is `lastcall`). @default `lastcall:<version>` */
   image: string;
-  /** ConfigMap holding `envoy.yaml`, mounted at `/etc/envoy`. @default "lastcall-envoy" */
-  configMap: string;
+  /**
+   * The user's ConfigMap holding `envoy.yaml`, mounted at `/etc/envoy`. Unset: inject writes
+   * `<workload>-lastcall-envoy`, one listener per declared app port.
+   */
+  configMap?: string;
   /** The status server's port, when {@linkcode STATUS_PORT} is taken in the pod. @default 15020 */
   statusPort?: number;
+  /** The container's `ports`: Envoy's listeners, named as the app ports they front. */
+  ports?: Record<string, unknown>[];
 }
 
 /** Defaults of {@linkcode SidecarOptions}. */
-export const SIDECAR_DEFAULTS: SidecarOptions = { mode: "native", image: `lastcall:${VERSION}`, configMap: "lastcall-envoy" };
+export const SIDECAR_DEFAULTS: SidecarOptions = { mode: "native", image: `lastcall:${VERSION}` };
 
 /** Name of the injected container; a pod that has a container of this name is left alone. */
 export const SIDECAR_NAME = "lastcall";
@@ -82,6 +87,7 @@ export function sidecarContainer(graceSeconds: number, options: SidecarOptions):
     name: SIDECAR_NAME,
     image: options.image,
     args: runArgs(graceSeconds, port),
+    ...(options.ports?.length ? { ports: options.ports } : {}),
   };
   const mounts = { volumeMounts: [{ name: CONFIG_VOLUME, mountPath: CONFIG_DIR, readOnly: true }] };
   if (options.mode === "native") {

@@ -90,7 +90,8 @@ describe("Kubernetes blocks: lastcall check and inject say what the docs say", (
     const { container } = yamlShape(block) as { container: Obj };
     const was = /#\s*was\s*(\[.*\])/.exec(block.text)?.[1];
     expect(was, `${where(block)} says what the command was: "# was [...]"`).toBeDefined();
-    const original = { name: "app", image: "app:1", command: YAML.parse(was!), ...(container.args ? { args: container.args } : {}) };
+    // A declared port, so inject can write the pod's Envoy config (a pod without one is refused).
+    const original = { name: "app", image: "app:1", command: YAML.parse(was!), ...(container.args ? { args: container.args } : {}), ports: [{ containerPort: 8080 }] };
     const kind = EXPECTED[blockKey(block)]!.injectClassic!;
     const template = { metadata: { labels: { app: "docs" } }, spec: { ...(kind === "Job" ? { restartPolicy: "Never" } : {}), containers: [original] } };
     const workload = kind === "Job"
@@ -98,7 +99,8 @@ describe("Kubernetes blocks: lastcall check and inject say what the docs say", (
       : { apiVersion: "apps/v1", kind, metadata: { name: "docs" }, spec: { selector: { matchLabels: { app: "docs" } }, template } };
     const result = await runLastcall(["inject", "--mode", "classic", "-f", "-"], YAML.stringify(workload));
     expect(result.code, result.stderr).toBe(0);
-    const injected = YAML.parse(result.stdout) as { spec: { template: { spec: { containers: Obj[] } } } };
+    // The workload, then the ConfigMap inject wrote for it.
+    const injected = YAML.parseAllDocuments(result.stdout)[0].toJS() as { spec: { template: { spec: { containers: Obj[] } } } };
     const appContainer = injected.spec.template.spec.containers.find((c) => c.name === "app")!;
     expect(appContainer.command).toEqual(container.command);
     if (container.args) expect(appContainer.args).toEqual(container.args);

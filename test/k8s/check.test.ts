@@ -283,13 +283,13 @@ describe("clean manifests: no finding", () => {
 
 describe("check accepts what inject produces", () => {
   it.each(["native", "classic"] as const)("%s, for every kind, when the app's preStop outlasts endpoint removal", (mode) => {
-    const spec = { containers: [app(5, { command: ["./server"] })] };
+    const spec = { containers: [app(5, { command: ["./server"], ports: [{ containerPort: 8080 }] })] };
     const text = injectManifest(manifest(...KINDS.map((kind) => workload(kind, spec))), { ...SIDECAR_DEFAULTS, mode }).text;
     expect(lines(text)).toEqual([]);
   });
 
   it("and flags the injected pod of an app without preStop, which gets SIGTERM while the proxy still forwards", () => {
-    const text = injectManifest(deployment({ containers: [app()] }), SIDECAR_DEFAULTS).text;
+    const text = injectManifest(deployment({ containers: [app(undefined, { ports: [{ containerPort: 8080 }] })] }), SIDECAR_DEFAULTS).text;
     expect(lines(text)).toEqual([
       'deployment/web: container "app" has no preStop: it gets SIGTERM at once while lastcall still takes new requests until --min-drain 5s (default): the app stops answering requests the proxy forwards; add lifecycle.preStop.sleep.seconds: 5 on container "app"',
     ]);

@@ -32,7 +32,10 @@ describe("lastcall inject", () => {
 
   it("prints the manifest with the sidecar, from a file", async () => {
     const result = await lastcall(["inject", "-f", tempFile(text)]);
-    expect(result).toEqual({ code: 0, stdout: injectManifest(text, SIDECAR_DEFAULTS).text, stderr: "" });
+    const expected = injectManifest(text, SIDECAR_DEFAULTS);
+    expect(expected.notes).toHaveLength(2);
+    const stderr = [...expected.notes, ...expected.warnings].map((line) => `lastcall inject: ${line}\n`).join("");
+    expect(result).toEqual({ code: 0, stdout: expected.text, stderr });
   });
 
   it("reads standard input with -f -, and its own output gives the same bytes", async () => {
@@ -50,11 +53,12 @@ describe("lastcall inject", () => {
   });
 
   it("warns on stderr, one line naming the container, about a Job app it cannot wrap", async () => {
-    const job = manifest(workload("Job", podSpec({ containers: [{ name: "report", image: "example/report:1" }] }), "nightly"));
+    const job = manifest(workload("Job", podSpec({ containers: [{ name: "report", image: "example/report:1", ports: [{ containerPort: 80 }] }] }), "nightly"));
     const result = await lastcall(["inject", "-f", "-", "--mode", "classic"], job);
     expect(result.code).toBe(0);
     expect(result.stderr).toBe(
-      'lastcall inject: job/nightly: container "report" has no command: not wrapped with lastcall exec, so the sidecar keeps running after it ends (set its command, or use --mode native)\n',
+      "lastcall inject: job/nightly: Envoy config in ConfigMap nightly-lastcall-envoy (a new document after it): listeners 10080 → app port 80\n" +
+        'lastcall inject: job/nightly: container "report" has no command: not wrapped with lastcall exec, so the sidecar keeps running after it ends (set its command, or use --mode native)\n',
     );
   });
 
@@ -109,6 +113,19 @@ describe("lastcall check", () => {
   it("accepts inject's output: no finding, the proxy counted", async () => {
     const injected = await lastcall(["inject", "-f", example("deployment.yaml")]);
     expect(await lastcall(["check", "-f", "-"], injected.stdout)).toEqual({ code: 0, stdout: "1 workload, 1 proxy, 0 findings\n", stderr: "" });
+  });
+
+  it("flags a Service that still reaches the app, as inject warns of it", async () => {
+    const injected = await lastcall(["inject", "-f", example("deployment.yaml")]);
+    const direct = "---\napiVersion: v1\nkind: Service\nmetadata: {name: web-direct}\nspec:\n  selector: {app: web}\n  ports: [{port: 8080}]\n";
+    const line = `service/web-direct port 8080 targetPort 8080 reaches container "web" port 8080 directly (bypasses lastcall): its requests are not counted and not drained`;
+    expect(await lastcall(["check", "-f", "-"], injected.stdout + direct)).toEqual({
+      code: 1,
+      stdout: `deployment/web: ${line}; set targetPort: 18080 (lastcall's listener for it)\n1 workload, 1 proxy, 1 finding\n`,
+      stderr: "",
+    });
+    const again = await lastcall(["inject", "-f", "-"], injected.stdout + direct);
+    expect(again).toEqual({ code: 0, stdout: injected.stdout + direct, stderr: `lastcall inject: deployment/web: ${line}; set targetPort: 18080 (lastcall's listener for it)\n` });
   });
 
   it("exits 2 on unreadable input", async () => {
@@ -172,9 +189,24 @@ describe("examples/k8s are what the CLI generates", () => {
   });
 });
 
-describe("examples/k8s/envoy-config.yaml", () => {
-  it("holds an envoy.yaml that Envoy accepts, as lastcall runs it", async () => {
-    const config = tempFile(YAML.parse(readFileSync(example("envoy-config.yaml"), "utf8")).data["envoy.yaml"]);
+describe("examples/k8s apply as they are on a cluster that has only them", () => {
+  it.each(["deployment.injected.yaml", "job.injected.yaml", "job.classic.yaml", "caller.yaml", "pod-demo.yaml"])("every ConfigMap a pod of %s mounts is in the file", (name) => {
+    const docs = YAML.parseAllDocuments(readFileSync(example(name), "utf8")).map((d) => d.toJS());
+    const defined = docs.filter((o) => o.kind === "ConfigMap").map((o) => o.metadata.name);
+    const specs = docs.map((o) => (o.kind === "Pod" ? o.spec : o.spec?.template?.spec)).filter(Boolean);
+    const mounted = specs.flatMap((spec) => (spec.volumes ?? []).filter((v: { configMap?: unknown }) => v.configMap).map((v: { configMap: { name: string } }) => v.configMap.name));
+    expect(mounted.length).toBeGreaterThan(0);
+    expect(mounted.filter((m: string) => !defined.includes(m))).toEqual([]);
+  });
+});
+
+describe.each([
+  { file: "envoy-config.yaml", configMap: "lastcall-envoy" },
+  { file: "deployment.injected.yaml", configMap: "web-lastcall-envoy" },
+])("examples/k8s/$file", ({ file, configMap }) => {
+  it(`holds an envoy.yaml in ConfigMap ${configMap} that Envoy accepts, as lastcall runs it`, async () => {
+    const object = YAML.parseAllDocuments(readFileSync(example(file), "utf8")).map((d) => d.toJS()).find((o) => o.kind === "ConfigMap" && o.metadata.name === configMap);
+    const config = tempFile(object.data["envoy.yaml"]);
     const bootstrap = await lastcall(["bootstrap", "--config", config]);
     expect(bootstrap.code).toBe(0);
     const path = join(mkdtempSync(join(tmpdir(), "lastcall-k8s-")), "bootstrap.yaml");

@@ -9,7 +9,8 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { parseAllDocuments, visit } from "yaml";
+import YAML, { parseAllDocuments, visit } from "yaml";
+import { readWires } from "../../agent/k8s/envoy-wiring.ts";
 import { type KubeApi, kubeApiSkipReason, startKubeApi } from "../support/kube-api.ts";
 import { runLastcall } from "../support/lastcall.ts";
 import { tempDir } from "../support/temp.ts";
@@ -18,31 +19,62 @@ import { writeFileSync } from "node:fs";
 const dir = join(import.meta.dirname, "corpus");
 type Mode = "native" | "classic";
 
-/** What inject does with a file: pods injected, the refusal and warning lines (patterns), the exit code. */
+/** What inject does with a file: pods injected, the wiring, refusal and warning lines (patterns), the exit code. */
 interface Outcome {
   injected: number;
   lines: RegExp[];
   code: number;
 }
 
-const clean = (injected: number): Outcome => ({ injected, lines: [], code: 0 });
+const clean = (injected: number, ...lines: RegExp[]): Outcome => ({ injected, lines, code: 0 });
 const refused = (injected: number, ...lines: RegExp[]): Outcome => ({ injected, lines, code: 1 });
 const both = (o: Outcome) => ({ native: o, classic: o });
+/** The line of a pod inject cannot wire: it declares no port. */
+const noPort = (ref: string) => new RegExp(`^${ref}: no container declares a TCP containerPort.*--config-map NAME\\)$`);
+const wrote = (ref: string, configMap: string, listeners: string) => new RegExp(`^${ref}: Envoy config in ConfigMap ${configMap} \\(a new document after it\\): listeners ${listeners}$`);
 
-const CORPUS: Record<string, { native: Outcome; classic: Outcome }> = {
+/** Per file: the flags inject gets (default: none) and the outcome in each mode. */
+const CORPUS: Record<string, { args?: string[]; native: Outcome; classic: Outcome }> = {
   "plain-deployment.yaml": {
-    native: clean(1),
-    classic: { injected: 1, lines: [/deployment\/storefront: container "storefront" has no command: not wrapped/], code: 0 },
+    native: clean(1, wrote("deployment/storefront", "storefront-lastcall-envoy", "18080 → app port 8080"), /^deployment\/storefront: service\/storefront port 80: targetPort 8080 → 18080 /),
+    classic: clean(
+      1,
+      wrote("deployment/storefront", "storefront-lastcall-envoy", "18080 → app port 8080"),
+      /^deployment\/storefront: service\/storefront port 80: targetPort 8080 → 18080 /,
+      /deployment\/storefront: container "storefront" has no command: not wrapped/,
+    ),
   },
+  "service-wiring.yaml": (() => {
+    const lines = [
+      wrote("deployment/checkout", "checkout-lastcall-envoy", "18080 → app port 8080, 19090 → app port 9090"),
+      /^deployment\/checkout: service\/checkout port 80 \(http\): targetPort http now names lastcall's listener 18080 \(container "checkout" port 8080 is renamed http-app\)$/,
+      /^deployment\/checkout: service\/checkout port 9090 \(metrics\): targetPort 9090 → 19090 /,
+      /^deployment\/checkout: service\/checkout-internal port 8080: targetPort 8080 → 18080 /,
+    ];
+    return { native: clean(1, ...lines), classic: clean(1, ...lines, /deployment\/checkout: container "checkout" has no command/) };
+  })(),
+  // Jobs serve no port: their Envoy config (outbound listeners) is the user's.
   "jobs.yaml": {
-    native: clean(2),
-    classic: { injected: 2, lines: [/cronjob\/heartbeat: container "heartbeat" runs busybox:1\.28 \(musl, not glibc\).*not wrapped.*--mode native/], code: 0 },
+    args: ["--config-map", "batch-envoy"],
+    native: clean(2, /^job\/report: Envoy config is your ConfigMap batch-envoy, not in this manifest/, /^cronjob\/heartbeat: Envoy config is your ConfigMap batch-envoy/),
+    classic: clean(
+      2,
+      /^job\/report: Envoy config is your ConfigMap batch-envoy/,
+      /^cronjob\/heartbeat: Envoy config is your ConfigMap batch-envoy/,
+      /cronjob\/heartbeat: container "heartbeat" runs busybox:1\.28 \(musl, not glibc\).*not wrapped.*--mode native/,
+    ),
   },
   "contour-render.yaml": {
-    native: refused(2, /^daemonset\/envoy: already has Contour's shutdown-manager \(container "shutdown-manager"\).*put lastcall in its shutdown-manager container/),
+    native: refused(
+      1,
+      wrote("deployment/contour", "contour-lastcall-envoy", "18001 → app port 8001, 18000 → app port 8000, 16060 → app port 6060"),
+      noPort("job/contour-certgen-v1-33-8"),
+      /^daemonset\/envoy: already has Contour's shutdown-manager \(container "shutdown-manager"\).*put lastcall in its shutdown-manager container/,
+    ),
     classic: refused(
-      2,
-      /job\/contour-certgen-v1-33-8: container "contour" runs ghcr\.io\/projectcontour\/contour:v1\.33\.8 \(Contour's image: a static binary on scratch\)/,
+      1,
+      wrote("deployment/contour", "contour-lastcall-envoy", "18001 → app port 8001, 18000 → app port 8000, 16060 → app port 6060"),
+      noPort("job/contour-certgen-v1-33-8"),
       /deployment\/contour: container "contour" runs ghcr\.io\/projectcontour\/contour:v1\.33\.8/,
       /^daemonset\/envoy: already has Contour's shutdown-manager/,
     ),
@@ -56,20 +88,31 @@ const CORPUS: Record<string, { native: Outcome; classic: Outcome }> = {
   )),
   "envoy-gateway-proxy.yaml": both(refused(0, /already has Envoy Gateway's shutdown-manager \(container "shutdown-manager"\).*put lastcall in its shutdown-manager container/)),
   "helm-rendered.yaml": {
-    native: clean(2),
-    classic: {
-      injected: 2,
-      lines: [/deployment\/release-web: container "web" has no command/, /pod\/release-web-test-connection: container "wget" runs busybox/],
-      code: 0,
-    },
+    native: refused(1, wrote("deployment/release-web", "release-web-lastcall-envoy", "10080 → app port 80"), noPort("pod/release-web-test-connection")),
+    classic: refused(
+      1,
+      wrote("deployment/release-web", "release-web-lastcall-envoy", "10080 → app port 80"),
+      /deployment\/release-web: container "web" has no command/,
+      noPort("pod/release-web-test-connection"),
+    ),
   },
   "host-network.yaml": both(refused(0, /^daemonset\/node-exporter: uses hostNetwork: .*--host-network to inject it anyway/)),
-  "kubectl-list.yaml": both(clean(1)),
-  "kubectl-create.json": both(clean(1)),
-  "statefulset-forms.yaml": both({ injected: 1, lines: [/statefulset\/db: port 15020 is taken in this pod: lastcall's status server uses 15021/], code: 0 }),
+  "kubectl-list.yaml": both(clean(1, wrote("deployment/web", "web-lastcall-envoy", "18080 → app port 8080"), /^deployment\/web: service\/web port 80: targetPort 8080 → 18080 /)),
+  // `kubectl create deployment` declares no port unless asked (--port).
+  "kubectl-create.json": both(refused(0, noPort("deployment/api"))),
+  "statefulset-forms.yaml": both(clean(
+    1,
+    wrote("statefulset/db", "db-lastcall-envoy", "15432 → app port 5432, 25020 → app port 15020"),
+    /statefulset\/db: port 15020 is taken in this pod: lastcall's status server uses 15021/,
+  )),
   "distroless-app.yaml": {
-    native: clean(1),
-    classic: { injected: 1, lines: [/container "app" runs gcr\.io\/distroless\/static-debian12:nonroot \(distroless static: no libc\)/], code: 0 },
+    args: ["--config-map", "static-app-envoy"],
+    native: clean(1, /^deployment\/static-app: Envoy config is your ConfigMap static-app-envoy/),
+    classic: clean(
+      1,
+      /^deployment\/static-app: Envoy config is your ConfigMap static-app-envoy/,
+      /container "app" runs gcr\.io\/distroless\/static-debian12:nonroot \(distroless static: no libc\)/,
+    ),
   },
 };
 
@@ -139,6 +182,66 @@ function withoutSidecar(output: Obj, input: Obj): Obj {
   return copy;
 }
 
+/**
+ * Takes out what inject's wiring changes, so what is left can be compared with the input: the
+ * ConfigMaps it wrote, the names it moved from app ports to Envoy's (and the probes using them),
+ * the Services' targetPorts it pointed at Envoy's listeners (read from those ConfigMaps).
+ */
+function withoutWiring(values: unknown[], inputs: unknown[]): unknown[] {
+  const known = new Set(inputs.flatMap(objectsOf).map((o) => JSON.stringify(o)));
+  const added = (o: unknown) => isObj(o) && o.kind === "ConfigMap" && /-lastcall-envoy$/.test(String((o.metadata as Obj)?.name)) && !known.has(JSON.stringify(o));
+  const appPortOf = new Map<number, number>();
+  for (const o of values.flatMap(objectsOf).filter(added)) {
+    for (const l of readWires(YAML.parse(String((o.data as Obj)["envoy.yaml"]))).listeners) appPortOf.set(l.port, l.appPorts[0]);
+  }
+  const kept = structuredClone(values.filter((v) => !added(v)));
+  for (const v of kept) if (isObj(v) && Array.isArray(v.items)) v.items = v.items.filter((item) => !added(item));
+  kept.forEach((v, i) => objectsOf(v).forEach((o, j) => {
+    const input = objectsOf(inputs[i])[j];
+    if (o.kind === "Service") {
+      ((o.spec as Obj)?.ports as Obj[] ?? []).forEach((p, k) => {
+        const was = ((input?.spec as Obj)?.ports as Obj[] | undefined)?.[k];
+        if (typeof p.targetPort !== "number" || !appPortOf.has(p.targetPort)) return;
+        if (was && !("targetPort" in was)) delete p.targetPort;
+        else p.targetPort = appPortOf.get(p.targetPort);
+      });
+    }
+    const spec = podSpecOf(o);
+    const sidecar = [...((spec?.initContainers as Obj[]) ?? []), ...((spec?.containers as Obj[]) ?? [])].find((c) => c.name === "lastcall");
+    for (const port of (sidecar?.ports as Obj[] | undefined) ?? []) {
+      const appPort = appPortOf.get(Number(port.containerPort));
+      if (typeof port.name !== "string" || appPort === undefined) continue;
+      for (const c of (spec!.containers as Obj[]).filter((c) => c !== sidecar)) {
+        const own = ((c.ports as Obj[] | undefined) ?? []).find((p) => p.containerPort === appPort && typeof p.name === "string");
+        if (!own) continue;
+        const renamed = own.name;
+        own.name = port.name;
+        for (const key of ["livenessProbe", "readinessProbe", "startupProbe"]) {
+          for (const kind of ["httpGet", "tcpSocket"]) {
+            const handler = (c[key] as Obj | undefined)?.[kind] as Obj | undefined;
+            if (handler?.port === renamed) handler.port = port.name;
+          }
+        }
+      }
+    }
+  }));
+  return kept;
+}
+
+/** The names and port numbers inject's wiring moves: the sidecar's port names, the app ports behind listeners. */
+function wiredForms(values: unknown[]): Set<string> {
+  const forms = new Set<string>();
+  for (const o of values.flatMap(objectsOf)) {
+    const spec = podSpecOf(o);
+    const sidecar = [...((spec?.initContainers as Obj[]) ?? []), ...((spec?.containers as Obj[]) ?? [])].find((c) => c.name === "lastcall");
+    for (const p of (sidecar?.ports as Obj[] | undefined) ?? []) if (typeof p.name === "string") forms.add(p.name);
+    if (o.kind === "ConfigMap" && /-lastcall-envoy$/.test(String((o.metadata as Obj)?.name))) {
+      for (const l of readWires(YAML.parse(String((o.data as Obj)["envoy.yaml"]))).listeners) for (const port of l.appPorts) forms.add(String(port));
+    }
+  }
+  return forms;
+}
+
 const skip = kubeApiSkipReason();
 
 describe("inject over the corpus of real-shaped manifests", () => {
@@ -162,13 +265,13 @@ describe("inject over the corpus of real-shaped manifests", () => {
     });
   }
 
-  for (const [file, outcomes] of Object.entries(CORPUS)) {
+  for (const [file, { args = [], ...outcomes }] of Object.entries(CORPUS)) {
     for (const mode of ["native", "classic"] as Mode[]) {
       it(`${file}, ${mode}: ${outcomes[mode].injected} injected, ${outcomes[mode].lines.length} lines, exit ${outcomes[mode].code}; valid, same meaning and forms, idempotent`, async () => {
         const expected = outcomes[mode];
         const path = join(dir, file);
         const input = readFileSync(path, "utf8");
-        const once = await runLastcall(["inject", "-f", path, "--mode", mode]);
+        const once = await runLastcall(["inject", "-f", path, "--mode", mode, ...args]);
         const lines = once.stderr.split("\n").filter(Boolean).map((l) => l.replace(/^lastcall inject: /, ""));
         expect({ code: once.code, lines: lines.length }).toEqual({ code: expected.code, lines: expected.lines.length });
         expected.lines.forEach((pattern, i) => expect(lines[i]).toMatch(pattern));
@@ -176,20 +279,22 @@ describe("inject over the corpus of real-shaped manifests", () => {
         const json = file.endsWith(".json");
         const before = json ? [JSON.parse(input)] : values(input);
         const after = json ? [JSON.parse(once.stdout)] : values(once.stdout);
-        // Nothing else changed meaning: the output without the sidecar is the input.
-        expect(after.map((v, i) => withoutSidecar(v as Obj, before[i] as Obj))).toEqual(before);
+        // Nothing else changed meaning: the output without the sidecar and its wiring is the input.
+        expect(withoutWiring(after, before).map((v, i) => withoutSidecar(v as Obj, before[i] as Obj))).toEqual(before);
         const sidecars = after.flatMap((v) => objectsOf(v)).map(podSpecOf).filter((spec) =>
           [...((spec?.initContainers as Obj[] | undefined) ?? []), ...((spec?.containers as Obj[] | undefined) ?? [])].some((c) => c.name === "lastcall")
         );
         expect(sidecars).toHaveLength(expected.injected);
         // Every scalar kept its form (octal modes, quotes, hex): the input's forms are all in the output.
+        // (Except the values the wiring moves: app ports' names and the targetPorts pointed at Envoy.)
         if (!json) {
           const out = scalarForms(once.stdout);
-          const lost = [...scalarForms(input)].filter(([form, n]) => (out.get(form) ?? 0) < n).map(([form]) => form);
+          const moved = wiredForms(after);
+          const lost = [...scalarForms(input)].filter(([form, n]) => (out.get(form) ?? 0) < n && !moved.has(form)).map(([form]) => form);
           expect(lost).toEqual([]);
         }
         // Idempotent: the output, injected again, is the same bytes.
-        const again = await runLastcall(["inject", "-f", "-", "--mode", mode], once.stdout);
+        const again = await runLastcall(["inject", "-f", "-", "--mode", mode, ...args], once.stdout);
         expect(again.stdout).toBe(once.stdout);
         if (api) expect(await api.validate(once.stdout)).toEqual([]);
       });

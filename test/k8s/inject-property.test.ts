@@ -1,6 +1,7 @@
 // Property: on any workload, inject's output is a valid workload with one lastcall sidecar, the
 // app containers survive, and injecting the output again gives the same bytes.
 import fc from "fast-check";
+import { isDeepStrictEqual } from "node:util";
 import { describe, expect, it } from "vitest";
 import YAML from "yaml";
 import { injectManifest } from "../../agent/k8s/inject.ts";
@@ -18,12 +19,14 @@ const container = (name: string) =>
     command: fc.option(fc.array(argWord, { minLength: 1, maxLength: 3 }), { nil: undefined }),
     args: fc.option(fc.array(argWord, { maxLength: 3 }), { nil: undefined }),
     preStopSeconds: fc.option(fc.integer({ min: 1, max: 60 }), { nil: undefined }),
-  }).map(({ image, command, args, preStopSeconds }) => ({
+    ports: fc.uniqueArray(fc.integer({ min: 1, max: 65535 }), { maxLength: 2 }),
+  }).map(({ image, command, args, preStopSeconds, ports }) => ({
     name,
     image,
     ...(command && { command }),
     ...(args && { args }),
     ...(preStopSeconds && { lifecycle: { preStop: { sleep: { seconds: preStopSeconds } } } }),
+    ...(ports.length && { ports: ports.map((containerPort) => ({ containerPort })) }),
   }));
 
 const podSpec = fc.record({
@@ -60,16 +63,20 @@ describe("inject on generated workloads", () => {
         expect(twice.injected).toBe(0);
 
         const before = objects(text);
-        const after = objects(once.text);
+        // The ConfigMaps inject wrote, one right after each workload it wired.
+        const all = objects(once.text);
+        const after = all.filter((o, i) => !(o.kind === "ConfigMap" && /-lastcall-envoy$/.test(o.metadata.name) && !before.some((b) => isDeepStrictEqual(b, o)) && i > 0));
         expect(after).toHaveLength(before.length);
+        expect(new Set(all.filter((o) => o.kind === "ConfigMap").map((o) => o.metadata.name)).size).toBe(all.filter((o) => o.kind === "ConfigMap").length);
         after.forEach((object, i) => {
           if (object.kind === "ConfigMap") return expect(object).toEqual(before[i]);
           validateWorkload(object);
           const spec = specOf(object);
           const original = specOf(before[i]);
           const named = (s: Record<string, any>) => [...s.containers, ...(s.initContainers ?? [])].filter((c) => c.name === "lastcall");
-          // Already has a sidecar, or too short a grace period for one: left as is.
-          if (named(original).length || (original.terminationGracePeriodSeconds ?? 30) < 8) return expect(object).toEqual(before[i]);
+          // Already has a sidecar, too short a grace period for one, or no port to wire: left as is.
+          const ported = original.containers.some((c: any) => c.ports?.length);
+          if (named(original).length || (original.terminationGracePeriodSeconds ?? 30) < 8 || !ported) return expect(object).toEqual(before[i]);
           expect(named(spec)).toHaveLength(1);
           const apps = (s: Record<string, any>) => s.containers.filter((c: any) => c.name !== "lastcall").map((c: any) => [c.name, c.image, c.args]);
           expect(apps(spec)).toEqual(apps(original));

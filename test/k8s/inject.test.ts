@@ -23,6 +23,7 @@ describe("native mode: an init container with restartPolicy Always", () => {
       name: "lastcall",
       image: `lastcall:${VERSION}`,
       args: argsFor("30s"),
+      ports: [{ containerPort: 18080 }],
       restartPolicy: "Always",
       startupProbe: { ...ready, periodSeconds: 1, failureThreshold: 60 },
       readinessProbe: { ...ready, periodSeconds: 1 },
@@ -31,7 +32,7 @@ describe("native mode: an init container with restartPolicy Always", () => {
       volumeMounts: [{ name: "lastcall-config", mountPath: "/etc/envoy", readOnly: true }],
     }]);
     expect(spec.containers).toEqual(podSpec().containers);
-    expect(spec.volumes).toEqual([{ name: "lastcall-config", configMap: { name: "lastcall-envoy" } }]);
+    expect(spec.volumes).toEqual([{ name: "lastcall-config", configMap: { name: "web-lastcall-envoy" } }]);
     expect(() => validateWorkload(out)).not.toThrow();
     expect(unknownContainerFields(spec.initContainers[0])).toEqual([]);
   });
@@ -68,6 +69,7 @@ describe("classic mode: the first container, holding the app until ready", () =>
       name: "lastcall",
       image: `lastcall:${VERSION}`,
       args: argsFor("30s"),
+      ports: [{ containerPort: 18080 }],
       readinessProbe: { ...ready, periodSeconds: 1 },
       livenessProbe: live,
       lifecycle: { postStart: { exec: { command: ["lastcall", "wait"] } } },
@@ -97,6 +99,7 @@ describe("classic mode: the first container, holding the app until ready", () =>
       image: "example/app:1",
       command: ["/lastcall/bin/lastcall", "exec", ...flags, "--", "./server"],
       args: ["--port", "8080"],
+      ports: [{ containerPort: 8080 }],
       volumeMounts: [{ name: "lastcall-bin", mountPath: "/lastcall/bin", readOnly: true }],
     });
     expect(spec.initContainers).toEqual([{
@@ -105,21 +108,21 @@ describe("classic mode: the first container, holding the app until ready", () =>
       command: ["cp", "/usr/local/bin/lastcall", "/lastcall/bin/lastcall"],
       volumeMounts: [{ name: "lastcall-bin", mountPath: "/lastcall/bin" }],
     }]);
-    expect(spec.volumes).toEqual([{ name: "lastcall-config", configMap: { name: "lastcall-envoy" } }, { name: "lastcall-bin", emptyDir: {} }]);
+    expect(spec.volumes).toEqual([{ name: "lastcall-config", configMap: { name: "web-lastcall-envoy" } }, { name: "lastcall-bin", emptyDir: {} }]);
     expect(() => validateWorkload(out)).not.toThrow();
   });
 
   it("a Deployment container without a command is not wrapped, with a warning naming it", () => {
-    const spec = podSpec({ containers: [{ name: "web", image: "example/web:1" }] });
+    const spec = podSpec({ containers: [{ name: "web", image: "example/web:1", ports: [{ containerPort: 80 }] }] });
     const result = inject(manifest(workload("Deployment", spec, "shop")), classic);
-    expect(specOf(objects(result.text)[0]).containers[1]).toEqual({ name: "web", image: "example/web:1" });
+    expect(specOf(objects(result.text)[0]).containers[1]).toEqual({ name: "web", image: "example/web:1", ports: [{ containerPort: 80 }] });
     expect(result.warnings).toEqual([
       'deployment/shop: container "web" has no command: not wrapped with lastcall exec, so on termination the sidecar cannot wait for it to exit and its calls out after the last request in flight may fail (set its command, add --app-port to the sidecar, or use --mode native)',
     ]);
   });
 
   it("two wrapped Deployment containers get no warning: the drain waits for both", () => {
-    const spec = podSpec({ containers: [{ name: "a", image: "x", command: ["a"] }, { name: "b", image: "y", command: ["b"] }] });
+    const spec = podSpec({ containers: [{ name: "a", image: "x", command: ["a"], ports: [{ containerPort: 80 }] }, { name: "b", image: "y", command: ["b"] }] });
     const result = inject(manifest(workload("Deployment", spec, "pair")), classic);
     expect(result.warnings).toEqual([]);
     expect(specOf(objects(result.text)[0]).containers.slice(1).map((c: { command: string[] }) => c.command)).toEqual([
@@ -129,10 +132,10 @@ describe("classic mode: the first container, holding the app until ready", () =>
   });
 
   it("a Job container without a command is not wrapped, with a warning naming it", () => {
-    const spec = podSpec({ containers: [{ name: "report", image: "example/report:1" }] });
+    const spec = podSpec({ containers: [{ name: "report", image: "example/report:1", ports: [{ containerPort: 80 }] }] });
     const result = inject(manifest(workload("Job", spec, "nightly")), classic);
     const out = specOf(objects(result.text)[0]);
-    expect(out.containers[1]).toEqual({ name: "report", image: "example/report:1" });
+    expect(out.containers[1]).toEqual(spec.containers[0]);
     expect(out.initContainers).toBeUndefined();
     expect(result.warnings).toEqual([
       'job/nightly: container "report" has no command: not wrapped with lastcall exec, so the sidecar keeps running after it ends (set its command, or use --mode native)',
@@ -140,15 +143,15 @@ describe("classic mode: the first container, holding the app until ready", () =>
   });
 
   it("a Job command already under lastcall exec (the image has lastcall) is kept, with no copy", () => {
-    const spec = podSpec({ containers: [{ name: "app", image: "x", command: ["/usr/local/bin/lastcall", "exec", "--", "./job"] }] });
+    const spec = podSpec({ containers: [{ name: "app", image: "x", command: ["/usr/local/bin/lastcall", "exec", "--", "./job"], ports: [{ containerPort: 80 }] }] });
     const out = specOf(objects(inject(manifest(workload("Job", spec)), classic).text)[0]);
     expect(out.containers[1]).toEqual(spec.containers[0]);
     expect(out.initContainers).toBeUndefined();
-    expect(out.volumes).toEqual([{ name: "lastcall-config", configMap: { name: "lastcall-envoy" } }]);
+    expect(out.volumes).toEqual([{ name: "lastcall-config", configMap: { name: "web-lastcall-envoy" } }]);
   });
 
   it("two wrapped Job containers get a warning: the first to end starts the proxy's termination", () => {
-    const spec = podSpec({ containers: [{ name: "a", image: "x", command: ["a"] }, { name: "b", image: "y", command: ["b"] }] });
+    const spec = podSpec({ containers: [{ name: "a", image: "x", command: ["a"], ports: [{ containerPort: 80 }] }, { name: "b", image: "y", command: ["b"] }] });
     const result = inject(manifest(workload("Job", spec, "pair")), classic);
     expect(result.warnings).toEqual(["job/pair: 2 app containers run under lastcall exec: the first to end starts the proxy's termination, which waits for the others at most --grace (use --mode native)"]);
   });
@@ -159,7 +162,7 @@ describe("what inject leaves alone", () => {
     const once = inject(manifest(...KINDS.map((k) => workload(k))), { ...native, mode });
     const twice = inject(once.text, { ...native, mode });
     expect(once.injected).toBe(KINDS.length);
-    expect(twice).toEqual({ text: once.text, warnings: [], injected: 0, refused: 0 });
+    expect(twice).toEqual({ text: once.text, warnings: [], notes: [], injected: 0, refused: 0 });
   });
 
   it("unknown kinds, byte for byte (comments, quoting, markers)", () => {
@@ -168,11 +171,11 @@ describe("what inject leaves alone", () => {
       "---\nkind: ConfigMap\ndata:\n  envoy.yaml: |\n    static_resources: {}\n  'quoted': \"yes\"\n...\n",
       "--- # empty document\n",
     ].join("");
-    expect(inject(text)).toEqual({ text, warnings: [], injected: 0, refused: 0 });
+    expect(inject(text)).toEqual({ text, warnings: [], notes: [], injected: 0, refused: 0 });
   });
 
   it.each(["", "# nothing yet\n", "---\n"])("a manifest without workloads: %j", (text) => {
-    expect(inject(text)).toEqual({ text, warnings: [], injected: 0, refused: 0 });
+    expect(inject(text)).toEqual({ text, warnings: [], notes: [], injected: 0, refused: 0 });
   });
 
   it("a pod with a container named lastcall (injected by hand)", () => {
@@ -188,6 +191,7 @@ describe("what inject leaves alone", () => {
     expect(inject(text)).toEqual({
       text,
       warnings: ["deployment/web: terminationGracePeriodSeconds 5 leaves lastcall no time to drain (it needs at least 8): left as is"],
+      notes: [],
       injected: 0,
       refused: 1,
     });
@@ -195,13 +199,13 @@ describe("what inject leaves alone", () => {
 
   it("a workload without containers, with a warning", () => {
     const text = manifest({ apiVersion: "apps/v1", kind: "Deployment", metadata: { name: "empty" }, spec: {} });
-    expect(inject(text)).toEqual({ text, warnings: ["deployment/empty: no containers at spec.template.spec.containers: left as is"], injected: 0, refused: 1 });
+    expect(inject(text)).toEqual({ text, warnings: ["deployment/empty: no containers at spec.template.spec.containers: left as is"], notes: [], injected: 0, refused: 1 });
   });
 });
 
 describe("the documents inject changes keep their author's layout", () => {
   it("comments and order of documents survive", () => {
-    const text = "# web tier\nkind: Pod\nmetadata:\n  name: web # the name\nspec:\n  containers:\n  - name: app # main\n    image: x\n---\nkind: Service\nmetadata: {name: web}\n";
+    const text = "# web tier\nkind: Pod\nmetadata:\n  name: web # the name\nspec:\n  containers:\n  - name: app # main\n    image: x\n    ports: [{containerPort: 80}]\n---\nkind: Service\nmetadata: {name: web}\n";
     const out = inject(text).text;
     expect(out).toContain("# web tier\n");
     expect(out).toContain("name: web # the name");
@@ -210,7 +214,7 @@ describe("the documents inject changes keep their author's layout", () => {
   });
 
   it("kubectl's sequence style (items at the key's indentation) is kept", () => {
-    const text = "kind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: app\n    image: x\n    command: [\"./server\"]\n";
+    const text = "kind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: app\n    image: x\n    command: [\"./server\"]\n    ports: [{containerPort: 80}]\n";
     const out = inject(text).text;
     expect(out).toMatch(/^ {2}initContainers:\n {2}- name: lastcall$/m);
     expect(out).toMatch(/^ {2}containers:\n {2}- name: app$/m);
@@ -218,14 +222,14 @@ describe("the documents inject changes keep their author's layout", () => {
   });
 
   it("a one-line list it adds to becomes one item per line; one-line items stay as they are", () => {
-    const text = "kind: Pod\nmetadata: {name: web}\nspec:\n  containers: [{name: app, image: x}]\n";
+    const text = "kind: Pod\nmetadata: {name: web}\nspec:\n  containers: [{name: app, image: x, ports: [{containerPort: 80}]}]\n";
     const out = inject(text, classic).text;
     expect(out).toMatch(/^ {2}containers:\n {4}- name: lastcall$/m);
-    expect(out).toContain("    - {name: app, image: x}\n");
+    expect(out).toContain("    - {name: app, image: x, ports: [{containerPort: 80}]}\n");
   });
 
   it("indented sequences stay indented", () => {
-    const text = "kind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n    - name: app\n      image: x\n";
+    const text = "kind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n    - name: app\n      image: x\n      ports: [{containerPort: 80}]\n";
     expect(inject(text).text).toMatch(/^ {2}containers:\n {4}- name: app$/m);
   });
 });
@@ -250,10 +254,10 @@ describe("manifests that are not YAML", () => {
 });
 
 describe("unrendered templates are refused, template text inside strings is not", () => {
-  const pod = (line: string, extra = "") => `apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n${extra}spec:\n  containers:\n  - name: web\n    image: example/web:1\n${line}`;
+  const pod = (line: string, extra = "") => `apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n${extra}spec:\n  containers:\n  - name: web\n    image: example/web:1\n    ports: [{containerPort: 80}]\n${line}`;
   it.each([
     ["a value that is an action", pod("", "  labels:\n    app: {{ .Values.app }}\n"), 6],
-    ["an action inside a plain scalar", pod("    command: [web-{{ .Release.Name }}]\n"), 9],
+    ["an action inside a plain scalar", pod("    command: [web-{{ .Release.Name }}]\n"), 10],
     ["an action on a line of its own", pod("", "  labels:\n    {{- include \"web.labels\" . | nindent 4 }}\n"), 6],
     ["a control action in a later document", `kind: ConfigMap\n---\n{{- if .Values.enabled }}\n${pod("")}{{- end }}\n`, 3],
   ])("%s: document and line named", (_, text, line) => {

@@ -19,7 +19,7 @@ const manifest = fc.tuple(fc.array(form, { minLength: 1, maxLength: 6 }), fc.boo
   const annotations = flow
     ? `    annotations: {${forms.map((f, i) => `k${i}: ${f}`).join(", ")}}\n`
     : `    annotations:\n${forms.map((f, i) => `      k${i}: ${f}\n`).join("")}`;
-  return `apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  template:\n    metadata:\n${annotations}    spec:\n      containers:\n      - name: web\n        image: example/web:1\n`;
+  return `apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  template:\n    metadata:\n${annotations}    spec:\n      containers:\n      - name: web\n        image: example/web:1\n        ports: [{containerPort: 80}]\n`;
 });
 
 const read = (text: string) => parseDocument(text, { version: "1.1" }).toJS() as { spec: { template: { metadata: unknown } } };

@@ -1,9 +1,9 @@
 // Minimal valid workloads of each kind, for the inject and check tests.
 import YAML from "yaml";
 
-/** A pod spec with one app container. */
+/** A pod spec with one app container, on port 8080. */
 export const podSpec = (extra: Record<string, unknown> = {}) => ({
-  containers: [{ name: "app", image: "example/app:1", command: ["./server"], args: ["--port", "8080"] }],
+  containers: [{ name: "app", image: "example/app:1", command: ["./server"], args: ["--port", "8080"], ports: [{ containerPort: 8080 }] }],
   ...extra,
 });
 

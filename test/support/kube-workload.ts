@@ -60,13 +60,13 @@ export interface DemoCluster {
 /**
  * What every real-kubelet test file starts with: the images (build/image.mjs), the cluster
  * (one per machine: this waits for the lock), the images imported (archives reused), the demo
- * app's ConfigMaps.
+ * app's ConfigMaps (unless `configMaps: false`: a test that applies only what a user would).
  *
  * @example
  * const { cluster, images } = await startDemoCluster();
  * await cluster.stop();
  */
-export async function startDemoCluster(): Promise<DemoCluster> {
+export async function startDemoCluster(options: { configMaps?: boolean } = {}): Promise<DemoCluster> {
   const timings: Record<string, number> = {};
   let t = Date.now();
   const images = await buildImages();
@@ -78,7 +78,7 @@ export async function startDemoCluster(): Promise<DemoCluster> {
     t = Date.now();
     await importPodmanImages(cluster, [images.lastcall, images.node]);
     timings.image_import_ms = Date.now() - t;
-    await cluster.kubectl(["apply", "-f", "-"], demoConfigMaps());
+    if (options.configMaps !== false) await cluster.kubectl(["apply", "-f", "-"], demoConfigMaps());
   } catch (error) {
     await cluster.stop();
     throw error;
