@@ -23,18 +23,19 @@ function lastcall(runtime: Runtime, args: string[], stdout: number | "pipe") {
   return { child, exited };
 }
 
-/** The bytes lastcall writes to a file. */
-async function toFile(runtime: Runtime, args: string[]): Promise<Buffer> {
+/** The bytes lastcall writes to a file, and its exit. */
+async function toFile(runtime: Runtime, args: string[]): Promise<{ bytes: Buffer; exit: Exit }> {
   const path = join(tempDir("lastcall-out-"), "out");
   const fd = openSync(path, "w");
   const { exited } = lastcall(runtime, args, fd);
   closeSync(fd);
-  expect(await exited).toEqual({ code: 0, stderr: "" });
-  return readFileSync(path);
+  const exit = await exited;
+  expect(exit.code).toBe(0);
+  return { bytes: readFileSync(path), exit };
 }
 
-/** The bytes lastcall writes to a pipe read 16 KiB at a time, a pause after each read. */
-async function toSlowPipe(runtime: Runtime, args: string[]): Promise<Buffer> {
+/** What lastcall writes to a pipe read 16 KiB at a time, a pause after each read, and its exit. */
+async function toSlowPipe(runtime: Runtime, args: string[]): Promise<{ bytes: Buffer; exit: Exit }> {
   const { child, exited } = lastcall(runtime, args, "pipe");
   const chunks: Buffer[] = [];
   const stdout = child.stdout!;
@@ -49,8 +50,16 @@ async function toSlowPipe(runtime: Runtime, args: string[]): Promise<Buffer> {
     if (chunk) chunks.push(chunk);
     await delay(chunk ? 5 : 1);
   }
-  expect(await exited).toEqual({ code: 0, stderr: "" });
-  return Buffer.concat(chunks);
+  return { bytes: Buffer.concat(chunks), exit: await exited };
+}
+
+/** Runs `args` to a file, then to a slowly read pipe: the same bytes and lines both times. */
+async function samePiped(runtime: Runtime, args: string[], minBytes: number): Promise<void> {
+  const file = await toFile(runtime, args);
+  expect(file.bytes.length).toBeGreaterThan(minBytes);
+  const piped = await toSlowPipe(runtime, args);
+  expect(piped.exit).toEqual(file.exit);
+  expect(piped.bytes.equals(file.bytes)).toBe(true);
 }
 
 /** A manifest of `count` Deployments, each with a Service. */
@@ -89,24 +98,15 @@ describe("output through a slowly read pipe is whole", () => {
   const manifest = bigManifest(600);
 
   it.each<Runtime>(["bundle", "deno"])("inject, %s: 600 Deployments, byte-identical to a file", async (runtime) => {
-    const args = ["inject", "-f", manifest];
-    const file = await toFile(runtime, args);
-    expect(file.length).toBeGreaterThan(600_000);
-    expect((await toSlowPipe(runtime, args)).equals(file)).toBe(true);
+    await samePiped(runtime, ["inject", "-f", manifest], 600_000);
   });
 
   it("check: byte-identical to a file", async () => {
-    const args = ["check", "-f", bigManifest(1500)];
-    const file = await toFile("bundle", args);
-    expect(file.length).toBeGreaterThan(65_536);
-    expect((await toSlowPipe("bundle", args)).equals(file)).toBe(true);
+    await samePiped("bundle", ["check", "-f", bigManifest(1500)], 65_536);
   });
 
   it.each<Runtime>(["bundle", "binary", "deno"])("bootstrap, %s: megabytes, byte-identical to a file", async (runtime) => {
-    const args = ["bootstrap", "--config", manyListeners(200)];
-    const file = await toFile(runtime, args);
-    expect(file.length).toBeGreaterThan(5_000_000);
-    expect((await toSlowPipe(runtime, args)).equals(file)).toBe(true);
+    await samePiped(runtime, ["bootstrap", "--config", manyListeners(200)], 5_000_000);
   });
 });
 
@@ -114,6 +114,9 @@ describe("a reader that goes away", () => {
   it.each<Runtime>(["bundle", "deno"])("ends %s quietly with 141, as SIGPIPE would", async (runtime) => {
     const { child, exited } = lastcall(runtime, ["inject", "-f", bigManifest(600)], "pipe");
     child.stdout!.once("data", () => child.stdout!.destroy());
-    expect(await exited).toEqual({ code: 141, stderr: "" });
+    const exit = await exited;
+    expect(exit.code).toBe(141);
+    // Quietly: what it says is its usual lines, no broken-pipe error.
+    expect(exit.stderr).not.toMatch(/EPIPE|Error/);
   });
 });

@@ -78,7 +78,7 @@ describe("every failure line names the URL asked", () => {
     expect(await lastcall(["status"], env)).toEqual({
       code: 1, stdout: "", stderr: `lastcall status: ${base}/v1/state answered 404: "404 page not found"\n`,
     });
-    expect(await lastcall(["drain"], env)).toEqual({ code: 1, stdout: "", stderr: `lastcall drain: ${base}/drain answered 404\n` });
+    expect(await lastcall(["drain"], env)).toEqual({ code: 1, stdout: "", stderr: `lastcall drain: ${base}/drain?sidecar=native answered 404\n` });
     expect(await lastcall(["exec", "--timeout", "300ms", "--", "true"], env)).toEqual({
       code: 1, stdout: "", stderr: `lastcall exec: not ready after 300ms: ${base}/healthz/ready answered 404: "404 page not found"\n`,
     });
@@ -99,7 +99,7 @@ describe("every failure line names the URL asked", () => {
       const status = await lastcall(["status", ...flag]);
       expect(status, value).toEqual({ code: 1, stdout: "", stderr: `lastcall status: cannot reach ${base}/v1/state: ECONNREFUSED\n` });
       const drain = await lastcall(["drain", ...flag]);
-      expect(drain, value).toEqual({ code: 1, stdout: "", stderr: `lastcall drain: cannot reach the agent at ${base}/drain: ECONNREFUSED\n` });
+      expect(drain, value).toEqual({ code: 1, stdout: "", stderr: `lastcall drain: cannot reach the agent at ${base}/drain?sidecar=native: ECONNREFUSED\n` });
     }
   });
 
