@@ -1,6 +1,7 @@
 // The old Envoys of a reload (SIGHUP, a watched file): a hot restart's parent once its child
 // serves, or the Envoy a cold reload replaces. Each may finish what it serves: until its filter
-// counts a confirmed zero and its connections have delivered every response byte, or until
+// counts a confirmed zero, its connections have delivered every response byte and (a hot parent)
+// it holds no client connection (its idle ones are closed: envoy/idle-close.ts), or until
 // `--parent-shutdown` (10 minutes by default), and what is left at that limit is said. The Envoy
 // of a cold reload is then stopped by lastcall. A hot-restart parent is ended by its child (only
 // the child may: it messages its parent when it shuts down, and Envoy aborts when that message
@@ -15,6 +16,23 @@ import type { ModeContext } from "./modes/context.ts";
 import type { DrainMetrics } from "./drain-metrics.ts";
 import { DELIVERY_POLL_MS, DrainEnded, drainListeners, type DrainPlan, countNow, freshReading, type Settled, stopEnvoys, stopTargetOf, waitDrained } from "./shutdown.ts";
 import { delay } from "../lib/async.ts";
+import { setIdlePressure } from "../envoy/idle-close.ts";
+
+/**
+ * Has the old Envoys close their idle client connections (envoy/idle-close.ts): Envoy's drain
+ * leaves them open, and a pooled one may bring a request long after the rest finished. Returns
+ * what the `epoch_draining` line says: `closing`, or why they are left to their clients.
+ */
+async function closeIdleConnections(old: readonly LiveEnvoy[]): Promise<string> {
+  const why = new Set<string>();
+  await Promise.all(old.map(async (l) => {
+    const idle = l.bootstrap.idleClose;
+    if (!idle) return void why.add("no pressure file");
+    if ("unavailable" in idle) return void why.add(idle.unavailable);
+    await setIdlePressure(idle.file, 1).catch((error) => why.add(`cannot write ${idle.file}: ${(error as Error).message}`));
+  }));
+  return why.size === 0 ? "closing" : `left to their clients: ${[...why].join("; ")}`;
+}
 
 /** What finishing old Envoys needs from the drainer. */
 export interface OldEpochDeps {
@@ -80,15 +98,17 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
   const onAbort = () => ended.abort(request.signal.reason);
   request.signal.addEventListener("abort", onAbort, { once: true });
   const epochs = old.map((l) => l.info.epoch);
-  deps.log("epoch_draining", { epochs, kind: request.kind, limit_ms: o.parentShutdownMs, counted_by: reporters.length > 0 ? "filter" : request.kind === "cold" ? "stats" : "connections" });
+  const idle = await closeIdleConnections(old);
+  deps.log("epoch_draining", { epochs, kind: request.kind, limit_ms: o.parentShutdownMs, counted_by: reporters.length > 0 ? "filter" : request.kind === "cold" ? "stats" : "connections", idle_connections: idle });
   let reason: string;
   try {
     if (request.kind === "cold") {
       for (const l of old) if (l.admin && !l.adminHandedOver) void drainListeners(plan, l.admin, deps.log, ended.signal);
     }
-    // Listeners only Envoy's stats could count have no admin to be read by in a hot parent:
-    // there the parent is done once it holds no connection at all.
-    const byConnections = request.kind === "hot" && (reporters.length === 0 || old.some((l) => l.bootstrap.unseenListeners.length > 0));
+    // A hot parent is done once it holds no client connection at all: an idle one may carry a
+    // request at any time (Envoy's drain answers it), and Envoy ends the parent as the next
+    // child starts. Its idle connections are closed above, unless the config prevents it.
+    const byConnections = request.kind === "hot";
     if (reporters.length > 0 || request.kind === "cold") {
       const context = deps.modeContext(() => reporters);
       reason = await waitDrained(plan, {

@@ -3,6 +3,7 @@
 // is not OUTBOUND (unmarked ones marked INBOUND, so Envoy drains them), counted-not-drained in
 // OUTBOUND ones. Pure: no I/O.
 import { redirectXds, type XdsPlan, type XdsRedirectOptions } from "../xds/redirect.ts";
+import { addIdleClose } from "./idle-close.ts";
 import { countingOf, type Direction, directionOf, type ListenerCounting } from "./direction.ts";
 
 /** Timeout of the filter's report calls: longer than the longest heartbeat hold (the agent's long poll). */
@@ -42,6 +43,8 @@ export interface BootstrapOptions {
   };
   /** xDS proxy of this Envoy (agent/xds/): LDS is redirected there, when there is a filter. */
   xds?: XdsRedirectOptions;
+  /** This Envoy's pressure file: it closes its idle connections once the file reads 1 (idle-close.ts). */
+  idlePressureFile?: string;
 }
 
 /** The effective bootstrap and what lastcall learned from it. */
@@ -69,6 +72,8 @@ export interface Bootstrap {
   unseenListeners: string[];
   /** What lastcall's xDS proxy relays for this Envoy (agent/xds/), when LDS is redirected. */
   xds?: XdsPlan;
+  /** The pressure file that closes its idle connections (idle-close.ts), or why there is none. */
+  idleClose?: { file: string } | { unavailable: string };
 }
 
 type Json = Record<string, unknown>;
@@ -241,6 +246,8 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
   const xds = options.filter && options.xds
     ? redirectXds(config, options.xds, { http: wasmFilter(options.filter), tcp: wasmFilter(options.filter, true) })
     : undefined;
+  const idleTaken = options.idlePressureFile ? addIdleClose(config, options.idlePressureFile) : undefined;
+  const idleClose = options.idlePressureFile ? (idleTaken ? { unavailable: idleTaken } : { file: options.idlePressureFile }) : undefined;
   const dynamic = isObject(config.dynamic_resources) ? config.dynamic_resources : {};
   const unseenListeners = xds ? xds.unseen : dynamic.lds_config !== undefined ? ["LDS (dynamic_resources.lds_config)"] : [];
   return {
@@ -254,5 +261,6 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
     outboundListeners,
     tcpListeners: [...tcpListeners],
     ...(xds ? { xds } : {}),
+    ...(idleClose ? { idleClose } : {}),
   };
 }
