@@ -16,22 +16,35 @@ import type { ModeContext } from "./modes/context.ts";
 import type { DrainMetrics } from "./drain-metrics.ts";
 import { DELIVERY_POLL_MS, DrainEnded, drainListeners, type DrainPlan, countNow, freshReading, type Settled, stopEnvoys, stopTargetOf, waitDrained } from "./shutdown.ts";
 import { delay } from "../lib/async.ts";
-import { setIdlePressure } from "../envoy/idle-close.ts";
+import { setIdlePressure, stillListening } from "../envoy/idle-close.ts";
 
 /**
- * Has the old Envoys close their idle client connections (envoy/idle-close.ts): Envoy's drain
- * leaves them open, and a pooled one may bring a request long after the rest finished. Returns
- * what the `epoch_draining` line says: `closing`, or why they are left to their clients.
+ * Has the old Envoys close their idle client connections (envoy/idle-close.ts) once they accept
+ * no more: Envoy's drain leaves them open, and a pooled one may bring a request long after the
+ * rest finished. Returns at once what the `epoch_draining` line says (`closing`, or why they are
+ * left to their clients); what fails later is logged as `idle_close_failed`.
  */
-async function closeIdleConnections(old: readonly LiveEnvoy[]): Promise<string> {
+function closeIdleConnections(old: readonly LiveEnvoy[], log: EventLog, signal: AbortSignal): string {
   const why = new Set<string>();
-  await Promise.all(old.map(async (l) => {
+  for (const l of old) {
     const idle = l.bootstrap.idleClose;
-    if (!idle) return void why.add("no pressure file");
-    if ("unavailable" in idle) return void why.add(idle.unavailable);
-    await setIdlePressure(idle.file, 1).catch((error) => why.add(`cannot write ${idle.file}: ${(error as Error).message}`));
-  }));
+    if (!idle) why.add("no pressure file");
+    else if ("unavailable" in idle) why.add(idle.unavailable);
+    else void closeOnceNotListening(l, idle.file, signal).catch((error) => {
+      if (!signal.aborted) log("idle_close_failed", { epoch: l.info.epoch, error: (error as Error).message });
+    });
+  }
   return why.size === 0 ? "closing" : `left to their clients: ${[...why].join("; ")}`;
+}
+
+async function closeOnceNotListening(l: LiveEnvoy, file: string, signal: AbortSignal): Promise<void> {
+  for (;;) {
+    const listening = await stillListening(l.process.pid);
+    if (listening === undefined) throw new Error("cannot tell from /proc whether it still accepts");
+    if (!listening) break;
+    await delay(DELIVERY_POLL_MS, signal);
+  }
+  await setIdlePressure(file, 1);
 }
 
 /** What finishing old Envoys needs from the drainer. */
@@ -98,7 +111,8 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
   const onAbort = () => ended.abort(request.signal.reason);
   request.signal.addEventListener("abort", onAbort, { once: true });
   const epochs = old.map((l) => l.info.epoch);
-  const idle = await closeIdleConnections(old);
+  const idleWatch = new AbortController(); // ends with the drain
+  const idle = closeIdleConnections(old, deps.log, idleWatch.signal);
   deps.log("epoch_draining", { epochs, kind: request.kind, limit_ms: o.parentShutdownMs, counted_by: reporters.length > 0 ? "filter" : request.kind === "cold" ? "stats" : "connections", idle_connections: idle });
   let reason: string;
   try {
@@ -134,6 +148,7 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
     reason = cause.reason;
   } finally {
     clearTimeout(timer);
+    idleWatch.abort();
     request.signal.removeEventListener("abort", onAbort);
   }
   if (request.signal.aborted) {

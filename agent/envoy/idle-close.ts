@@ -2,6 +2,7 @@
 // answers their next request with `Connection: close`, however late it comes): a pressure file
 // per epoch, read by Envoy's overload manager, scales the idle timeout of connections to zero.
 import { rename, writeFile } from "node:fs/promises";
+import { readTcpTable, socketInodes, TCP_STATE } from "./sockets.ts";
 
 type Json = Record<string, unknown>;
 const isObject = (v: unknown): v is Json => typeof v === "object" && v !== null && !Array.isArray(v);
@@ -62,4 +63,20 @@ export async function setIdlePressure(pressureFile: string, pressure: 0 | 1): Pr
   const next = `${pressureFile}.next`;
   await writeFile(next, String(pressure), { mode: 0o600 });
   await rename(next, pressureFile);
+}
+
+/**
+ * Whether process `pid` still holds a listening TCP socket: a hot-restart parent closes its own
+ * once its child has taken them over. Until then it may accept a connection, which an idle
+ * timeout of zero would close before its first request arrives. Undefined where /proc cannot tell.
+ *
+ * @example
+ * ```ts
+ * await stillListening(parent.pid); // false once the child took the listeners over
+ * ```
+ */
+export async function stillListening(pid: number, proc = "/proc"): Promise<boolean | undefined> {
+  const [inodes, table] = await Promise.all([socketInodes(pid, proc), readTcpTable(proc)]);
+  if (!inodes || !table) return undefined;
+  return table.some((s) => s.state === TCP_STATE.listen && inodes.has(s.inode));
 }

@@ -1,6 +1,7 @@
+import { createServer } from "node:net";
 import { describe, expect, it } from "vitest";
 import { deriveBootstrap } from "../../agent/envoy/bootstrap.ts";
-import { PRESSURE_MONITOR, REDUCE_TIMEOUTS } from "../../agent/envoy/idle-close.ts";
+import { PRESSURE_MONITOR, REDUCE_TIMEOUTS, stillListening } from "../../agent/envoy/idle-close.ts";
 
 type Json = Record<string, any>;
 const options = { adminPort: 0, statusAddress: "127.0.0.1", statusPort: 15020, idlePressureFile: "/run/lc/envoy-g1-epoch0.idle" };
@@ -33,5 +34,20 @@ describe("closing an old epoch's idle connections", () => {
     const b = deriveBootstrap({ overload_manager: own }, options);
     expect(b.idleClose).toEqual({ unavailable: `the config's overload_manager already has ${REDUCE_TIMEOUTS}` });
     expect(b.config.overload_manager).toEqual(own);
+  });
+});
+
+describe("stillListening", () => {
+  it("sees a process's listening socket until it is closed", async () => {
+    const server = createServer();
+    await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
+    const listeningBefore = await stillListening(process.pid);
+    await new Promise<void>((done) => server.close(() => done()));
+    expect(listeningBefore).toBe(true);
+    expect(await stillListening(process.pid)).toBe(false);
+  });
+
+  it("cannot tell for a process that is not there", async () => {
+    expect(await stillListening(2 ** 22 + 1)).toBeUndefined();
   });
 });
