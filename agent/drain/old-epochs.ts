@@ -37,6 +37,21 @@ function closeIdleConnections(old: readonly LiveEnvoy[], log: EventLog, signal: 
   return why.size === 0 ? "closing" : `left to their clients: ${[...why].join("; ")}`;
 }
 
+/**
+ * `l` as seen through its listeners that are not OUTBOUND (static ones: their ports are written
+ * in the config): the app's own pools through Envoy (databases) are not waited for.
+ */
+function withoutOutboundPorts(l: LiveEnvoy): LiveEnvoy {
+  const resources = l.bootstrap.config.static_resources as { listeners?: unknown[] } | undefined;
+  const outbound = new Set<number>();
+  for (const listener of resources?.listeners ?? []) {
+    const { traffic_direction: direction, address } = listener as { traffic_direction?: string; address?: { socket_address?: { port_value?: number } } };
+    const port = address?.socket_address?.port_value;
+    if (direction === "OUTBOUND" && typeof port === "number" && port > 0) outbound.add(port);
+  }
+  return { ...l, listenPorts: new Set([...l.listenPorts].filter((port) => !outbound.has(port))) };
+}
+
 async function closeOnceNotListening(l: LiveEnvoy, file: string, signal: AbortSignal): Promise<void> {
   for (;;) {
     const listening = await stillListening(l.process.pid);
@@ -119,9 +134,10 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
     if (request.kind === "cold") {
       for (const l of old) if (l.admin && !l.adminHandedOver) void drainListeners(plan, l.admin, deps.log, ended.signal);
     }
-    // A hot parent is done once it holds no client connection at all: an idle one may carry a
-    // request at any time (Envoy's drain answers it), and Envoy ends the parent as the next
-    // child starts. Its idle connections are closed above, unless the config prevents it.
+    // A hot parent is done once it holds no client connection (OUTBOUND listeners aside): an
+    // idle one may carry a request at any time (Envoy's drain answers it), and Envoy ends the
+    // parent as the next child starts. Its idle connections are closed above, unless the config
+    // prevents it.
     const byConnections = request.kind === "hot";
     if (reporters.length > 0 || request.kind === "cold") {
       const context = deps.modeContext(() => reporters);
@@ -136,7 +152,8 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
       reason = "connections_closed";
     }
     if (byConnections && !ended.signal.aborted) {
-      while ((await deps.undelivered(old))?.connections ?? 0) await delay(DELIVERY_POLL_MS, ended.signal);
+      const clients = old.map(withoutOutboundPorts);
+      while ((await deps.undelivered(clients))?.connections ?? 0) await delay(DELIVERY_POLL_MS, ended.signal);
     }
   } catch (error) {
     const cause = ended.signal.aborted ? ended.signal.reason : error;
