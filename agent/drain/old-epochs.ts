@@ -24,14 +24,19 @@ import { setIdlePressure, stillListening } from "../envoy/idle-close.ts";
  * rest finished. Returns at once what the `epoch_draining` line says (`closing`, or why they are
  * left to their clients); what fails later is logged as `idle_close_failed`.
  */
-function closeIdleConnections(old: readonly LiveEnvoy[], log: EventLog, signal: AbortSignal): string {
+function closeIdleConnections(
+  old: readonly LiveEnvoy[],
+  log: EventLog,
+  signal: AbortSignal,
+): string {
   const why = new Set<string>();
   for (const l of old) {
     const idle = l.bootstrap.idleClose;
     if (!idle) why.add("no pressure file");
     else if ("unavailable" in idle) why.add(idle.unavailable);
     else void closeOnceNotListening(l, idle.file, signal).catch((error) => {
-      if (!signal.aborted) log("idle_close_failed", { epoch: l.info.epoch, error: (error as Error).message });
+      const said = { epoch: l.info.epoch, error: (error as Error).message };
+      if (!signal.aborted) log("idle_close_failed", said);
     });
   }
   return why.size === 0 ? "closing" : `left to their clients: ${[...why].join("; ")}`;
@@ -45,14 +50,17 @@ function withoutOutboundPorts(l: LiveEnvoy): LiveEnvoy {
   const resources = l.bootstrap.config.static_resources as { listeners?: unknown[] } | undefined;
   const outbound = new Set<number>();
   for (const listener of resources?.listeners ?? []) {
-    const { traffic_direction: direction, address } = listener as { traffic_direction?: string; address?: { socket_address?: { port_value?: number } } };
+    const { traffic_direction: direction, address } = listener as {
+      traffic_direction?: string;
+      address?: { socket_address?: { port_value?: number } };
+    };
     const port = address?.socket_address?.port_value;
     if (direction === "OUTBOUND" && typeof port === "number" && port > 0) outbound.add(port);
   }
   return { ...l, listenPorts: new Set([...l.listenPorts].filter((port) => !outbound.has(port))) };
 }
 
-async function closeOnceNotListening(l: LiveEnvoy, file: string, signal: AbortSignal): Promise<void> {
+async function closeOnceNotListening(l: LiveEnvoy, file: string, signal: AbortSignal) {
   for (;;) {
     const listening = await stillListening(l.process.pid);
     if (listening === undefined) throw new Error("cannot tell from /proc whether it still accepts");
@@ -128,7 +136,13 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
   const epochs = old.map((l) => l.info.epoch);
   const idleWatch = new AbortController(); // ends with the drain
   const idle = closeIdleConnections(old, deps.log, idleWatch.signal);
-  deps.log("epoch_draining", { epochs, kind: request.kind, limit_ms: o.parentShutdownMs, counted_by: reporters.length > 0 ? "filter" : request.kind === "cold" ? "stats" : "connections", idle_connections: idle });
+  deps.log("epoch_draining", {
+    epochs,
+    kind: request.kind,
+    limit_ms: o.parentShutdownMs,
+    counted_by: reporters.length > 0 ? "filter" : request.kind === "cold" ? "stats" : "connections",
+    idle_connections: idle,
+  });
   let reason: string;
   try {
     if (request.kind === "cold") {
@@ -153,7 +167,9 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
     }
     if (byConnections && !ended.signal.aborted) {
       const clients = old.map(withoutOutboundPorts);
-      while ((await deps.undelivered(clients))?.connections ?? 0) await delay(DELIVERY_POLL_MS, ended.signal);
+      while ((await deps.undelivered(clients))?.connections ?? 0) {
+        await delay(DELIVERY_POLL_MS, ended.signal);
+      }
     }
   } catch (error) {
     const cause = ended.signal.aborted ? ended.signal.reason : error;

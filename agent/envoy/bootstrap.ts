@@ -43,7 +43,7 @@ export interface BootstrapOptions {
   };
   /** xDS proxy of this Envoy (agent/xds/): LDS is redirected there, when there is a filter. */
   xds?: XdsRedirectOptions;
-  /** This Envoy's pressure file: it closes its idle connections once the file reads 1 (idle-close.ts). */
+  /** This Envoy's pressure file: its idle connections close once it reads 1 (idle-close.ts). */
   idlePressureFile?: string;
 }
 
@@ -246,8 +246,11 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
   const xds = options.filter && options.xds
     ? redirectXds(config, options.xds, { http: wasmFilter(options.filter), tcp: wasmFilter(options.filter, true) })
     : undefined;
-  const idleTaken = options.idlePressureFile ? addIdleClose(config, options.idlePressureFile) : undefined;
-  const idleClose = options.idlePressureFile ? (idleTaken ? { unavailable: idleTaken } : { file: options.idlePressureFile }) : undefined;
+  const pressureFile = options.idlePressureFile;
+  const idleTaken = pressureFile ? addIdleClose(config, pressureFile) : undefined;
+  const idleClose = pressureFile
+    ? (idleTaken ? { unavailable: idleTaken } : { file: pressureFile })
+    : undefined;
   const dynamic = isObject(config.dynamic_resources) ? config.dynamic_resources : {};
   const unseenListeners = xds ? xds.unseen : dynamic.lds_config !== undefined ? ["LDS (dynamic_resources.lds_config)"] : [];
   return {

@@ -5,7 +5,8 @@ import { rename, writeFile } from "node:fs/promises";
 import { readTcpTable, socketInodes, TCP_STATE } from "./sockets.ts";
 
 type Json = Record<string, unknown>;
-const isObject = (v: unknown): v is Json => typeof v === "object" && v !== null && !Array.isArray(v);
+const isObject = (v: unknown): v is Json =>
+  typeof v === "object" && v !== null && !Array.isArray(v);
 
 /** The resource monitor that reads a pressure (0 to 1) from a file. */
 export const PRESSURE_MONITOR = "envoy.resource_monitors.injected_resource";
@@ -26,7 +27,8 @@ export function addIdleClose(config: Json, pressureFile: string): string | undef
   const own = isObject(config.overload_manager) ? config.overload_manager : undefined;
   const monitors = Array.isArray(own?.resource_monitors) ? own.resource_monitors as Json[] : [];
   const actions = Array.isArray(own?.actions) ? own.actions as Json[] : [];
-  const taken = [...monitors, ...actions].find((m) => m.name === PRESSURE_MONITOR || m.name === REDUCE_TIMEOUTS);
+  const ours = new Set([PRESSURE_MONITOR, REDUCE_TIMEOUTS]);
+  const taken = [...monitors, ...actions].find((m) => ours.has(String(m.name)));
   if (taken) return `the config's overload_manager already has ${String(taken.name)}`;
   config.overload_manager = {
     // Envoy's default is 1 s: an old epoch's idle connections then close within 0.1 s.
@@ -34,13 +36,17 @@ export function addIdleClose(config: Json, pressureFile: string): string | undef
     resource_monitors: [...monitors, {
       name: PRESSURE_MONITOR,
       typed_config: {
-        "@type": "type.googleapis.com/envoy.extensions.resource_monitors.injected_resource.v3.InjectedResourceConfig",
+        "@type":
+          "type.googleapis.com/envoy.extensions.resource_monitors.injected_resource.v3.InjectedResourceConfig",
         filename: pressureFile,
       },
     }],
     actions: [...actions, {
       name: REDUCE_TIMEOUTS,
-      triggers: [{ name: PRESSURE_MONITOR, scaled: { scaling_threshold: 0.5, saturation_threshold: 0.9 } }],
+      triggers: [{
+        name: PRESSURE_MONITOR,
+        scaled: { scaling_threshold: 0.5, saturation_threshold: 0.9 },
+      }],
       typed_config: {
         "@type": "type.googleapis.com/envoy.config.overload.v3.ScaleTimersOverloadActionConfig",
         timer_scale_factors: [{ timer: "HTTP_DOWNSTREAM_CONNECTION_IDLE", min_timeout: "0s" }],

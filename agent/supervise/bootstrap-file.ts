@@ -108,7 +108,8 @@ export async function prepareBootstrap(envoyBinary: string, o: RunOptions, reque
   const path = join(request.runDir, `${request.name}.json`);
   // The file holds the report token: readable by lastcall's user only.
   await writePrivateFile(path, JSON.stringify(bootstrap.config, null, 1));
-  if (bootstrap.idleClose && "file" in bootstrap.idleClose) await setIdlePressure(bootstrap.idleClose.file, 0);
+  const idle = bootstrap.idleClose;
+  if (idle && "file" in idle) await setIdlePressure(idle.file, 0);
   const validation = await validateConfig(envoyBinary, path, request.signal);
   if (!validation.ok) throw new StartError(`Envoy rejected config ${o.config}`, validation.errors);
   return { path, bootstrap, text };

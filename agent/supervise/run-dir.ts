@@ -9,8 +9,9 @@ import { StartError } from "../lib/errors.ts";
 
 /**
  * Names of what lastcall and its Envoys write into the run folder: the filter module copy,
- * bootstraps, Envoy's admin address and base id files, the idle-close pressure files, xDS proxy
- * sockets and LDS copies (with their temporary files). A new file in the run folder gets its name here.
+ * bootstraps, Envoy's admin address and base id files, the idle-close pressure files, xDS
+ * proxy sockets and LDS copies (with their temporary files). A new file in the run folder gets
+ * its name here.
  */
 export const RUN_DIR_FILES: readonly RegExp[] = [
   /^filter\.wasm$/,
