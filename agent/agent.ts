@@ -88,6 +88,8 @@ export class Agent {
   #unwatch?: () => void;
   #terminateSources: string[] = [];
   #terminating = false;
+  /** A reload waits its turn (it reads the config when it starts): SIGHUPs meanwhile join it. */
+  #reloadQueued = false;
   #drainer!: Drainer;
   /** Answers the app containers' preStop hooks (`GET /v1/app-stop`). */
   #appStop!: AppStopGate;
@@ -174,7 +176,15 @@ export class Agent {
             break;
           case "reload":
             if (this.#terminating) this.#log("reload_skipped", { reason: event.reason, why: "terminating" });
-            else this.#task((s) => reload(this.#reloadContext(), event.reason, s));
+            else if (this.#reloadQueued) this.#log("reload_coalesced", { reason: event.reason });
+            else {
+              // One reload waiting its turn reads the config when it starts: later ones join it.
+              this.#reloadQueued = true;
+              this.#task((s) => {
+                this.#reloadQueued = false;
+                return reload(this.#reloadContext(), event.reason, s);
+              });
+            }
             break;
           case "drain":
             // Steps 1–5 without the stop (drainer.ts): Envoy runs on.

@@ -1,6 +1,7 @@
 // The old Envoys of a reload (SIGHUP, a watched file): a hot restart's parent once its child
 // serves, or the Envoy a cold reload replaces. Each may finish what it serves: until its filter
-// counts a confirmed zero and its connections have delivered every response byte, or until
+// counts a confirmed zero, its connections have delivered every response byte and (a hot parent)
+// it holds no client connection (its idle ones are closed: envoy/idle-close.ts), or until
 // `--parent-shutdown` (10 minutes by default), and what is left at that limit is said. The Envoy
 // of a cold reload is then stopped by lastcall. A hot-restart parent is ended by its child (only
 // the child may: it messages its parent when it shuts down, and Envoy aborts when that message
@@ -15,6 +16,59 @@ import type { ModeContext } from "./modes/context.ts";
 import type { DrainMetrics } from "./drain-metrics.ts";
 import { DELIVERY_POLL_MS, deliveryReading, DrainEnded, drainListeners, type DrainPlan, countNow, freshReading, type Settled, stopEnvoys, stopTargetOf, waitDrained } from "./shutdown.ts";
 import { delay } from "../lib/async.ts";
+import { setIdlePressure, stillListening } from "../envoy/idle-close.ts";
+
+/**
+ * Has the old Envoys close their idle client connections (envoy/idle-close.ts) once they accept
+ * no more: Envoy's drain leaves them open, and a pooled one may bring a request long after the
+ * rest finished. Returns at once what the `epoch_draining` line says (`closing`, or why they are
+ * left to their clients); what fails later is logged as `idle_close_failed`.
+ */
+function closeIdleConnections(
+  old: readonly LiveEnvoy[],
+  log: EventLog,
+  signal: AbortSignal,
+): string {
+  const why = new Set<string>();
+  for (const l of old) {
+    const idle = l.bootstrap.idleClose;
+    if (!idle) why.add("no pressure file");
+    else if ("unavailable" in idle) why.add(idle.unavailable);
+    else void closeOnceNotListening(l, idle.file, signal).catch((error) => {
+      const said = { epoch: l.info.epoch, error: (error as Error).message };
+      if (!signal.aborted) log("idle_close_failed", said);
+    });
+  }
+  return why.size === 0 ? "closing" : `left to their clients: ${[...why].join("; ")}`;
+}
+
+/**
+ * `l` as seen through its listeners that are not OUTBOUND (static ones: their ports are written
+ * in the config): the app's own pools through Envoy (databases) are not waited for.
+ */
+function withoutOutboundPorts(l: LiveEnvoy): LiveEnvoy {
+  const resources = l.bootstrap.config.static_resources as { listeners?: unknown[] } | undefined;
+  const outbound = new Set<number>();
+  for (const listener of resources?.listeners ?? []) {
+    const { traffic_direction: direction, address } = listener as {
+      traffic_direction?: string;
+      address?: { socket_address?: { port_value?: number } };
+    };
+    const port = address?.socket_address?.port_value;
+    if (direction === "OUTBOUND" && typeof port === "number" && port > 0) outbound.add(port);
+  }
+  return { ...l, listenPorts: new Set([...l.listenPorts].filter((port) => !outbound.has(port))) };
+}
+
+async function closeOnceNotListening(l: LiveEnvoy, file: string, signal: AbortSignal) {
+  for (;;) {
+    const listening = await stillListening(l.process.pid);
+    if (listening === undefined) throw new Error("cannot tell from /proc whether it still accepts");
+    if (!listening) break;
+    await delay(DELIVERY_POLL_MS, signal);
+  }
+  await setIdlePressure(file, 1);
+}
 
 /** What finishing old Envoys needs from the drainer. */
 export interface OldEpochDeps {
@@ -80,15 +134,25 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
   const onAbort = () => ended.abort(request.signal.reason);
   request.signal.addEventListener("abort", onAbort, { once: true });
   const epochs = old.map((l) => l.info.epoch);
-  deps.log("epoch_draining", { epochs, kind: request.kind, limit_ms: o.parentShutdownMs, counted_by: reporters.length > 0 ? "filter" : request.kind === "cold" ? "stats" : "connections" });
+  const idleWatch = new AbortController(); // ends with the drain
+  const idle = closeIdleConnections(old, deps.log, idleWatch.signal);
+  deps.log("epoch_draining", {
+    epochs,
+    kind: request.kind,
+    limit_ms: o.parentShutdownMs,
+    counted_by: reporters.length > 0 ? "filter" : request.kind === "cold" ? "stats" : "connections",
+    idle_connections: idle,
+  });
   let reason: string;
   try {
     if (request.kind === "cold") {
       for (const l of old) if (l.admin && !l.adminHandedOver) void drainListeners(plan, l.admin, deps.log, ended.signal);
     }
-    // Listeners only Envoy's stats could count have no admin to be read by in a hot parent:
-    // there the parent is done once it holds no connection at all.
-    const byConnections = request.kind === "hot" && (reporters.length === 0 || old.some((l) => l.bootstrap.unseenListeners.length > 0));
+    // A hot parent is done once it holds no client connection (OUTBOUND listeners aside): an
+    // idle one may carry a request at any time (Envoy's drain answers it), and Envoy ends the
+    // parent as the next child starts. Its idle connections are closed above, unless the config
+    // prevents it.
+    const byConnections = request.kind === "hot";
     if (reporters.length > 0 || request.kind === "cold") {
       const context = deps.modeContext(() => reporters);
       reason = await waitDrained(plan, {
@@ -102,7 +166,10 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
       reason = "connections_closed";
     }
     if (byConnections && !ended.signal.aborted) {
-      while ((await deps.undelivered(old))?.connections ?? 0) await delay(DELIVERY_POLL_MS, ended.signal);
+      const clients = old.map(withoutOutboundPorts);
+      while ((await deps.undelivered(clients))?.connections ?? 0) {
+        await delay(DELIVERY_POLL_MS, ended.signal);
+      }
     }
   } catch (error) {
     const cause = ended.signal.aborted ? ended.signal.reason : error;
@@ -114,6 +181,7 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
     reason = cause.reason;
   } finally {
     clearTimeout(timer);
+    idleWatch.abort();
     request.signal.removeEventListener("abort", onAbort);
   }
   if (request.signal.aborted) {

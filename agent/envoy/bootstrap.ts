@@ -3,6 +3,7 @@
 // is not OUTBOUND (unmarked ones marked INBOUND, so Envoy drains them), counted-not-drained in
 // OUTBOUND ones. Pure: no I/O.
 import { redirectXds, type XdsPlan, type XdsRedirectOptions } from "../xds/redirect.ts";
+import { addIdleClose } from "./idle-close.ts";
 import { countingOf, type Direction, directionOf, type ListenerCounting } from "./direction.ts";
 import { deliveryOf } from "./delivery-check.ts";
 
@@ -43,6 +44,8 @@ export interface BootstrapOptions {
   };
   /** xDS proxy of this Envoy (agent/xds/): LDS is redirected there, when there is a filter. */
   xds?: XdsRedirectOptions;
+  /** This Envoy's pressure file: its idle connections close once it reads 1 (idle-close.ts). */
+  idlePressureFile?: string;
 }
 
 /** The effective bootstrap and what lastcall learned from it. */
@@ -70,6 +73,8 @@ export interface Bootstrap {
   unseenListeners: string[];
   /** What lastcall's xDS proxy relays for this Envoy (agent/xds/), when LDS is redirected. */
   xds?: XdsPlan;
+  /** The pressure file that closes its idle connections (idle-close.ts), or why there is none. */
+  idleClose?: { file: string } | { unavailable: string };
 }
 
 type Json = Record<string, unknown>;
@@ -243,6 +248,11 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
   const xds = options.filter && options.xds
     ? redirectXds(config, options.xds, { http: wasmFilter(options.filter), tcp: wasmFilter(options.filter, true) })
     : undefined;
+  const pressureFile = options.idlePressureFile;
+  const idleTaken = pressureFile ? addIdleClose(config, pressureFile) : undefined;
+  const idleClose = pressureFile
+    ? (idleTaken ? { unavailable: idleTaken } : { file: pressureFile })
+    : undefined;
   const dynamic = isObject(config.dynamic_resources) ? config.dynamic_resources : {};
   const unseenListeners = xds ? xds.unseen : dynamic.lds_config !== undefined ? ["LDS (dynamic_resources.lds_config)"] : [];
   return {
@@ -256,5 +266,6 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
     outboundListeners,
     tcpListeners: [...tcpListeners],
     ...(xds ? { xds } : {}),
+    ...(idleClose ? { idleClose } : {}),
   };
 }

@@ -5,6 +5,7 @@ import { join } from "node:path";
 import YAML from "yaml";
 import { StartError } from "../lib/errors.ts";
 import { AGENT_CLUSTER, type Bootstrap, deriveBootstrap, reportTimeoutMs } from "../envoy/bootstrap.ts";
+import { setIdlePressure } from "../envoy/idle-close.ts";
 import { statusTarget } from "../envoy/status-target.ts";
 import { validateConfig } from "../envoy/validate.ts";
 import type { RunOptions } from "../options.ts";
@@ -99,6 +100,7 @@ export async function prepareBootstrap(envoyBinary: string, o: RunOptions, reque
         }
         : undefined,
       xds: request.xds,
+      idlePressureFile: join(request.runDir, `${request.name}.idle`),
     });
   } catch (error) {
     throw new StartError(`Cannot use Envoy config ${o.config}: ${(error as Error).message}`);
@@ -106,6 +108,8 @@ export async function prepareBootstrap(envoyBinary: string, o: RunOptions, reque
   const path = join(request.runDir, `${request.name}.json`);
   // The file holds the report token: readable by lastcall's user only.
   await writePrivateFile(path, JSON.stringify(bootstrap.config, null, 1));
+  const idle = bootstrap.idleClose;
+  if (idle && "file" in idle) await setIdlePressure(idle.file, 0);
   const validation = await validateConfig(envoyBinary, path, request.signal);
   if (!validation.ok) throw new StartError(`Envoy rejected config ${o.config}`, validation.errors);
   return { path, bootstrap, text };

@@ -9,8 +9,9 @@ import { StartError } from "../lib/errors.ts";
 
 /**
  * Names of what lastcall and its Envoys write into the run folder: the filter module copy,
- * bootstraps, Envoy's admin address and base id files, xDS proxy sockets and LDS copies
- * (with their temporary files). A new file in the run folder gets its name here.
+ * bootstraps, Envoy's admin address and base id files, the idle-close pressure files, xDS
+ * proxy sockets and LDS copies (with their temporary files). A new file in the run folder gets
+ * its name here.
  */
 export const RUN_DIR_FILES: readonly RegExp[] = [
   /^filter\.wasm$/,
@@ -19,6 +20,7 @@ export const RUN_DIR_FILES: readonly RegExp[] = [
   /^envoy-g\d+-epoch\d+\.xds\.sock$/,
   /^envoy-g\d+-epoch\d+-lds\.(json|pb)(\.[0-9a-f]+\.tmp)?$/,
   /^admin-g\d+-epoch\d+$/,
+  /^(validate|envoy-g\d+-epoch\d+)\.idle(\.next)?$/,
   /^base-id-g\d+$/,
 ];
 

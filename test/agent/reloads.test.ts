@@ -2,9 +2,11 @@
 // it serves (its filter's confirmed zero, every response byte delivered), not by Envoy's own
 // parent-shutdown timer (10 s in Envoy's default; Istio sets 60 s), and not after --drain-time.
 // A 12 s request is held across SIGHUP, on lastcall's defaults.
+import { connect } from "node:net";
 import { describe, expect, it } from "vitest";
 import { http1 } from "../filter/clients.ts";
-import { isAlive } from "../support/lastcall.ts";
+import { localCluster } from "../support/envoy.ts";
+import { freePort, inboundConfig, isAlive, startLastcall } from "../support/lastcall.ts";
 import { agentSees, serving, upstreamForFile } from "../support/serving.ts";
 
 const app = upstreamForFile();
@@ -53,5 +55,31 @@ describe("a long request across a reload", () => {
     expect(drained).toMatchObject({ epochs: [0], reason: "deadline", inflight_at_stop: 1 });
     expect(await lc.event("epoch_exit", (e) => e.epoch === 0)).toMatchObject({ drain_reason: "deadline", inflight_at_stop: 1 });
     expect((await held).reset).toBe(true);
+  });
+
+  it("an app's pooled connection through an OUTBOUND tcp_proxy does not hold a hot parent", async () => {
+    const [port, egressPort] = [await freePort(), await freePort()];
+    const config = inboundConfig({ upstreamPort: app.port }) as Record<string, any>;
+    config.static_resources.listeners[0].address.socket_address.port_value = port;
+    config.static_resources.listeners.push({
+      name: "egress_db",
+      traffic_direction: "OUTBOUND",
+      address: { socket_address: { address: "127.0.0.1", port_value: egressPort } },
+      filter_chains: [{ filters: [{
+        name: "envoy.filters.network.tcp_proxy",
+        typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy", stat_prefix: "egress_db", cluster: "db" },
+      }] }],
+    });
+    config.static_resources.clusters.push(localCluster("db", app.port));
+    const lc = startLastcall(config, {});
+    await lc.event("ready");
+    const pooled = connect({ host: "127.0.0.1", port: egressPort }); // the app's database pool, idle
+    await new Promise((done) => pooled.once("connect", done));
+    try {
+      lc.signal("SIGHUP");
+      expect(await lc.event("epoch_drained", undefined, 30_000)).toMatchObject({ epochs: [0], reason: "inflight_zero", inflight_at_stop: 0 });
+    } finally {
+      pooled.destroy();
+    }
   });
 });

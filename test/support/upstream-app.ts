@@ -31,6 +31,8 @@ export interface UpstreamApp {
   readonly completed: number;
   /** Answers up to `count` held requests (all by default), oldest first. */
   release(count?: number): void;
+  /** Whether a request for this exact URL (path and query) has arrived. */
+  saw(url: string): boolean;
   /** The held requests as they arrived (URL and headers), oldest first. */
   heldRequests(): IncomingMessage[];
   /** Answers the held requests `pick` chooses; returns how many it answered. */
@@ -55,6 +57,7 @@ export async function startUpstreamApp(): Promise<UpstreamApp> {
   const events = new EventEmitter();
   events.setMaxListeners(0);
   const heldResponses: ServerResponse[] = [];
+  const seen = new Set<string>();
   let inflight = 0;
   let completed = 0;
   const changed = () => events.emit("change");
@@ -73,6 +76,7 @@ export async function startUpstreamApp(): Promise<UpstreamApp> {
 
   const server = createServer((request: IncomingMessage, response: ServerResponse) => {
     const end = begin();
+    seen.add(request.url ?? "/");
     response.once("close", end);
     request.resume();
     const url = new URL(request.url ?? "/", "http://app");
@@ -144,6 +148,7 @@ export async function startUpstreamApp(): Promise<UpstreamApp> {
       for (const response of heldResponses.splice(0, count)) response.end("released");
       changed();
     },
+    saw: (url) => seen.has(url),
     heldRequests: () => heldResponses.map((response) => response.req),
     releaseWhere(pick) {
       const picked = heldResponses.filter((response) => pick(response.req));
