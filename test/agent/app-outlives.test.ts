@@ -6,21 +6,10 @@ import { spawn } from "node:child_process";
 import { createServer, type Server } from "node:net";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { APP_LEASE_MS } from "../../agent/supervise/app-watch.ts";
-import { inboundConfig, isAlive, lastcallCommand, type LastcallEvent } from "../support/lastcall.ts";
+import { isAlive, lastcallCommand, type LastcallEvent, podConfig } from "../support/lastcall.ts";
 import { serving, upstreamForFile } from "../support/serving.ts";
 
 const app = upstreamForFile();
-
-/** An inbound listener in front of the app and an OUTBOUND one for its calls out. */
-function podConfig(): Record<string, unknown> {
-  const config = inboundConfig({ upstreamPort: app.port }) as { static_resources: { listeners: Array<Record<string, any>> } };
-  const egress = structuredClone(config.static_resources.listeners[0]);
-  egress.name = "egress";
-  egress.traffic_direction = "OUTBOUND";
-  egress.filter_chains[0].filters[0].typed_config.stat_prefix = "egress";
-  config.static_resources.listeners.push(egress);
-  return config;
-}
 
 // The app: on SIGTERM it keeps calling out through Envoy for a while (one call every 150 ms,
 // each 50 ms long, so the count touches zero between them), then exits 0 if every call got 200.
@@ -46,7 +35,7 @@ describe("an app that calls out while it shuts down", () => {
     { name: "default settings", args: [] },
     { name: "--min-drain 0s (the wait is the app's, not the floor's)", args: ["--min-drain", "0s"] },
   ])("under lastcall exec ($name): the outbound calls all succeed, the drain ends after the app exited", async ({ args }) => {
-    const { lc, status } = await serving(app.port, args, { config: podConfig() });
+    const { lc, status } = await serving(app.port, args, { config: podConfig(app.port) });
     expect(await lc.event("start")).toMatchObject({ filter: ["ingress"], filter_outbound: ["egress"] });
     const egressPort = await lc.listenerPort("egress");
     const [command, ...prefix] = lastcallCommand("bundle");

@@ -9,7 +9,7 @@ import { http1, type Outcome, outcomeOf } from "../filter/clients.ts";
 import { waitFor } from "../support/envoy.ts";
 import {
   freePort,
-  inboundConfig,
+  podConfig,
   lastcallCommand,
   type LastcallEvent,
   runLastcall,
@@ -18,19 +18,6 @@ import {
 import { agentSees, serving, upstreamForFile } from "../support/serving.ts";
 
 const app = upstreamForFile();
-
-/** The ingress listener in front of cluster `app` (on `appPort`) and an OUTBOUND `egress` one. */
-function podConfig(appPort: number): Record<string, unknown> {
-  const config = inboundConfig({ upstreamPort: appPort }) as {
-    static_resources: { listeners: Array<Record<string, any>> };
-  };
-  const egress = structuredClone(config.static_resources.listeners[0]);
-  egress.name = "egress";
-  egress.traffic_direction = "OUTBOUND";
-  egress.filter_chains[0].filters[0].typed_config.stat_prefix = "egress";
-  config.static_resources.listeners.push(egress);
-  return config;
-}
 
 /** `GET /v1/app-stop`, as the kubelet sends an httpGet preStop. */
 async function appStop(status: string): Promise<Record<string, unknown>> {

@@ -214,6 +214,22 @@ export interface InboundConfigOptions {
 }
 
 /**
+ * A pod's Envoy config: {@linkcode inboundConfig}'s listener in front of the app on `appPort`,
+ * and an OUTBOUND `egress` one (to the same cluster) for the app's calls out.
+ */
+export function podConfig(appPort: number): Record<string, unknown> {
+  const config = inboundConfig({ upstreamPort: appPort }) as {
+    static_resources: { listeners: Array<Record<string, any>> };
+  };
+  const egress = structuredClone(config.static_resources.listeners[0]);
+  egress.name = "egress";
+  egress.traffic_direction = "OUTBOUND";
+  egress.filter_chains[0].filters[0].typed_config.stat_prefix = "egress";
+  config.static_resources.listeners.push(egress);
+  return config;
+}
+
+/**
  * A user's Envoy config, as lastcall gets it: one INBOUND HTTP listener on a free port in front
  * of cluster `app`, no admin, no wasm filter (lastcall adds both).
  */

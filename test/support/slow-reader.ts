@@ -44,10 +44,7 @@ export function slowDownload(target: number | { path: string }, path: string, by
   let expected = -1;
   let received = 0;
   let total = 0;
-  const waiters: Array<{ bytes: number; resolve: () => void }> = [];
-  const notify = () => {
-    for (const w of [...waiters]) if (received >= w.bytes) waiters.splice(waiters.indexOf(w), 1), w.resolve();
-  };
+  const progress = byteProgress(() => received);
   socket.write(`GET ${path} HTTP/1.1\r\nhost: slow\r\nconnection: close\r\n\r\n`);
   socket.on("data", (chunk: Buffer) => {
     total += chunk.length;
@@ -63,7 +60,7 @@ export function slowDownload(target: number | { path: string }, path: string, by
     } else {
       received += chunk.length;
     }
-    notify();
+    progress.notify();
     // Hold back until the rate allows what was read so far (the kernel's window then closes).
     const aheadMs = (total / bytesPerSecond) * 1000 - (Date.now() - startedAt);
     if (aheadMs > 5) {
@@ -76,10 +73,7 @@ export function slowDownload(target: number | { path: string }, path: string, by
   const done = new Promise<SlowRead>((resolve) => socket.once("close", () => resolve({ status, expected, received, endedBy })));
   return {
     received: () => received,
-    reached: (bytes) => new Promise<void>((resolve) => {
-      waiters.push({ bytes, resolve });
-      notify();
-    }),
+    reached: progress.reached,
     done,
   };
 }
@@ -136,10 +130,7 @@ export function slowH2Download(port: number, path: string, bytesPerSecond: numbe
   let received = 0;
   let ended = false;
   let trailers: SlowStreamRead["trailers"];
-  const waiters: Array<{ bytes: number; resolve: () => void }> = [];
-  const notify = () => {
-    for (const w of [...waiters]) if (received >= w.bytes) waiters.splice(waiters.indexOf(w), 1), w.resolve();
-  };
+  const progress = byteProgress(() => received);
   stream.on("response", (h) => {
     status = Number(h[":status"]);
     expected = Number(h["content-length"] ?? -1);
@@ -147,7 +138,7 @@ export function slowH2Download(port: number, path: string, bytesPerSecond: numbe
   stream.on("trailers", (t) => (trailers = t));
   stream.on("data", (chunk: Buffer) => {
     received += chunk.length;
-    notify();
+    progress.notify();
     const aheadMs = (received / bytesPerSecond) * 1000 - (Date.now() - startedAt);
     if (aheadMs > 5) {
       stream.pause();
@@ -164,10 +155,20 @@ export function slowH2Download(port: number, path: string, bytesPerSecond: numbe
   );
   return {
     received: () => received,
-    reached: (bytes) => new Promise<void>((resolve) => {
-      waiters.push({ bytes, resolve });
-      notify();
-    }),
+    reached: progress.reached,
     done,
   };
+}
+
+/** Promises of byte counts reached: `notify` after each read settles the ones `received()` passed. */
+function byteProgress(received: () => number) {
+  const waiters: Array<{ bytes: number; resolve: () => void }> = [];
+  const notify = () => {
+    for (const w of [...waiters]) if (received() >= w.bytes) waiters.splice(waiters.indexOf(w), 1), w.resolve();
+  };
+  const reached = (bytes: number) => new Promise<void>((resolve) => {
+    waiters.push({ bytes, resolve });
+    notify();
+  });
+  return { notify, reached };
 }
