@@ -238,8 +238,8 @@ export class Drainer {
       min_drain_ms: plan.minDrainMs,
       ...(context.statsCounted.length ? { counted_by_stats: context.statsCounted } : {}),
     });
+    void undeliveredBy(this.#envoys.all()); // its listening ports, what it held as the drain began
     for (const live of this.#envoys.all()) this.drainListenersOf(live);
-    void undeliveredBy(this.#envoys.all()); // learn the listening ports before Envoy closes them
     if (this.#deps.app.gone()) this.appsGone("lastcall exec");
     return plan;
   }
@@ -326,11 +326,14 @@ export class Drainer {
     void this.#deps.watch.sayWhileWaiting(plan, AbortSignal.any([ended.signal, waitOver.signal]));
     try {
       const waitForApp = (s: AbortSignal) => this.#deps.app.waitGone(s);
+      const context = this.modeContext();
       const deps = {
-        ...this.modeContext(),
+        ...context,
         measure: (s: AbortSignal) => this.measure(s),
         waitForApp,
-        undelivered: () => undeliveredBy(this.#envoys.all()).then((left) => this.#deps.watch.sawUndelivered(left)),
+        undelivered: () => // the HTTP/2 connections waited for: the drained connection managers'
+          undeliveredBy(this.#envoys.all(), context.statPrefixes)
+            .then((left) => this.#deps.watch.sawUndelivered(left)),
         settled: (last: Settled) => void (this.#settled = last),
       };
       return await waitDrained(plan, deps, ended.signal);
