@@ -11,6 +11,8 @@ const BUFFERS_READ_MS = 500;
 const listenPaths = new WeakMap<LiveEnvoy, Set<string>>();
 /** Each Envoy's count of delayed-close timeouts when last read before its drain began. */
 const delayedCloseBase = new WeakMap<LiveEnvoy, number>();
+/** The Envoys whose drain began ({@linkcode drainBegins}). */
+const drainBegun = new WeakSet<LiveEnvoy>();
 
 /** What open HTTP/2 and HTTP/3 connections keep out of sight. */
 function unseenOn(held: EnvoyBuffers): string[] {
@@ -45,7 +47,7 @@ function closedOnPeer(live: LiveEnvoy, timeouts: number, draining: boolean): str
 /** What `live` holds in its own buffers, and what of it cannot be seen. */
 async function heldBy(live: LiveEnvoy, prefixes?: ReadonlySet<string>): Promise<Held> {
   const epoch = `epoch ${live.info.epoch}`;
-  const draining = live.listenersDraining; // as the reading began
+  const draining = drainBegun.has(live); // as the reading began
   if (!live.admin || live.adminHandedOver) return await handedOver(live);
   try {
     const text = await live.admin.stats(BUFFER_STATS, AbortSignal.timeout(BUFFERS_READ_MS));
@@ -82,6 +84,20 @@ async function handedOver(live: LiveEnvoy): Promise<Held> {
   if (tcp && unix !== undefined && open === 0) return { bytes: 0 };
   const why = `${open} open connections; its admin went to its hot-restart child`;
   return { bytes: 0, unchecked: `epoch ${live.info.epoch}: its own buffers (${why})` };
+}
+
+/**
+ * Marks the drain of the given Envoys as begun, once their stats were read: connections their
+ * delayed close timed out on are counted from there. Learns their listening ports too.
+ *
+ * @example
+ * ```ts
+ * void drainBegins(envoys.all()); // as drain_listeners is sent
+ * ```
+ */
+export async function drainBegins(live: readonly LiveEnvoy[]): Promise<void> {
+  await undeliveredBy(live).catch(() => undefined);
+  for (const l of live) drainBegun.add(l);
 }
 
 /**

@@ -4,7 +4,7 @@
 import type { AppWatch } from "../supervise/app-watch.ts";
 import type { LiveEnvoy, Envoys } from "../supervise/envoys.ts";
 import { GAUGE_NAMES, activeRequests, isInflightGauge, parseStatsJson } from "../envoy/stats.ts";
-import { undeliveredBy } from "./delivery.ts";
+import { drainBegins, undeliveredBy } from "./delivery.ts";
 import type { EventLog } from "../lib/log.ts";
 import type { RunOptions } from "../options.ts";
 import type { InflightTracker } from "./in-flight.ts";
@@ -123,6 +123,7 @@ export class Drainer {
     const old = all.filter((l) => !this.#finishing.has(l)); // a second reload finds the first's parent already finishing
     if (old.length === 0) return Promise.resolve("already_finishing");
     for (const l of old) this.#finishing.add(l);
+    void drainBegins(old);
     const done = finishOldEpochs(old, {
       options: this.#o,
       log: this.#log,
@@ -238,7 +239,7 @@ export class Drainer {
       min_drain_ms: plan.minDrainMs,
       ...(context.statsCounted.length ? { counted_by_stats: context.statsCounted } : {}),
     });
-    void undeliveredBy(this.#envoys.all()); // its listening ports, what it held as the drain began
+    void drainBegins(this.#envoys.all()); // learns the listening ports before Envoy closes them
     for (const live of this.#envoys.all()) this.drainListenersOf(live);
     if (this.#deps.app.gone()) this.appsGone("lastcall exec");
     return plan;
