@@ -4,6 +4,7 @@ import { readEnvoyConfig } from "../supervise/bootstrap-file.ts";
 import { AGENT_CLUSTER, BootstrapError, deriveBootstrap } from "../envoy/bootstrap.ts";
 import { statusTarget } from "../envoy/status-target.ts";
 import { StartError } from "../lib/errors.ts";
+import { HTTP2_TAIL_MS } from "../drain/shutdown.ts";
 import { filterWasmBytes } from "../supervise/filter-asset.ts";
 import { writeOut } from "../runtime/process.ts";
 
@@ -57,6 +58,7 @@ export async function printBootstrap(o: BootstrapCommandOptions): Promise<number
       // As `run` does: an IP Envoy reaches the status server at (a name resolved, a wildcard → loopback).
       statusAddress: await statusTarget(o.statusAddress),
       statusPort: o.statusPort,
+      delayedCloseMs: HTTP2_TAIL_MS,
       filter: o.filter
         ? {
           wasmPath: o.filterWasm ?? INLINE_PLACEHOLDER,

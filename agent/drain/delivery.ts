@@ -9,6 +9,10 @@ import { readTcpTable, type Undelivered, undelivered, unixConnections } from "..
 const BUFFERS_READ_MS = 500;
 /** The unix-socket listener paths each Envoy was seen listening on. */
 const listenPaths = new WeakMap<LiveEnvoy, Set<string>>();
+/** Each Envoy's count of delayed-close timeouts when last read before its drain began. */
+const delayedCloseBase = new WeakMap<LiveEnvoy, number>();
+/** The Envoys whose drain began ({@linkcode drainBegins}). */
+const drainBegun = new WeakSet<LiveEnvoy>();
 
 /** What open HTTP/2 and HTTP/3 connections keep out of sight. */
 function unseenOn(held: EnvoyBuffers): string[] {
@@ -20,15 +24,41 @@ function unseenOn(held: EnvoyBuffers): string[] {
   ];
 }
 
+/** What one Envoy holds, from its stats: bytes, drained HTTP/2 connections, what is unseen. */
+interface Held {
+  bytes: number;
+  http2Open?: number;
+  unchecked?: string;
+}
+
+/**
+ * Connections Envoy closed since the drain began because their delayed close ran out: the peer
+ * had not closed, and may still have been reading (an HTTP/2 client's next WINDOW_UPDATE meets
+ * the closed socket: a reset, and a client may drop what it took but had not read).
+ */
+function closedOnPeer(live: LiveEnvoy, timeouts: number, draining: boolean): string | undefined {
+  if (!draining || !delayedCloseBase.has(live)) delayedCloseBase.set(live, timeouts);
+  const closed = timeouts - delayedCloseBase.get(live)!;
+  if (closed <= 0) return undefined;
+  return `${closed} connections closed by Envoy's delayed close timeout while their client had ` +
+    "not closed (what it had not read yet may be lost)";
+}
+
 /** What `live` holds in its own buffers, and what of it cannot be seen. */
-async function heldBy(live: LiveEnvoy): Promise<{ bytes: number; unchecked?: string }> {
+async function heldBy(live: LiveEnvoy, prefixes?: ReadonlySet<string>): Promise<Held> {
   const epoch = `epoch ${live.info.epoch}`;
+  const draining = drainBegun.has(live); // as the reading began
   if (!live.admin || live.adminHandedOver) return await handedOver(live);
   try {
     const text = await live.admin.stats(BUFFER_STATS, AbortSignal.timeout(BUFFERS_READ_MS));
-    const held = envoyBuffers(parseStatsJson(text));
-    const unseen = unseenOn(held).join("; ");
-    return { bytes: held.bytes, ...(unseen ? { unchecked: `${epoch}: ${unseen}` } : {}) };
+    const held = envoyBuffers(parseStatsJson(text), prefixes);
+    const closed = closedOnPeer(live, held.delayedCloseTimeouts, draining);
+    const unseen = [...unseenOn(held), ...(closed ? [closed] : [])].join("; ");
+    return {
+      bytes: held.bytes,
+      http2Open: held.http2Of,
+      ...(unseen ? { unchecked: `${epoch}: ${unseen}` } : {}),
+    };
   } catch (error) {
     const why = (error as Error).message;
     return { bytes: 0, unchecked: `${epoch}: its own buffers (its admin did not answer: ${why})` };
@@ -39,7 +69,7 @@ async function heldBy(live: LiveEnvoy): Promise<{ bytes: number; unchecked?: str
  * A hot-restart parent's admin is gone: its own buffers cannot be read. With no accepted
  * connection left (TCP or unix) there is nothing they could hold.
  */
-async function handedOver(live: LiveEnvoy): Promise<{ bytes: number; unchecked?: string }> {
+async function handedOver(live: LiveEnvoy): Promise<Held> {
   const paths = listenPaths.get(live) ?? new Set<string>();
   listenPaths.set(live, paths);
   const admin = live.admin?.url.startsWith("unix:") ? [live.admin.url.slice("unix:".length)] : [];
@@ -57,15 +87,34 @@ async function handedOver(live: LiveEnvoy): Promise<{ bytes: number; unchecked?:
 }
 
 /**
+ * Marks the drain of the given Envoys as begun, once their stats were read: connections their
+ * delayed close timed out on are counted from there. Learns their listening ports too.
+ *
+ * @example
+ * ```ts
+ * void drainBegins(envoys.all()); // as drain_listeners is sent
+ * ```
+ */
+export async function drainBegins(live: readonly LiveEnvoy[]): Promise<void> {
+  await undeliveredBy(live).catch(() => undefined);
+  for (const l of live) drainBegun.add(l);
+}
+
+/**
  * What the given Envoy processes still have to deliver, summed: kernel send queues and Envoy's
- * own buffers; `unchecked` names what could not be looked at. Undefined when /proc cannot tell.
+ * own buffers, and (`http2Open`) the HTTP/2 connections of the connection managers with the given
+ * stat prefixes (all when undefined) still open; `unchecked` names what could not be looked at.
+ * Undefined when /proc cannot tell.
  *
  * @example
  * ```ts
  * const left = await undeliveredBy(envoys.all()); // { connections: 2, sending: 1, bytes: 812_000 }
  * ```
  */
-export async function undeliveredBy(live: readonly LiveEnvoy[]): Promise<Undelivered | undefined> {
+export async function undeliveredBy(
+  live: readonly LiveEnvoy[],
+  prefixes?: ReadonlySet<string>,
+): Promise<Undelivered | undefined> {
   // Once for all of them, and only the tables their listeners were found in (each read walks the
   // kernel's whole connection hash); both until those are known.
   const running = live.filter((l) => l.process.running);
@@ -74,7 +123,7 @@ export async function undeliveredBy(live: readonly LiveEnvoy[]): Promise<Undeliv
     : undefined;
   const [table, held] = await Promise.all([
     readTcpTable("/proc", tables),
-    Promise.all(running.map(heldBy)),
+    Promise.all(running.map((l) => heldBy(l, prefixes))),
   ]);
   if (!table) return undefined;
   const each = await Promise.all(
@@ -93,5 +142,7 @@ export async function undeliveredBy(live: readonly LiveEnvoy[]): Promise<Undeliv
     sending: sum.sending + u!.sending,
     bytes: sum.bytes + u!.bytes,
   }), { connections: 0, sending: 0, bytes: held.reduce((sum, h) => sum + h.bytes, 0) });
-  return unchecked.length ? { ...sum, unchecked } : sum;
+  const http2Open = held.reduce((sum, h) => sum + (h.http2Open ?? 0), 0);
+  const open = http2Open ? { http2Open } : {};
+  return { ...sum, ...open, ...(unchecked.length ? { unchecked } : {}) };
 }

@@ -4,7 +4,7 @@
 import type { AppWatch } from "../supervise/app-watch.ts";
 import type { LiveEnvoy, Envoys } from "../supervise/envoys.ts";
 import { GAUGE_NAMES, activeRequests, isInflightGauge, parseStatsJson } from "../envoy/stats.ts";
-import { undeliveredBy } from "./delivery.ts";
+import { drainBegins, undeliveredBy } from "./delivery.ts";
 import type { EventLog } from "../lib/log.ts";
 import type { RunOptions } from "../options.ts";
 import type { InflightTracker } from "./in-flight.ts";
@@ -123,6 +123,7 @@ export class Drainer {
     const old = all.filter((l) => !this.#finishing.has(l)); // a second reload finds the first's parent already finishing
     if (old.length === 0) return Promise.resolve("already_finishing");
     for (const l of old) this.#finishing.add(l);
+    void drainBegins(old);
     const done = finishOldEpochs(old, {
       options: this.#o,
       log: this.#log,
@@ -238,8 +239,8 @@ export class Drainer {
       min_drain_ms: plan.minDrainMs,
       ...(context.statsCounted.length ? { counted_by_stats: context.statsCounted } : {}),
     });
+    void drainBegins(this.#envoys.all()); // learns the listening ports before Envoy closes them
     for (const live of this.#envoys.all()) this.drainListenersOf(live);
-    void undeliveredBy(this.#envoys.all()); // learn the listening ports before Envoy closes them
     if (this.#deps.app.gone()) this.appsGone("lastcall exec");
     return plan;
   }
@@ -326,11 +327,14 @@ export class Drainer {
     void this.#deps.watch.sayWhileWaiting(plan, AbortSignal.any([ended.signal, waitOver.signal]));
     try {
       const waitForApp = (s: AbortSignal) => this.#deps.app.waitGone(s);
+      const context = this.modeContext();
       const deps = {
-        ...this.modeContext(),
+        ...context,
         measure: (s: AbortSignal) => this.measure(s),
         waitForApp,
-        undelivered: () => undeliveredBy(this.#envoys.all()).then((left) => this.#deps.watch.sawUndelivered(left)),
+        undelivered: () => // the HTTP/2 connections waited for: the drained connection managers'
+          undeliveredBy(this.#envoys.all(), context.statPrefixes)
+            .then((left) => this.#deps.watch.sawUndelivered(left)),
         settled: (last: Settled) => void (this.#settled = last),
       };
       return await waitDrained(plan, deps, ended.signal);

@@ -172,9 +172,18 @@ export const DELIVERY_POLL_MS = 50;
 const DELIVERY_POLL_MIN_MS = 2;
 
 /**
+ * How long the delivery wait, once Envoy holds no byte, still waits for the drained HTTP/2
+ * connections to close: their clients may be reading what they took (up to a window). Envoy
+ * never closes an idle one on a drain, so this bounds what an idle pooled client adds.
+ */
+export const HTTP2_TAIL_MS = 3000;
+
+/**
  * Waits until no accepted connection of the Envoys has a response byte left to deliver: the
  * kernel's send queues are empty, and so are Envoy's own buffers (HTTP/2 bytes waiting for a
- * client's window, write buffers; what cannot be seen is only said at the stop). A slow reader keeps its
+ * client's window, write buffers; what cannot be seen is only said at the stop); then, for at
+ * most {@linkcode HTTP2_TAIL_MS}, until the drained HTTP/2 connections are closed (a client reads
+ * its last window, then closes). A slow reader keeps its
  * connection's queue full long after Envoy finished the stream: this is what makes "done" mean
  * the client's last byte. Looks again when the queues should be empty at the rate they have
  * been emptying (at most every 50 ms), so the end is seen a few ms after it comes. Resolves with
@@ -183,12 +192,17 @@ const DELIVERY_POLL_MIN_MS = 2;
 export async function waitDelivered(deps: WaitDeps, signal: AbortSignal): Promise<{ waited: boolean; left?: Undelivered }> {
   let waited = false;
   let previous: { bytes: number; at: number } | undefined;
+  let tailFrom: number | undefined; // when Envoy was first seen holding nothing
   for (;;) {
     const started = Date.now();
     const left = await deps.undelivered?.();
     const at = Date.now();
-    if (!left || left.bytes === 0) return { waited, left };
-    if (!waited) deps.log("drain_flushing", { bytes: left.bytes, connections: left.sending });
+    if (!left || (left.bytes === 0 && !left.http2Open)) return { waited, left };
+    tailFrom = left.bytes === 0 ? (tailFrom ?? at) : undefined;
+    if (tailFrom !== undefined && at - tailFrom >= HTTP2_TAIL_MS) return { waited, left };
+    const http2 = left.http2Open ? { http2_open: left.http2Open } : {};
+    const flushing = { bytes: left.bytes, connections: left.sending, ...http2 };
+    if (!waited) deps.log("drain_flushing", flushing);
     waited = true;
     const rate = previous && previous.bytes > left.bytes ? (previous.bytes - left.bytes) / Math.max(1, at - previous.at) : 0;
     const untilEmpty = rate > 0 ? left.bytes / rate - (at - started) : DELIVERY_POLL_MS;

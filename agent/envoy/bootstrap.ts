@@ -46,6 +46,11 @@ export interface BootstrapOptions {
   xds?: XdsRedirectOptions;
   /** This Envoy's pressure file: its idle connections close once it reads 1 (idle-close.ts). */
   idlePressureFile?: string;
+  /**
+   * `delayed_close_timeout` for inbound connection managers that leave it unset (Envoy's 1 s):
+   * how long a connection Envoy closes stays open for a client still reading, until it closes.
+   */
+  delayedCloseMs?: number;
 }
 
 /** The effective bootstrap and what lastcall learned from it. */
@@ -95,6 +100,16 @@ function isHcm(filter: Json): boolean {
 function isTcpProxy(filter: Json): boolean {
   const typed = filter.typed_config;
   return filter.name === "envoy.filters.network.tcp_proxy" || (isObject(typed) && typed["@type"] === TCP_PROXY_TYPE);
+}
+
+/**
+ * Gives a connection manager that leaves `delayed_close_timeout` unset the given one. Envoy closes
+ * a drained HTTP/2 connection after its last stream; with its 1 s default a client still reading
+ * what it took meets a closed socket (its WINDOW_UPDATEs draw a reset) and may drop the rest.
+ */
+function withDelayedClose(hcm: Json, ms: number | undefined): void {
+  if (ms === undefined || hcm.delayed_close_timeout !== undefined) return;
+  hcm.delayed_close_timeout = `${ms / 1000}s`;
 }
 
 /**
@@ -231,6 +246,7 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
         if (!isHcm(filter) || !isObject(filter.typed_config)) continue;
         const hcm = filter.typed_config;
         if (isInbound && typeof hcm.stat_prefix === "string") inboundStatPrefixes.push(hcm.stat_prefix);
+        if (isInbound) withDelayedClose(hcm, options.delayedCloseMs);
         if (!options.filter) {
           statsOnly++;
           continue;

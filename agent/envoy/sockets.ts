@@ -109,6 +109,11 @@ export interface Undelivered {
   bytes: number;
   /** What could not be looked at (then `bytes` is only what could): never reported as 0 unsent. */
   unchecked?: string[];
+  /**
+   * HTTP/2 connections of the drained connection managers still open (agent/drain/delivery.ts):
+   * their clients may still read what they took; the drain waits for them to close.
+   */
+  http2Open?: number;
 }
 
 /**

@@ -75,10 +75,12 @@ export function activeConnections(stats: Stat[], excludeAddresses: readonly stri
 /**
  * The stats {@linkcode envoyBuffers} reads: HTTP/2 response bytes waiting for a client's window
  * (`http2.pending_send_bytes`: every downstream HTTP/2 codec), bytes in the connection write
- * buffers of each connection manager and TCP proxy, and open HTTP/2 and HTTP/3 connections.
+ * buffers of each connection manager and TCP proxy, open HTTP/2 and HTTP/3 connections, and the
+ * connections Envoy closed when a delayed close ran out (their peer had not closed).
  */
-export const BUFFER_STATS =
-  "^http2\\.pending_send_bytes$|^(http|tcp)\\..+\\.downstream_cx_tx_bytes_buffered$|^http\\..+\\.downstream_cx_http[23]_active$";
+export const BUFFER_STATS = "^http2\\.pending_send_bytes$|" +
+  "^(http|tcp)\\..+\\.downstream_cx_tx_bytes_buffered$|" +
+  "^http\\..+\\.downstream_cx_(http[23]_active|delayed_close_timeout)$";
 
 /** What Envoy itself still holds for its clients, from its stats. */
 export interface EnvoyBuffers {
@@ -90,26 +92,39 @@ export interface EnvoyBuffers {
    * then meet a closed socket: a reset).
    */
   http2Connections: number;
+  /** Of those, the ones of the given connection managers (all when none were given). */
+  http2Of: number;
   /** Open HTTP/3 connections: what QUIC still has to send or resend is not in any stat. */
   http3Connections: number;
+  /** Connections closed by a delayed close's timeout, since Envoy started (a counter). */
+  delayedCloseTimeouts: number;
 }
+
+/** The connection manager's stat prefix in `http.<prefix>.<name>`. */
+const prefixOf = (name: string, stat: string) => name.slice("http.".length, -stat.length - 1);
 
 /**
  * Sums what Envoy holds for its clients (see {@linkcode BUFFER_STATS}); Envoy's admin connection
- * manager (the answer being written) is left out.
+ * manager (the answer being written) is left out. `http2Of` counts the HTTP/2 connections of the
+ * connection managers with the given stat prefixes (all when undefined).
  *
  * @example
  * ```ts
- * envoyBuffers([{ name: "http2.pending_send_bytes", value: 18_000 }]); // { bytes: 18000, http2Connections: 0, http3Connections: 0 }
+ * envoyBuffers([{ name: "http2.pending_send_bytes", value: 18_000 }]).bytes; // 18000
  * ```
  */
-export function envoyBuffers(stats: Stat[]): EnvoyBuffers {
-  const held: EnvoyBuffers = { bytes: 0, http2Connections: 0, http3Connections: 0 };
+export function envoyBuffers(stats: Stat[], prefixes?: ReadonlySet<string>): EnvoyBuffers {
+  const held = { bytes: 0, http2Connections: 0, http2Of: 0, http3Connections: 0 };
+  let delayedCloseTimeouts = 0;
+  const h2 = "downstream_cx_http2_active";
   for (const { name, value } of stats) {
     if (name.startsWith("http.admin.")) continue;
     if (name === "http2.pending_send_bytes" || name.endsWith(".downstream_cx_tx_bytes_buffered")) held.bytes += value;
-    else if (name.endsWith(".downstream_cx_http2_active")) held.http2Connections += value;
-    else if (name.endsWith(".downstream_cx_http3_active")) held.http3Connections += value;
+    else if (name.endsWith(`.${h2}`)) {
+      held.http2Connections += value;
+      if (!prefixes || prefixes.has(prefixOf(name, h2))) held.http2Of += value;
+    } else if (name.endsWith(".downstream_cx_http3_active")) held.http3Connections += value;
+    else if (name.endsWith(".downstream_cx_delayed_close_timeout")) delayedCloseTimeouts += value;
   }
-  return held;
+  return { ...held, delayedCloseTimeouts };
 }

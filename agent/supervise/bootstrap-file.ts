@@ -11,6 +11,7 @@ import { validateConfig } from "../envoy/validate.ts";
 import type { RunOptions } from "../options.ts";
 import type { XdsRedirectOptions } from "../xds/redirect.ts";
 import { writePrivateFile } from "./run-dir.ts";
+import { HTTP2_TAIL_MS } from "../drain/shutdown.ts";
 
 /** What one bootstrap is for. */
 export interface BootstrapRequest {
@@ -83,6 +84,7 @@ export async function prepareBootstrap(envoyBinary: string, o: RunOptions, reque
       adminSocket: o.adminSocket,
       statusAddress,
       statusPort: request.statusPort,
+      delayedCloseMs: HTTP2_TAIL_MS,
       filter: request.filterWasm
         ? {
           wasmPath: request.filterWasm,

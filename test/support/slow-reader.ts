@@ -98,6 +98,8 @@ export interface SlowStreamOptions {
   windowSize?: number;
   /** The request's body (a gRPC call's message), sent whole with END_STREAM. */
   body?: Buffer;
+  /** Keep the connection open (idle) after the stream, until `close()`. @default false */
+  keepOpen?: boolean;
 }
 
 /** An HTTP/2 download in progress. */
@@ -105,6 +107,8 @@ export interface SlowStream {
   reached(bytes: number): Promise<void>;
   received(): number;
   done: Promise<SlowStreamRead>;
+  /** Closes the connection (one kept open). */
+  close(): void;
 }
 
 /**
@@ -119,7 +123,7 @@ export interface SlowStream {
  * ```
  */
 export function slowH2Download(port: number, path: string, bytesPerSecond: number, options: SlowStreamOptions = {}): SlowStream {
-  const { headers = {}, windowSize = 16_384, body } = options;
+  const { headers = {}, windowSize = 16_384, body, keepOpen = false } = options;
   const session = connectH2(`http://127.0.0.1:${port}`, { settings: { initialWindowSize: windowSize } });
   session.on("error", () => {});
   const stream: ClientHttp2Stream = session.request({ ":path": path, ...headers }, { endStream: body === undefined });
@@ -149,7 +153,7 @@ export function slowH2Download(port: number, path: string, bytesPerSecond: numbe
   stream.on("error", () => {});
   const done = new Promise<SlowStreamRead>((resolve) =>
     stream.once("close", () => {
-      session.close();
+      if (!keepOpen) session.close();
       resolve({ status, expected, received, endedBy: ended ? "end_stream" : "closed", ...(trailers ? { trailers } : {}) });
     })
   );
@@ -157,6 +161,7 @@ export function slowH2Download(port: number, path: string, bytesPerSecond: numbe
     received: () => received,
     reached: progress.reached,
     done,
+    close: () => session.close(),
   };
 }
 

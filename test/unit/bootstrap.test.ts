@@ -191,6 +191,16 @@ describe("deriveBootstrap", () => {
     expect(result.tcpListeners).toEqual([]);
   });
 
+  it("gives inbound connection managers that leave it unset the delayed close asked for, not others", () => {
+    const own = hcm("own");
+    own.typed_config.delayed_close_timeout = "0.5s";
+    const config = { static_resources: { listeners: [listener("in"), listener("mine", "INBOUND", [own]), listener("out", "OUTBOUND")] } };
+    const delayedClose = (c: Json, i: number) => c.static_resources.listeners[i].filter_chains[0].filters.at(-1).typed_config.delayed_close_timeout;
+    const asked = deriveBootstrap(config, { ...withFilter, delayedCloseMs: 3000 }).config;
+    expect([0, 1, 2].map((i) => delayedClose(asked, i))).toEqual(["3s", "0.5s", undefined]);
+    expect(delayedClose(deriveBootstrap(config, withFilter).config, 0)).toBeUndefined();
+  });
+
   it("changes nothing else, and not the input", () => {
     const input = { node: { id: "n" }, stats_flush_interval: "5s", static_resources: { listeners: [listener("in")], clusters: [{ name: "app" }] } };
     const before = structuredClone(input);

@@ -73,7 +73,22 @@ describe("envoyBuffers", () => {
       { name: "http.quic.downstream_cx_http3_active", value: 2 },
       { name: "http.ingress.downstream_cx_http2_active", value: 3 },
       { name: "http.admin.downstream_cx_http2_active", value: 1 },
-    ])).toEqual({ bytes: 1_018_007, http2Connections: 3, http3Connections: 2 });
+      { name: "http.egress.downstream_cx_http2_active", value: 4 },
+      { name: "http.ingress.downstream_cx_delayed_close_timeout", value: 5 },
+    ], new Set(["ingress"]))).toEqual({
+      bytes: 1_018_007,
+      http2Connections: 7,
+      http2Of: 3,
+      http3Connections: 2,
+      delayedCloseTimeouts: 5,
+    });
+  });
+
+  it("counts the HTTP/2 connections of every connection manager when no prefix is given", () => {
+    const stats = [{ name: "http.a.b.downstream_cx_http2_active", value: 2 }];
+    expect(envoyBuffers(stats).http2Of).toBe(2);
+    expect(envoyBuffers(stats, new Set(["a.b"])).http2Of).toBe(2);
+    expect(envoyBuffers(stats, new Set(["a"])).http2Of).toBe(0);
   });
 });
 
