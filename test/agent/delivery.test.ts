@@ -184,7 +184,8 @@ describe("a slow reader across a reload", () => {
     const read = await download.done;
     expect(read).toEqual({ status: 200, expected: BODY, received: BODY, endedBy: "fin" });
     expect(await lc.event("epoch_drained", undefined, 30_000)).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
-    expect(lc.events.map((e) => e.event)).toContain("drain_flushing");
+    // No drain_flushing required: when the stream ends, the reader's kernel may already hold the
+    // whole tail (a few MB), leaving nothing to flush; seen on a loaded machine.
     await lc.event("ready", (e) => e.pid !== envoyPid);
   });
 
