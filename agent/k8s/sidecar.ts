@@ -26,6 +26,11 @@ export interface SidecarOptions {
   statusPort?: number;
   /** The container's `ports`: Envoy's listeners, named as the app ports they front. */
   ports?: Record<string, unknown>[];
+  /**
+   * Whether the app waits for Envoy to be ready before it starts (native: the sidecar's startup
+   * probe; classic: its postStart `lastcall wait`). @default true
+   */
+  hold?: boolean;
 }
 
 /** Defaults of {@linkcode SidecarOptions}. */
@@ -42,6 +47,22 @@ export const CONFIG_DIR = "/etc/envoy";
 const CONFIG_FILE = `${CONFIG_DIR}/envoy.yaml`;
 /** Volume of the Envoy config. */
 export const CONFIG_VOLUME = "lastcall-config";
+/** What an app container's preStop asks lastcall's status server: its SIGTERM waits for the quiet. */
+export const APP_STOP_PATH = "/v1/app-stop";
+
+/**
+ * The preStop inject gives an app container that has none: an `httpGet`, so the app image
+ * needs nothing; the kubelet sends it to the pod's IP.
+ *
+ * @example
+ * ```ts
+ * appStopHook(15020); // { httpGet: { path: "/v1/app-stop", port: 15020 } }
+ * ```
+ */
+export function appStopHook(statusPort = STATUS_PORT): Record<string, unknown> {
+  return { httpGet: { path: APP_STOP_PATH, port: statusPort } };
+}
+
 /** Init container that copies the lastcall binary for `lastcall exec` (classic mode). */
 export const INSTALL_NAME = "lastcall-install";
 /** emptyDir volume that carries the binary from the lastcall image to the app container. */
@@ -90,13 +111,15 @@ export function sidecarContainer(graceSeconds: number, options: SidecarOptions):
     ...(options.ports?.length ? { ports: options.ports } : {}),
   };
   const mounts = { volumeMounts: [{ name: CONFIG_VOLUME, mountPath: CONFIG_DIR, readOnly: true }] };
+  const hold = options.hold ?? true;
   if (options.mode === "native") {
     return {
       ...common,
       restartPolicy: "Always",
-      // The kubelet starts the next container once the startup probe passes: the app starts
-      // with the proxy ready. 60 × 1 s matches `lastcall wait`'s default timeout.
-      startupProbe: { ...probe("/healthz/ready"), periodSeconds: 1, failureThreshold: 60 },
+      // Holding: the kubelet starts the next container once the startup probe passes, so the
+      // app starts with the proxy ready (60 × 1 s, `lastcall wait`'s default timeout). Without
+      // it the app starts as soon as the sidecar has started.
+      ...(hold ? { startupProbe: { ...probe("/healthz/ready"), periodSeconds: 1, failureThreshold: 60 } } : {}),
       // Every second, not Kubernetes' 10 s: the pod is Ready only once this probe passed, and
       // a rollout waits for each new pod (measured: 8.9 s against 3–4 s per step with 10 s).
       readinessProbe: { ...probe("/healthz/ready"), periodSeconds: 1 },
@@ -112,8 +135,8 @@ export function sidecarContainer(graceSeconds: number, options: SidecarOptions):
     ...common,
     readinessProbe: { ...probe("/healthz/ready"), periodSeconds: 1 },
     livenessProbe: probe("/healthz/live"),
-    // The kubelet starts the next container only once this hook returns.
-    lifecycle: { postStart: { exec: { command: ["lastcall", "wait", ...statusUrl(port, "/healthz/ready")] } } },
+    // Holding: the kubelet starts the next container only once this hook returns.
+    ...(hold ? { lifecycle: { postStart: { exec: { command: ["lastcall", "wait", ...statusUrl(port, "/healthz/ready")] } } } } : {}),
     ...mounts,
   };
 }

@@ -147,7 +147,7 @@ describe("lastcall drain", () => {
     try {
       const port = (server.address() as { port: number }).port;
       expect(await lastcall(["drain", "--status-url", `http://127.0.0.1:${port}`])).toEqual({ code: 0, stdout: "", stderr: "" });
-      expect(requests).toEqual(["POST /drain"]);
+      expect(requests).toEqual(["POST /drain?sidecar=native"]);
     } finally {
       server.close();
     }
@@ -161,7 +161,7 @@ describe("lastcall drain", () => {
     expect(await lastcall(["drain", "--status-url", `http://127.0.0.1:${port}`])).toEqual({
       code: 1,
       stdout: "",
-      stderr: `lastcall drain: cannot reach the agent at http://127.0.0.1:${port}/drain: ECONNREFUSED\n`,
+      stderr: `lastcall drain: cannot reach the agent at http://127.0.0.1:${port}/drain?sidecar=native: ECONNREFUSED\n`,
     });
   });
 });
