@@ -74,7 +74,7 @@ describe("--hold-app auto (the default)", () => {
   it("a ConfigMap of the manifest with an OUTBOUND listener: native holds the app on the startup probe, and says why", () => {
     const text = manifest(workload("Deployment")) + "---\n" + ownConfigMap((c) => c.static_resources.listeners.push(OUTBOUND));
     const { result, spec } = injected(text, native);
-    expect(sidecarOf(spec).startupProbe).toEqual({ httpGet: { path: "/healthz/ready", port: 15020 }, periodSeconds: 1, failureThreshold: 60 });
+    expect(sidecarOf(spec).startupProbe).toEqual({ httpGet: { path: "/healthz/ready?wait_ms=900", port: 15020 }, periodSeconds: 1, failureThreshold: 60 });
     expect(result.notes).toContain(
       "deployment/web: the app waits for Envoy to be ready at start (ConfigMap web-lastcall-envoy has the OUTBOUND listener outbound_backend for the app's calls out; --hold-app never to start it at once)",
     );
