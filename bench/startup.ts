@@ -1,6 +1,7 @@
 // A new pod's creation → Ready on the real kubelet (test/support/kube.ts), for the same app pod
 // four ways: bare, with a native sidecar that does nothing (`sleep`: the floor Kubernetes' own
-// ordering costs), and as `lastcall inject` prints it by default (native, classic). Run:
+// ordering costs), and as `lastcall inject` prints it by default (native, classic) and held
+// (`--hold-app always`). Run:
 //   npx esbuild bench/startup.ts --bundle --platform=node --format=esm --packages=external \
 //     '--external:../../build/*' --outfile=dist/bench/startup.mjs && node dist/bench/startup.mjs
 // (as root; ROUNDS=5 by default; writes bench/results/startup.json).
@@ -40,6 +41,9 @@ try {
     "native floor (sleep sidecar)": async (name) => withSleeper(podOf(plain, name)),
     "lastcall native (default)": async (name) => podOf(await inject(plain, ["--image", images.lastcall]), name),
     "lastcall classic (default)": async (name) => podOf(await inject(plain, ["--image", images.lastcall, "--mode", "classic"]), name),
+    // What the hold costs where it is kept (a config that carries the app's calls out).
+    "lastcall native, held": async (name) => podOf(await inject(plain, ["--image", images.lastcall, "--hold-app", "always"]), name),
+    "lastcall classic, held": async (name) => podOf(await inject(plain, ["--image", images.lastcall, "--mode", "classic", "--hold-app", "always"]), name),
   };
   const ms: Record<string, number[]> = {};
   for (let round = 0; round < ROUNDS; round++) {
