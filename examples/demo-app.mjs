@@ -28,7 +28,8 @@ const server = createServer((req, res) => {
     res.end(`hello from the demo app (${url.pathname}${ms ? `, after ${ms} ms` : ""})\n`);
   }, url.pathname === "/slow" ? ms : 0);
 });
-server.listen(port, "127.0.0.1");
+// 127.0.0.1 behind a proxy on the same host; DEMO_APP_HOST=0.0.0.0 as an app in a pod listens.
+server.listen(port, process.env.DEMO_APP_HOST ?? "127.0.0.1");
 // A graceful stop: finish what is in flight, then exit. The proxy in front keeps connections to
 // the app open, and close() waits for every one to end; closeIdleConnections() ends only those
 // that finished a request, not one the proxy opened and has not used yet (measured: such a
@@ -53,9 +54,12 @@ server.on("request", (req, res) => {
     if (stopping) closeIfIdle(socket);
   });
 });
+// What the app saw, as JSON lines on stderr: when its SIGTERM came and when it exits.
+const say = (event) => console.error(JSON.stringify({ ts: new Date().toISOString(), event }));
 process.on("SIGTERM", () => {
+  say("app_sigterm");
   stopping = true;
-  server.close(() => process.exit(0));
+  server.close(() => (say("app_exit"), process.exit(0)));
   for (const socket of sockets) closeIfIdle(socket);
 });
 export default server;

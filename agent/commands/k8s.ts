@@ -1,6 +1,7 @@
 // The Kubernetes commands: `inject` and `check` work on manifests (no cluster needed), `drain`
 // is the native sidecar's preStop hook.
 import type { Command } from "commander";
+import { HOLD_APP_CHOICES } from "../k8s/hold.ts";
 import { SIDECAR_DEFAULTS } from "../k8s/sidecar.ts";
 import { choiceArg, durationArg, option } from "../options.ts";
 import { checkCommand } from "./check.ts";
@@ -18,8 +19,10 @@ export function addKubernetesCommands(program: Command, run: (code: Promise<numb
     .addOption(option("--image <image>", "the lastcall image").default(SIDECAR_DEFAULTS.image))
     .addOption(option("--config-map <name>", "your ConfigMap with envoy.yaml (your listeners), mounted at /etc/envoy instead of the generated one; also used when the manifest holds a ConfigMap named <workload>-lastcall-envoy; never overwritten"))
     .addOption(option("--host-network", "also inject pods with hostNetwork: true (their sidecar takes the node's ports)"))
+    .addOption(option("--hold-app <when>", "start the app only once Envoy is ready (native: the sidecar's startupProbe; classic: its postStart `lastcall wait` and `lastcall exec` around the app). auto: only where the Envoy config may carry the app's calls out (a --config-map or ConfigMap inject cannot show to be inbound only; said on stderr once per pod), not for the generated inbound-only config: there the app starts beside the sidecar")
+      .default("auto").argParser(choiceArg(HOLD_APP_CHOICES)))
     .exitOverride()
-    .action((o) => run(injectCommand(o.filename, { mode: o.mode, image: o.image, configMap: o.configMap, hostNetwork: o.hostNetwork === true })));
+    .action((o) => run(injectCommand(o.filename, { mode: o.mode, image: o.image, configMap: o.configMap, hostNetwork: o.hostNetwork === true, holdApp: o.holdApp })));
 
   program.command("check")
     .description("check the termination timing of each pod template in a manifest (also in a List): one line per finding, a line where no proxy was found or its timing is not modelled, then \"N workloads, M proxies, K findings\"; exit 1 when there is a finding")

@@ -27,6 +27,8 @@ export const ENDPOINT_REMOVAL_MS = 3000;
 export const APP_SHUTDOWN_MS = 5000;
 /** What the fixes ask for where the chain needs "after endpoint removal": 2 s past it. */
 const PAST_REMOVAL_MS = ENDPOINT_REMOVAL_MS + 2000;
+/** lastcall answers `GET /v1/app-stop` after this long when no drain begins (a liveness restart). */
+const APP_STOP_NO_DRAIN_MS = 1000;
 
 /** One problem in a pod's termination timing. */
 export interface Finding {
@@ -167,13 +169,37 @@ export function checkPod(template: PodTemplate, proxies?: ProxyTiming[]): string
     .filter((e) => !e.init && !members.has(containerName(e.container)))
     .map(({ container }) => {
       const preStop = preStopOf(container);
-      return { name: containerName(container), preStop, preStopMs: preStop.kind === "sleep" ? preStop.ms : preStop.kind === "none" ? 0 : undefined };
+      const preStopMs = preStop.kind === "sleep" ? preStop.ms : preStop.kind === "none" ? 0 : preStop.kind === "app-stop" ? appStopMs(preStop.port, proxies) : undefined;
+      return { name: containerName(container), preStop, preStopMs };
     });
   const pod: Pod = { graceMs, grace: `terminationGracePeriodSeconds ${graceMs / 1000}`, apps, batch: template.runsToCompletion };
   return [
     ...proxies.flatMap((p) => [...p.problems, ...takesRequests(p, pod), ...outlivesApp(p, pod), ...fitsGrace(p, pod), ...nativeFitsGrace(p, pod)]),
     ...apps.flatMap((app) => appFitsGrace(app, pod)),
   ];
+}
+
+/**
+ * How long lastcall's `GET /v1/app-stop` holds the app: until the drain's floor (it also waits
+ * for the inbound quiet), or 1 s when the sidecar starts no drain of its own at the pod's end;
+ * 0 when no lastcall of the pod serves that port (the kubelet's GET fails at once).
+ */
+function appStopMs(port: unknown, proxies: ProxyTiming[]): number | undefined {
+  const p = proxies.find((p) => p.tool === "lastcall" && p.statusPort === port);
+  if (!p) return typeof port === "number" ? 0 : undefined;
+  return p.earliestStop?.ms ?? APP_STOP_NO_DRAIN_MS;
+}
+
+/** How a finding says when an app's preStop lets its SIGTERM come. */
+function hookEnds(app: App): string {
+  const name = `container "${app.name}"`;
+  if (app.preStop.kind === "none") return `${name} has no preStop: it gets SIGTERM at once`;
+  if (app.preStop.kind === "app-stop") {
+    return app.preStopMs === 0
+      ? `${name} preStop GET /v1/app-stop reaches no lastcall status server (port ${String(app.preStop.port)}): it gets SIGTERM at once`
+      : `${name} preStop GET /v1/app-stop ends after ${f(app.preStopMs ?? 0)} (no drain begins)`;
+  }
+  return `${name} preStop sleep ${f(app.preStopMs ?? 0)} ends`;
 }
 
 /** endpoint removal < proxy's min drain ≤ app's preStop. */
@@ -191,7 +217,7 @@ function takesRequests(p: ProxyTiming, pod: Pod): string[] {
     let fix = `${app.preStop.kind === "none" ? "add" : "set"} lifecycle.preStop.sleep.seconds: ${seconds(accept.ms)} on container "${app.name}"`;
     // Closing the proxy's listeners sooner also works, as long as it is still after endpoint removal.
     if (p.listen && app.preStopMs > ENDPOINT_REMOVAL_MS) fix += `, or ${set(p.listen, "≤", app.preStopMs)}`;
-    const hook = app.preStop.kind === "none" ? `container "${app.name}" has no preStop: it gets SIGTERM at once` : `container "${app.name}" preStop sleep ${f(app.preStopMs)} ends`;
+    const hook = hookEnds(app);
     out.push(`${hook} while ${p.container} still takes new requests until ${describe(accept)}: the app stops answering requests the proxy forwards; ${fix}`);
   }
   return out;
@@ -205,7 +231,7 @@ function takesRequests(p: ProxyTiming, pod: Pod): string[] {
 function untilAppExits(p: ProxyTiming, pod: Pod): string[] {
   return pod.apps.flatMap((app) => {
     if (app.preStopMs === undefined || app.preStopMs > ENDPOINT_REMOVAL_MS) return [];
-    const hook = app.preStop.kind === "none" ? `container "${app.name}" has no preStop: it gets SIGTERM at once` : `container "${app.name}" preStop sleep ${f(app.preStopMs)} ends`;
+    const hook = hookEnds(app);
     return [`${hook}, before endpoint removal is over (~${f(ENDPOINT_REMOVAL_MS)}), while ${p.container} (a native sidecar) still takes new requests until the app has exited: the app stops answering requests the proxy forwards; ${app.preStop.kind === "none" ? "add" : "set"} lifecycle.preStop.sleep.seconds: ${seconds(PAST_REMOVAL_MS)} on container "${app.name}"`];
   });
 }
@@ -263,6 +289,7 @@ function shutdownOf(app: App, pod: Pod): string {
 function hookText(preStop: PreStop): string {
   if (preStop.kind === "none") return "no preStop";
   if (preStop.kind === "sleep") return `preStop sleep ${f(preStop.ms)}`;
+  if (preStop.kind === "app-stop") return "preStop GET /v1/app-stop";
   return `preStop ${preStop.what}`;
 }
 

@@ -70,6 +70,8 @@ export type PreStop =
   | { kind: "none" }
   /** Sleeps this long (a `sleep` action, or `sleep N` in an exec hook), then the app gets SIGTERM. */
   | { kind: "sleep"; ms: number }
+  /** lastcall's `GET /v1/app-stop` on `port`: waits for the proxy's inbound quiet. */
+  | { kind: "app-stop"; port: unknown }
   /** Something else (an HTTP call, a script): how long it takes is not in the manifest. */
   | { kind: "other"; what: string };
 
@@ -91,6 +93,7 @@ export function preStopOf(c: ContainerSpec): PreStop {
     if (found) return { kind: "sleep", ms };
     return { kind: "other", what: `exec ${words.join(" ")}` };
   }
+  if (isRecord(hook.httpGet) && hook.httpGet.path === "/v1/app-stop") return { kind: "app-stop", port: hook.httpGet.port };
   if (isRecord(hook.httpGet)) return { kind: "other", what: `GET ${String(hook.httpGet.path ?? "/")}` };
   return { kind: "other", what: "hook" };
 }

@@ -13,7 +13,9 @@ import { renderJson } from "./json-out.ts";
 import { configMapObject, renameAppPorts, rewireServices, sidecarPorts, type Wiring, type WiringContext, wiringOf } from "./inject-wiring.ts";
 import { bypasses, selects, serviceOf } from "./services.ts";
 import { configSource, seenConfig } from "./check-wiring.ts";
+import { type HoldApp, holdReason } from "./hold.ts";
 import {
+  appStopHook,
   BIN_VOLUME,
   binMount,
   binVolume,
@@ -37,6 +39,12 @@ export interface InjectOptions extends SidecarOptions {
    * port, Envoy's admin and listeners), once per node. @default false
    */
   hostNetwork?: boolean;
+  /**
+   * Whether the apps wait for Envoy at start: `auto` only where the pod's Envoy config may carry
+   * the app's calls out (a user's ConfigMap that inject cannot show to be inbound only).
+   * @default "auto"
+   */
+  holdApp?: HoldApp;
 }
 
 /** What {@linkcode injectManifest} produced. */
@@ -194,7 +202,9 @@ function injectObject(doc: Document, object: YAMLMap, options: InjectOptions, co
   if (!isMap(spec)) return undefined;
   const before = structuredClone(template.spec);
   const grace = graceSeconds(template.spec);
-  const sidecar = { ...options, statusPort, ports: sidecarPorts(wiring.wires ?? []) };
+  const namespace = getPath(value, ["metadata", "namespace"]);
+  const hold = holdReason(options.holdApp ?? "auto", wiring, context, namespace);
+  const sidecar = { ...options, statusPort, ports: sidecarPorts(wiring.wires ?? []), hold: hold !== undefined };
   const container = compact(doc.createNode(sidecarContainer(grace, sidecar), { aliasDuplicateObjects: false }));
   if (sidecar.statusPort !== STATUS_PORT) {
     warn(`${template.ref}: port ${STATUS_PORT} is taken in this pod: lastcall's status server uses ${sidecar.statusPort}`, false);
@@ -208,8 +218,13 @@ function injectObject(doc: Document, object: YAMLMap, options: InjectOptions, co
     sequence(doc, spec, "containers").items.unshift(container);
   }
   addVolume(doc, spec, CONFIG_VOLUME, configVolume(wiring.configMap));
-  if (options.mode === "classic") wrapApps(doc, spec, template, sidecar, (line) => warn(line, false));
-  return wired(value, template, wiring, context, before);
+  addAppStopHooks(doc, spec, statusPort);
+  // Without the hold, a long-running app needs no wrap: its preStop orders its SIGTERM after
+  // the inbound quiet. A Job's app keeps it: its end is what quits a classic sidecar.
+  if (options.mode === "classic" && (hold || template.runsToCompletion)) wrapApps(doc, spec, template, sidecar, (line) => warn(line, false));
+  const done = wired(value, template, wiring, context, before);
+  if (hold) done.notes.push(`${template.ref}: the app waits for Envoy to be ready at start (${hold}; --hold-app never to start it at once)`);
+  return done;
 }
 
 /** The notes, Service edits and ConfigMap of a pod's wiring. */
@@ -342,6 +357,23 @@ function wrapApps(doc: Document, spec: YAMLMap, template: PodTemplate, options: 
   if (!copied) return;
   sequence(doc, spec, "initContainers").items.push(compact(doc.createNode(installContainer(options.image))));
   addVolume(doc, spec, BIN_VOLUME, binVolume());
+}
+
+/**
+ * Gives each app container without a preStop lastcall's: `GET /v1/app-stop` on the status
+ * port, so its SIGTERM waits for the proxy's inbound quiet. An app's own preStop is kept.
+ */
+function addAppStopHooks(doc: Document, spec: YAMLMap, statusPort: number): void {
+  const containers = sequence(doc, spec, "containers");
+  for (let i = 0; i < containers.items.length; i++) {
+    const c = ownItem(doc, containers, i);
+    if (!isMap(c) || (valueOf(doc, c) as Record<string, unknown>).name === SIDECAR_NAME) continue;
+    const lifecycle = ownValue(doc, c, "lifecycle");
+    if (isMap(lifecycle)) {
+      if (lifecycle.has("preStop")) continue;
+      lifecycle.set("preStop", doc.createNode(appStopHook(statusPort)));
+    } else c.set("lifecycle", doc.createNode({ preStop: appStopHook(statusPort) }));
+  }
 }
 
 /** Adds a volume unless the pod already has one by that name. */

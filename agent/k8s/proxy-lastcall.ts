@@ -75,6 +75,7 @@ export function lastcallProxy(c: ContainerSpec, init: boolean, servesRequests: b
     listen: drainsEarly ? listening : undefined,
     stop: native ? undefined : mode === "sleep" ? earlier(earliestStop, graceStop) : graceStop,
     deadline: grace,
+    statusPort: Number(own("--status-port") ?? 15020),
     problems,
   };
 }

@@ -26,6 +26,11 @@ export interface SidecarOptions {
   statusPort?: number;
   /** The container's `ports`: Envoy's listeners, named as the app ports they front. */
   ports?: Record<string, unknown>[];
+  /**
+   * Whether the app waits for Envoy to be ready before it starts (native: the sidecar's startup
+   * probe; classic: its postStart `lastcall wait`). @default true
+   */
+  hold?: boolean;
 }
 
 /** Defaults of {@linkcode SidecarOptions}. */
@@ -35,6 +40,8 @@ export const SIDECAR_DEFAULTS: SidecarOptions = { mode: "native", image: `lastca
 export const SIDECAR_NAME = "lastcall";
 /** The status server's port: probes and `lastcall wait` / `exec` talk to it. */
 export const STATUS_PORT = 15020;
+/** How long the sidecar's readiness probe lets a starting Envoy take (`/healthz/ready?wait_ms=`). */
+export const READY_PROBE_WAIT_MS = 900;
 /** Kubernetes' `terminationGracePeriodSeconds` when a pod does not set it. */
 export const DEFAULT_GRACE_SECONDS = 30;
 /** Where the Envoy config volume is mounted, and the config file inside it. */
@@ -42,6 +49,22 @@ export const CONFIG_DIR = "/etc/envoy";
 const CONFIG_FILE = `${CONFIG_DIR}/envoy.yaml`;
 /** Volume of the Envoy config. */
 export const CONFIG_VOLUME = "lastcall-config";
+/** What an app container's preStop asks lastcall's status server: its SIGTERM waits for the quiet. */
+export const APP_STOP_PATH = "/v1/app-stop";
+
+/**
+ * The preStop inject gives an app container that has none: an `httpGet`, so the app image
+ * needs nothing; the kubelet sends it to the pod's IP.
+ *
+ * @example
+ * ```ts
+ * appStopHook(15020); // { httpGet: { path: "/v1/app-stop", port: 15020 } }
+ * ```
+ */
+export function appStopHook(statusPort = STATUS_PORT): Record<string, unknown> {
+  return { httpGet: { path: APP_STOP_PATH, port: statusPort } };
+}
+
 /** Init container that copies the lastcall binary for `lastcall exec` (classic mode). */
 export const INSTALL_NAME = "lastcall-install";
 /** emptyDir volume that carries the binary from the lastcall image to the app container. */
@@ -83,6 +106,9 @@ function statusUrl(statusPort: number, path = ""): string[] {
 export function sidecarContainer(graceSeconds: number, options: SidecarOptions): Record<string, unknown> {
   const port = options.statusPort ?? STATUS_PORT;
   const probe = (path: string) => ({ httpGet: { path, port } });
+  // A starting Envoy: the answer waits for it (up to 0.9 s, in the kubelet's 1 s timeout), so
+  // the pod is Ready as soon as Envoy is, not a probe period later.
+  const ready = probe(`/healthz/ready?wait_ms=${READY_PROBE_WAIT_MS}`);
   const common = {
     name: SIDECAR_NAME,
     image: options.image,
@@ -90,16 +116,18 @@ export function sidecarContainer(graceSeconds: number, options: SidecarOptions):
     ...(options.ports?.length ? { ports: options.ports } : {}),
   };
   const mounts = { volumeMounts: [{ name: CONFIG_VOLUME, mountPath: CONFIG_DIR, readOnly: true }] };
+  const hold = options.hold ?? true;
   if (options.mode === "native") {
     return {
       ...common,
       restartPolicy: "Always",
-      // The kubelet starts the next container once the startup probe passes: the app starts
-      // with the proxy ready. 60 × 1 s matches `lastcall wait`'s default timeout.
-      startupProbe: { ...probe("/healthz/ready"), periodSeconds: 1, failureThreshold: 60 },
+      // Holding: the kubelet starts the next container once the startup probe passes, so the
+      // app starts with the proxy ready (60 × 1 s, `lastcall wait`'s default timeout). Without
+      // it the app starts as soon as the sidecar has started.
+      ...(hold ? { startupProbe: { ...ready, periodSeconds: 1, failureThreshold: 60 } } : {}),
       // Every second, not Kubernetes' 10 s: the pod is Ready only once this probe passed, and
       // a rollout waits for each new pod (measured: 8.9 s against 3–4 s per step with 10 s).
-      readinessProbe: { ...probe("/healthz/ready"), periodSeconds: 1 },
+      readinessProbe: { ...ready, periodSeconds: 1 },
       livenessProbe: probe("/healthz/live"),
       // A native sidecar's preStop runs when the pod starts terminating, its SIGTERM only after
       // the app has exited: draining at the start tells keep-alive clients to go elsewhere
@@ -110,10 +138,10 @@ export function sidecarContainer(graceSeconds: number, options: SidecarOptions):
   }
   return {
     ...common,
-    readinessProbe: { ...probe("/healthz/ready"), periodSeconds: 1 },
+    readinessProbe: { ...ready, periodSeconds: 1 },
     livenessProbe: probe("/healthz/live"),
-    // The kubelet starts the next container only once this hook returns.
-    lifecycle: { postStart: { exec: { command: ["lastcall", "wait", ...statusUrl(port, "/healthz/ready")] } } },
+    // Holding: the kubelet starts the next container only once this hook returns.
+    ...(hold ? { lifecycle: { postStart: { exec: { command: ["lastcall", "wait", ...statusUrl(port, "/healthz/ready")] } } } } : {}),
     ...mounts,
   };
 }

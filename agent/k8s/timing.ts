@@ -44,6 +44,8 @@ export interface ProxyTiming {
   deadline?: Setting;
   /** Native sidecars: how long it still runs after its SIGTERM (after the app's exit). */
   afterApp?: Setting;
+  /** lastcall's status server port, which answers the apps' preStop `GET /v1/app-stop`. */
+  statusPort?: number;
   /** Whole findings about its set-up (a missing hook, an unreadable value). */
   problems: string[];
   /** A proxy whose termination is not modelled (Linkerd's, Consul's, Kuma's): what it is. */

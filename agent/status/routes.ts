@@ -102,7 +102,9 @@ export function createStatusApp(controls: StatusControls): Hono {
   const capped = bodyCap({ maxBytes: REQUEST_MAX_BYTES });
   app.use("*", (c, next) => (c.req.path === REPORT_PATH ? next() : capped(c, next)));
   app.get("/healthz/ready", async function ready(c) {
-    const answer = await controls.readiness();
+    const wait = readyWaitMs(c.req.query("wait_ms"));
+    if (typeof wait === "string") return c.json({ error: wait }, 400);
+    const answer = await readyWithin(controls, wait);
     return c.json(answer, answer.ready ? 200 : 503);
   });
   app.get("/healthz/live", (c) => c.json({ live: true }));
@@ -160,4 +162,29 @@ export function createStatusApp(controls: StatusControls): Hono {
     return c.json({ draining: true });
   });
   return app;
+}
+
+/** The most `/healthz/ready?wait_ms=N` waits (inject's probes ask 900, under the kubelet's 1 s timeout). */
+export const READY_WAIT_MAX_MS = 5000;
+
+/** `wait_ms` of `/healthz/ready`: 0 when absent, or why it is refused. */
+function readyWaitMs(text: string | undefined): number | string {
+  if (text === undefined) return 0;
+  const ms = /^\d{1,5}$/.test(text) ? Number(text) : Number.NaN;
+  return ms <= READY_WAIT_MAX_MS ? ms : `wait_ms "${text}" is not a whole number of milliseconds from 0 to ${READY_WAIT_MAX_MS}`;
+}
+
+/**
+ * Readiness, waiting up to `waitMs` for a starting Envoy to become ready (asked every 50 ms), so
+ * the kubelet's first probe passes the moment it can instead of a probe period later. A drain
+ * answers at once.
+ */
+async function readyWithin(controls: StatusControls, waitMs: number): Promise<ReadinessAnswer> {
+  const until = Date.now() + waitMs;
+  let answer = await controls.readiness();
+  while (!answer.ready && answer.reason !== "draining" && Date.now() + 50 <= until) {
+    await new Promise((done) => setTimeout(done, 50));
+    answer = await controls.readiness();
+  }
+  return answer;
 }

@@ -33,13 +33,14 @@ afterAll(() => app.close());
 afterEach(stopAllEnvoys);
 
 /** What the docs say of each Kubernetes block, by `blockKey`: a new block needs its line here. */
-const EXPECTED: Record<string, { check?: 0 | 1; injectClassic?: "Deployment" | "Job" }> = {
+const EXPECTED: Record<string, { check?: 0 | 1; injectClassic?: "Deployment" | "Job"; injectArgs?: string[] }> = {
   // "Kubernetes: sidecar": a lastcall sidecar with the pod's grace period given to --grace.
   "docs/operations.md: containers:": { check: 0 },
   // "Envoy Gateway": EG's own configuration, no workload in it.
   "docs/migration.md: apiVersion: gateway.envoyproxy.io/v1alpha1": { check: 0 },
   // "Classic": what inject writes for an app container of a Deployment (`# was [...]`).
-  "docs/kubernetes.md: command: [/lastcall/bin/lastcall, exec, --no-quit, --, /app/server]": { injectClassic: "Deployment" },
+  // A long-running app is wrapped only where it is held at start (the text says so).
+  "docs/kubernetes.md: command: [/lastcall/bin/lastcall, exec, --no-quit, --, /app/server]": { injectClassic: "Deployment", injectArgs: ["--hold-app", "always"] },
   // "Jobs in classic mode": what inject writes for a Job's app container, args unchanged.
   "docs/kubernetes.md: command: [/lastcall/bin/lastcall, exec, --, python, -m, reindex]": { injectClassic: "Job" },
 };
@@ -93,11 +94,12 @@ describe("Kubernetes blocks: lastcall check and inject say what the docs say", (
     // A declared port, so inject can write the pod's Envoy config (a pod without one is refused).
     const original = { name: "app", image: "app:1", command: YAML.parse(was!), ...(container.args ? { args: container.args } : {}), ports: [{ containerPort: 8080 }] };
     const kind = EXPECTED[blockKey(block)]!.injectClassic!;
+    const args = EXPECTED[blockKey(block)]!.injectArgs ?? [];
     const template = { metadata: { labels: { app: "docs" } }, spec: { ...(kind === "Job" ? { restartPolicy: "Never" } : {}), containers: [original] } };
     const workload = kind === "Job"
       ? { apiVersion: "batch/v1", kind, metadata: { name: "docs" }, spec: { template } }
       : { apiVersion: "apps/v1", kind, metadata: { name: "docs" }, spec: { selector: { matchLabels: { app: "docs" } }, template } };
-    const result = await runLastcall(["inject", "--mode", "classic", "-f", "-"], YAML.stringify(workload));
+    const result = await runLastcall(["inject", "--mode", "classic", ...args, "-f", "-"], YAML.stringify(workload));
     expect(result.code, result.stderr).toBe(0);
     // The workload, then the ConfigMap inject wrote for it.
     const injected = YAML.parseAllDocuments(result.stdout)[0].toJS() as { spec: { template: { spec: { containers: Obj[] } } } };

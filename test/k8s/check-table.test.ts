@@ -76,6 +76,12 @@ interface Row {
 
 /** `lastcall inject` output, made by the CLI before the rows run. */
 const injected: Record<string, string> = {};
+/** An inject output's workload (its first document) edited, with the rest of its documents. */
+const injectedEdited = (key: string, edit: (object: Record<string, any>) => void) => {
+  const [first, ...rest] = YAML.parseAllDocuments(injected[key]).map((d) => d.toJS());
+  edit(first);
+  return [first, ...rest].map((o) => YAML.stringify(o, { version: "1.1" })).join("---\n");
+};
 
 const rows: Row[] = [
   // Istio: the same app, in the layout Istio injected before 1.28 and in today's.
@@ -305,12 +311,41 @@ const rows: Row[] = [
     summary: "1 workload, 1 proxy, 0 findings",
   },
   {
-    name: "lastcall native, as inject prints it for an nginx Deployment without preStop",
+    name: "lastcall native, as inject prints it for an nginx Deployment without preStop: none (its preStop GET /v1/app-stop holds the SIGTERM until the drain's floor)",
     text: () => injected.nginx,
+    findings: [],
+    summary: "1 workload, 1 proxy, 0 findings",
+  },
+  {
+    name: "lastcall classic, as inject prints it for an nginx Deployment without preStop: none",
+    text: () => injected.nginxClassic,
+    findings: [],
+    summary: "1 workload, 1 proxy, 0 findings",
+  },
+  {
+    name: "inject's nginx with the app's preStop taken away: no preStop, SIGTERM at once",
+    text: () => injectedEdited("nginx", (o) => delete container(o, "nginx").lifecycle),
     findings: [
       'deployment/nginx-deployment: container "nginx" has no preStop: it gets SIGTERM at once while lastcall still takes new requests until --min-drain 5s (default): the app stops answering requests the proxy forwards; add lifecycle.preStop.sleep.seconds: 5 on container "nginx"',
     ],
     summary: "1 workload, 1 proxy, 1 finding",
+  },
+  {
+    name: "inject's nginx with the app-stop hook on a port lastcall does not serve: SIGTERM at once",
+    text: () => injectedEdited("nginx", (o) => (container(o, "nginx").lifecycle.preStop.httpGet.port = 15999)),
+    findings: [
+      'deployment/nginx-deployment: container "nginx" preStop GET /v1/app-stop reaches no lastcall status server (port 15999): it gets SIGTERM at once while lastcall still takes new requests until --min-drain 5s (default): the app stops answering requests the proxy forwards; set lifecycle.preStop.sleep.seconds: 5 on container "nginx"',
+    ],
+    summary: "1 workload, 1 proxy, 1 finding",
+  },
+  {
+    name: "inject's nginx whose native sidecar lost its preStop drain: the app-stop hook answers after 1 s, within endpoint removal",
+    text: () => injectedEdited("nginx", (o) => delete container(o, "lastcall").lifecycle),
+    findings: [
+      "deployment/nginx-deployment: lastcall is a native sidecar without a preStop `lastcall drain`: it starts draining only after the app has exited, so keep-alive clients keep sending requests the stopping app cannot answer; add lifecycle.preStop.exec.command: [lastcall, drain]",
+      'deployment/nginx-deployment: container "nginx" preStop GET /v1/app-stop ends after 1s (no drain begins), before endpoint removal is over (~3s), while lastcall (a native sidecar) still takes new requests until the app has exited: the app stops answering requests the proxy forwards; set lifecycle.preStop.sleep.seconds: 5 on container "nginx"',
+    ],
+    summary: "1 workload, 1 proxy, 2 findings",
   },
   // No proxy, other meshes, lists.
   {
@@ -375,6 +410,7 @@ beforeAll(async () => {
   injected.native = await inject(["-f", join(root, "examples/k8s/deployment.yaml")]);
   injected.classic = await inject(["-f", join(root, "examples/k8s/deployment.yaml"), "--mode", "classic"]);
   injected.nginx = await inject(["-f", NGINX]);
+  injected.nginxClassic = await inject(["-f", NGINX, "--mode", "classic"]);
 });
 
 describe("lastcall check on real-shaped manifests", () => {

@@ -288,9 +288,16 @@ describe("check accepts what inject produces", () => {
     expect(lines(text)).toEqual([]);
   });
 
-  it("and flags the injected pod of an app without preStop, which gets SIGTERM while the proxy still forwards", () => {
+  it.each(["native", "classic"] as const)("%s, for an app without preStop: inject gives it lastcall's GET /v1/app-stop, which holds its SIGTERM until the drain's floor", (mode) => {
+    const text = injectManifest(deployment({ containers: [app(undefined, { ports: [{ containerPort: 8080 }] })] }), { ...SIDECAR_DEFAULTS, mode }).text;
+    expect(lines(text)).toEqual([]);
+  });
+
+  it("and flags the injected pod once the app's preStop is taken away: it gets SIGTERM while the proxy still forwards", () => {
     const text = injectManifest(deployment({ containers: [app(undefined, { ports: [{ containerPort: 8080 }] })] }), SIDECAR_DEFAULTS).text;
-    expect(lines(text)).toEqual([
+    const [object, ...rest] = YAML.parseAllDocuments(text).map((d) => d.toJS());
+    delete object.spec.template.spec.containers[0].lifecycle;
+    expect(lines([object, ...rest].map((o) => YAML.stringify(o)).join("---\n"))).toEqual([
       'deployment/web: container "app" has no preStop: it gets SIGTERM at once while lastcall still takes new requests until --min-drain 5s (default): the app stops answering requests the proxy forwards; add lifecycle.preStop.sleep.seconds: 5 on container "app"',
     ]);
   });

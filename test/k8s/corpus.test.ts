@@ -31,6 +31,8 @@ const refused = (injected: number, ...lines: RegExp[]): Outcome => ({ injected, 
 const both = (o: Outcome) => ({ native: o, classic: o });
 /** The line of a pod inject cannot wire: it declares no port. */
 const noPort = (ref: string) => new RegExp(`^${ref}: no container declares a TCP containerPort.*--config-map NAME\\)$`);
+/** The line of a pod whose app waits for Envoy at start: its --config-map is not in the manifest. */
+const held = (ref: string, configMap: string) => new RegExp(`^${ref}: the app waits for Envoy to be ready at start \\(ConfigMap ${configMap} is not in this manifest`);
 const wrote = (ref: string, configMap: string, listeners: string) => new RegExp(`^${ref}: Envoy config in ConfigMap ${configMap} \\(a new document after it\\): listeners ${listeners}$`);
 
 /** Per file: the flags inject gets (default: none) and the outcome in each mode. */
@@ -41,7 +43,6 @@ const CORPUS: Record<string, { args?: string[]; native: Outcome; classic: Outcom
       1,
       wrote("deployment/storefront", "storefront-lastcall-envoy", "18080 → app port 8080"),
       /^deployment\/storefront: service\/storefront port 80: targetPort 8080 → 18080 /,
-      /deployment\/storefront: container "storefront" has no command: not wrapped/,
     ),
   },
   "service-wiring.yaml": (() => {
@@ -51,16 +52,19 @@ const CORPUS: Record<string, { args?: string[]; native: Outcome; classic: Outcom
       /^deployment\/checkout: service\/checkout port 9090 \(metrics\): targetPort 9090 → 19090 /,
       /^deployment\/checkout: service\/checkout-internal port 8080: targetPort 8080 → 18080 /,
     ];
-    return { native: clean(1, ...lines), classic: clean(1, ...lines, /deployment\/checkout: container "checkout" has no command/) };
+    return both(clean(1, ...lines));
   })(),
-  // Jobs serve no port: their Envoy config (outbound listeners) is the user's.
+  // Jobs serve no port: their Envoy config (outbound listeners) is the user's, so their apps
+  // wait for Envoy at start.
   "jobs.yaml": {
     args: ["--config-map", "batch-envoy"],
-    native: clean(2, /^job\/report: Envoy config is your ConfigMap batch-envoy, not in this manifest/, /^cronjob\/heartbeat: Envoy config is your ConfigMap batch-envoy/),
+    native: clean(2, /^job\/report: Envoy config is your ConfigMap batch-envoy, not in this manifest/, held("job/report", "batch-envoy"), /^cronjob\/heartbeat: Envoy config is your ConfigMap batch-envoy/, held("cronjob/heartbeat", "batch-envoy")),
     classic: clean(
       2,
       /^job\/report: Envoy config is your ConfigMap batch-envoy/,
+      held("job/report", "batch-envoy"),
       /^cronjob\/heartbeat: Envoy config is your ConfigMap batch-envoy/,
+      held("cronjob/heartbeat", "batch-envoy"),
       /cronjob\/heartbeat: container "heartbeat" runs busybox:1\.28 \(musl, not glibc\).*not wrapped.*--mode native/,
     ),
   },
@@ -75,7 +79,6 @@ const CORPUS: Record<string, { args?: string[]; native: Outcome; classic: Outcom
       1,
       wrote("deployment/contour", "contour-lastcall-envoy", "18001 → app port 8001, 18000 → app port 8000, 16060 → app port 6060"),
       noPort("job/contour-certgen-v1-33-8"),
-      /deployment\/contour: container "contour" runs ghcr\.io\/projectcontour\/contour:v1\.33\.8/,
       /^daemonset\/envoy: already has Contour's shutdown-manager/,
     ),
   },
@@ -89,12 +92,7 @@ const CORPUS: Record<string, { args?: string[]; native: Outcome; classic: Outcom
   "envoy-gateway-proxy.yaml": both(refused(0, /already has Envoy Gateway's shutdown-manager \(container "shutdown-manager"\).*put lastcall in its shutdown-manager container/)),
   "helm-rendered.yaml": {
     native: refused(1, wrote("deployment/release-web", "release-web-lastcall-envoy", "10080 → app port 80"), noPort("pod/release-web-test-connection")),
-    classic: refused(
-      1,
-      wrote("deployment/release-web", "release-web-lastcall-envoy", "10080 → app port 80"),
-      /deployment\/release-web: container "web" has no command/,
-      noPort("pod/release-web-test-connection"),
-    ),
+    classic: refused(1, wrote("deployment/release-web", "release-web-lastcall-envoy", "10080 → app port 80"), noPort("pod/release-web-test-connection")),
   },
   "host-network.yaml": both(refused(0, /^daemonset\/node-exporter: uses hostNetwork: .*--host-network to inject it anyway/)),
   "kubectl-list.yaml": both(clean(1, wrote("deployment/web", "web-lastcall-envoy", "18080 → app port 8080"), /^deployment\/web: service\/web port 80: targetPort 8080 → 18080 /)),
@@ -107,10 +105,11 @@ const CORPUS: Record<string, { args?: string[]; native: Outcome; classic: Outcom
   )),
   "distroless-app.yaml": {
     args: ["--config-map", "static-app-envoy"],
-    native: clean(1, /^deployment\/static-app: Envoy config is your ConfigMap static-app-envoy/),
+    native: clean(1, /^deployment\/static-app: Envoy config is your ConfigMap static-app-envoy/, held("deployment/static-app", "static-app-envoy")),
     classic: clean(
       1,
       /^deployment\/static-app: Envoy config is your ConfigMap static-app-envoy/,
+      held("deployment/static-app", "static-app-envoy"),
       /container "app" runs gcr\.io\/distroless\/static-debian12:nonroot \(distroless static: no libc\)/,
     ),
   },
@@ -176,7 +175,15 @@ function withoutSidecar(output: Obj, input: Obj): Obj {
     for (const [j, c] of ((spec.containers as Obj[] | undefined) ?? []).entries()) {
       const command = c.command as string[] | undefined;
       if (command?.[0] === "/lastcall/bin/lastcall" && command[1] === "exec") c.command = command.slice(command.indexOf("--") + 1);
-      drop("volumeMounts", (m) => !ADDED_VOLUMES.has(String(m.name)), c, (before.containers as Obj[])[j]);
+      const was = (before.containers as Obj[])[j];
+      drop("volumeMounts", (m) => !ADDED_VOLUMES.has(String(m.name)), c, was);
+      // lastcall's preStop, given to an app container that had none.
+      const lifecycle = c.lifecycle as Obj | undefined;
+      const hook = (lifecycle?.preStop as Obj | undefined)?.httpGet as Obj | undefined;
+      if (hook?.path === "/v1/app-stop" && !((was?.lifecycle as Obj | undefined)?.preStop)) {
+        delete lifecycle!.preStop;
+        if (Object.keys(lifecycle!).length === 0 && !(was && "lifecycle" in was)) delete c.lifecycle;
+      }
     }
   });
   return copy;

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { injectManifest } from "../../agent/k8s/inject.ts";
+import { type InjectOptions, injectManifest } from "../../agent/k8s/inject.ts";
 import { ManifestError } from "../../agent/k8s/manifest.ts";
 import { SIDECAR_DEFAULTS, type SidecarOptions } from "../../agent/k8s/sidecar.ts";
 import { VERSION } from "../../agent/version.ts";
@@ -8,9 +8,13 @@ import { KINDS, manifest, objects, podSpec, specOf, workload } from "./workloads
 
 const native: SidecarOptions = SIDECAR_DEFAULTS;
 const classic: SidecarOptions = { ...SIDECAR_DEFAULTS, mode: "classic" };
-const inject = (text: string, options = native) => injectManifest(text, options);
-const ready = { httpGet: { path: "/healthz/ready", port: 15020 } };
+const heldClassic: InjectOptions = { ...classic, holdApp: "always" };
+const inject = (text: string, options: InjectOptions = native) => injectManifest(text, options);
+const ready = { httpGet: { path: "/healthz/ready?wait_ms=900", port: 15020 } };
 const live = { httpGet: { path: "/healthz/live", port: 15020 } };
+const appStop = { httpGet: { path: "/v1/app-stop", port: 15020 } };
+/** An app container as inject leaves it without a preStop of its own: with lastcall's. */
+const withAppStop = (c: Record<string, unknown>) => ({ ...c, lifecycle: { preStop: appStop } });
 const argsFor = (grace: string) => ["run", "--config", "/etc/envoy/envoy.yaml", "--grace", grace, "--status-address", "0.0.0.0", "--watch", "/etc/envoy/envoy.yaml"];
 
 describe("native mode: an init container with restartPolicy Always", () => {
@@ -25,13 +29,12 @@ describe("native mode: an init container with restartPolicy Always", () => {
       args: argsFor("30s"),
       ports: [{ containerPort: 18080 }],
       restartPolicy: "Always",
-      startupProbe: { ...ready, periodSeconds: 1, failureThreshold: 60 },
       readinessProbe: { ...ready, periodSeconds: 1 },
       livenessProbe: live,
       lifecycle: { preStop: { exec: { command: ["lastcall", "drain"] } } },
       volumeMounts: [{ name: "lastcall-config", mountPath: "/etc/envoy", readOnly: true }],
     }]);
-    expect(spec.containers).toEqual(podSpec().containers);
+    expect(spec.containers).toEqual(podSpec().containers.map(withAppStop));
     expect(spec.volumes).toEqual([{ name: "lastcall-config", configMap: { name: "web-lastcall-envoy" } }]);
     expect(() => validateWorkload(out)).not.toThrow();
     expect(unknownContainerFields(spec.initContainers[0])).toEqual([]);
@@ -56,11 +59,11 @@ describe("native mode: an init container with restartPolicy Always", () => {
 
   it("leaves Job commands alone: the kubelet stops a native sidecar when the app ends", () => {
     const out = specOf(objects(inject(manifest(workload("Job"))).text)[0]);
-    expect(out.containers).toEqual(podSpec().containers);
+    expect(out.containers).toEqual(podSpec().containers.map(withAppStop));
   });
 });
 
-describe("classic mode: the first container, holding the app until ready", () => {
+describe("classic mode: the first container", () => {
   it.each(KINDS)("%s", (kind) => {
     const result = inject(manifest(workload(kind)), classic);
     const [out] = objects(result.text);
@@ -72,25 +75,25 @@ describe("classic mode: the first container, holding the app until ready", () =>
       ports: [{ containerPort: 18080 }],
       readinessProbe: { ...ready, periodSeconds: 1 },
       livenessProbe: live,
-      lifecycle: { postStart: { exec: { command: ["lastcall", "wait"] } } },
       volumeMounts: [{ name: "lastcall-config", mountPath: "/etc/envoy", readOnly: true }],
     });
-    expect(spec.containers[1].name).toBe("app");
+    expect(spec.containers[1].lifecycle).toEqual({ preStop: appStop });
     expect(() => validateWorkload(out)).not.toThrow();
     expect(unknownContainerFields(spec.containers[0])).toEqual([]);
   });
 
   it.each([
-    ["Job", workload("Job"), []],
-    ["CronJob", workload("CronJob"), []],
-    ["Pod with restartPolicy Never", workload("Pod", podSpec({ restartPolicy: "Never" })), []],
-    // Long-running: the kubelet restarts an app that ends, so its end does not quit the proxy.
-    ["Deployment", workload("Deployment"), ["--no-quit"]],
-    ["StatefulSet", workload("StatefulSet"), ["--no-quit"]],
-    ["DaemonSet", workload("DaemonSet"), ["--no-quit"]],
-    ["Pod", workload("Pod"), ["--no-quit"]],
-  ])("a %s's app runs under lastcall exec %j, from a copy of the binary", (_, object, flags) => {
-    const result = inject(manifest(object), classic);
+    ["Job", workload("Job"), [], classic],
+    ["CronJob", workload("CronJob"), [], classic],
+    ["Pod with restartPolicy Never", workload("Pod", podSpec({ restartPolicy: "Never" })), [], classic],
+    // Held (--hold-app always): the kubelet restarts a long-running app that ends, so its end
+    // does not quit the proxy.
+    ["held Deployment", workload("Deployment"), ["--no-quit"], heldClassic],
+    ["held StatefulSet", workload("StatefulSet"), ["--no-quit"], heldClassic],
+    ["held DaemonSet", workload("DaemonSet"), ["--no-quit"], heldClassic],
+    ["held Pod", workload("Pod"), ["--no-quit"], heldClassic],
+  ])("a %s's app runs under lastcall exec %j, from a copy of the binary", (_, object, flags, options) => {
+    const result = inject(manifest(object), options);
     const [out] = objects(result.text);
     const spec = specOf(out);
     expect(result.warnings).toEqual([]);
@@ -100,6 +103,7 @@ describe("classic mode: the first container, holding the app until ready", () =>
       command: ["/lastcall/bin/lastcall", "exec", ...flags, "--", "./server"],
       args: ["--port", "8080"],
       ports: [{ containerPort: 8080 }],
+      lifecycle: { preStop: appStop },
       volumeMounts: [{ name: "lastcall-bin", mountPath: "/lastcall/bin", readOnly: true }],
     });
     expect(spec.initContainers).toEqual([{
@@ -112,18 +116,18 @@ describe("classic mode: the first container, holding the app until ready", () =>
     expect(() => validateWorkload(out)).not.toThrow();
   });
 
-  it("a Deployment container without a command is not wrapped, with a warning naming it", () => {
+  it("a held Deployment container without a command is not wrapped, with a warning naming it", () => {
     const spec = podSpec({ containers: [{ name: "web", image: "example/web:1", ports: [{ containerPort: 80 }] }] });
-    const result = inject(manifest(workload("Deployment", spec, "shop")), classic);
-    expect(specOf(objects(result.text)[0]).containers[1]).toEqual({ name: "web", image: "example/web:1", ports: [{ containerPort: 80 }] });
+    const result = inject(manifest(workload("Deployment", spec, "shop")), heldClassic);
+    expect(specOf(objects(result.text)[0]).containers[1]).toEqual(withAppStop({ name: "web", image: "example/web:1", ports: [{ containerPort: 80 }] }));
     expect(result.warnings).toEqual([
       'deployment/shop: container "web" has no command: not wrapped with lastcall exec, so on termination the sidecar cannot wait for it to exit and its calls out after the last request in flight may fail (set its command, add --app-port to the sidecar, or use --mode native)',
     ]);
   });
 
-  it("two wrapped Deployment containers get no warning: the drain waits for both", () => {
+  it("two wrapped (held) Deployment containers get no warning: the drain waits for both", () => {
     const spec = podSpec({ containers: [{ name: "a", image: "x", command: ["a"], ports: [{ containerPort: 80 }] }, { name: "b", image: "y", command: ["b"] }] });
-    const result = inject(manifest(workload("Deployment", spec, "pair")), classic);
+    const result = inject(manifest(workload("Deployment", spec, "pair")), heldClassic);
     expect(result.warnings).toEqual([]);
     expect(specOf(objects(result.text)[0]).containers.slice(1).map((c: { command: string[] }) => c.command)).toEqual([
       ["/lastcall/bin/lastcall", "exec", "--no-quit", "--", "a"],
@@ -135,7 +139,7 @@ describe("classic mode: the first container, holding the app until ready", () =>
     const spec = podSpec({ containers: [{ name: "report", image: "example/report:1", ports: [{ containerPort: 80 }] }] });
     const result = inject(manifest(workload("Job", spec, "nightly")), classic);
     const out = specOf(objects(result.text)[0]);
-    expect(out.containers[1]).toEqual(spec.containers[0]);
+    expect(out.containers[1]).toEqual(withAppStop(spec.containers[0]));
     expect(out.initContainers).toBeUndefined();
     expect(result.warnings).toEqual([
       'job/nightly: container "report" has no command: not wrapped with lastcall exec, so the sidecar keeps running after it ends (set its command, or use --mode native)',
@@ -145,7 +149,7 @@ describe("classic mode: the first container, holding the app until ready", () =>
   it("a Job command already under lastcall exec (the image has lastcall) is kept, with no copy", () => {
     const spec = podSpec({ containers: [{ name: "app", image: "x", command: ["/usr/local/bin/lastcall", "exec", "--", "./job"], ports: [{ containerPort: 80 }] }] });
     const out = specOf(objects(inject(manifest(workload("Job", spec)), classic).text)[0]);
-    expect(out.containers[1]).toEqual(spec.containers[0]);
+    expect(out.containers[1]).toEqual(withAppStop(spec.containers[0]));
     expect(out.initContainers).toBeUndefined();
     expect(out.volumes).toEqual([{ name: "lastcall-config", configMap: { name: "web-lastcall-envoy" } }]);
   });
@@ -225,7 +229,7 @@ describe("the documents inject changes keep their author's layout", () => {
     const text = "kind: Pod\nmetadata: {name: web}\nspec:\n  containers: [{name: app, image: x, ports: [{containerPort: 80}]}]\n";
     const out = inject(text, classic).text;
     expect(out).toMatch(/^ {2}containers:\n {4}- name: lastcall$/m);
-    expect(out).toContain("    - {name: app, image: x, ports: [{containerPort: 80}]}\n");
+    expect(out).toContain("    - {name: app, image: x, ports: [{containerPort: 80}], lifecycle: {preStop: {httpGet: {path: /v1/app-stop, port: 15020}}}}\n");
   });
 
   it("indented sequences stay indented", () => {

@@ -116,7 +116,10 @@ describe("what inject cannot wire", () => {
     const out = objects(result.text);
     expect(out.map((o) => o.kind)).toEqual(["Deployment", "Service"]);
     expect(specOf(out[0]).volumes).toEqual([{ name: "lastcall-config", configMap: { name: "mine" } }]);
-    expect(result.notes).toEqual(["deployment/shop: Envoy config is your ConfigMap mine, not in this manifest: Services not rewired, listeners not checked"]);
+    expect(result.notes).toEqual([
+      "deployment/shop: Envoy config is your ConfigMap mine, not in this manifest: Services not rewired, listeners not checked",
+      "deployment/shop: the app waits for Envoy to be ready at start (ConfigMap mine is not in this manifest, so its listeners may carry the app's calls out; --hold-app never to start it at once)",
+    ]);
     expect(result.warnings).toEqual([
       `deployment/shop: service/shop port 80 targetPort 8080 reaches container "app" port 8080 directly (bypasses lastcall): its requests are not counted and not drained; point it at an Envoy listener that forwards to the app`,
     ]);

@@ -1,11 +1,12 @@
 // lastcall under a real kubelet (test/support/kube.ts: a single-node Kubernetes v1.34.4 built
-// here). The demo app (examples/k8s/pod-demo.yaml's app and Envoy config) as a Deployment behind
-// a Service, injected by `lastcall inject` (dist/lastcall.mjs) as a user runs it; a client at a
-// constant rate through the Service's ClusterIP (keep-alive, new connections, 3 s requests)
-// during `kubectl rollout restart`: no request may fail. The kubelet runs the real hooks
-// (startup probe, postStart `lastcall wait`, preStop `lastcall drain` and the app's preStop
-// sleep) and the real termination order. One pod's termination timeline (the kubelet's events
-// and log, the API's watch, lastcall's event lines) goes to .cache/kube/pod-timeline.json.
+// here). The demo app as apps are written (0.0.0.0:8080, no preStop) as a Deployment behind a
+// Service, injected by `lastcall inject` (dist/lastcall.mjs) with its defaults, as a user runs
+// it; a client at a constant rate through the Service's ClusterIP (keep-alive pools with idle
+// sockets, new connections, 3 s requests, slow readers) during `kubectl rollout restart`: no
+// request may fail. The kubelet runs the real hooks (preStop `lastcall drain`, the app's preStop
+// `GET /v1/app-stop`) and the real termination order. One pod's termination timeline (the
+// kubelet's events and log, the API's watch, lastcall's and the app's event lines) goes to
+// .cache/kube/pod-timeline.json.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -14,7 +15,7 @@ import { waitFor } from "../support/envoy.ts";
 import type { KubeCluster } from "../support/kube.ts";
 import { startLoad } from "../support/kube-load.ts";
 import {
-  type DemoCluster, demoClusterSkipReason, demoDeployment, demoJob, eventRows, followLogs, inject, kubeletRows, startDemoCluster, type ApiObject, type TimelineRow,
+  type DemoCluster, demoClusterSkipReason, demoJob, eventRows, followLogs, inject, kubeletRows, plainDeployment, startDemoCluster, type ApiObject, type TimelineRow,
   watchApi,
 } from "../support/kube-workload.ts";
 
@@ -41,11 +42,13 @@ if (skip) {
       console.log(`real kubelet timings: ${JSON.stringify({ ...timings, ...(cluster?.timings ?? {}) })}`);
     }, 120_000);
 
-    const injectArgs = (mode: Mode) => ["--image", built.lastcall, "--config-map", "lastcall-demo-envoy", ...(mode === "classic" ? ["--mode", "classic"] : [])];
+    const modeArgs = (mode: Mode) => (mode === "classic" ? ["--mode", "classic"] : []);
+    // The Job calls out through its sidecar (127.0.0.1:10000): the demo's Envoy config.
+    const jobArgs = (mode: Mode) => ["--image", built.lastcall, "--config-map", "lastcall-demo-envoy", ...modeArgs(mode)];
 
     async function rolloutUnderLoad(mode: Mode) {
       const started = Date.now();
-      const manifest = await inject(demoDeployment({ nodeImage: built.node, replicas: 2, grace: GRACE_S }), injectArgs(mode));
+      const manifest = await inject(plainDeployment({ nodeImage: built.node, replicas: 2, grace: GRACE_S }), ["--image", built.lastcall, ...modeArgs(mode)]);
       await cluster.kubectl(["apply", "-f", "-"], manifest);
       await cluster.kubectl(["rollout", "status", "deployment/demo", "--timeout=180s"]);
       const ip = (await cluster.kubectl(["get", "service", "demo", "-o", "jsonpath={.spec.clusterIP}"])).trim();
@@ -57,7 +60,8 @@ if (skip) {
       const pods = watchApi(cluster, "/api/v1/namespaces/default/pods?labelSelector=app%3Ddemo");
       const slices = watchApi(cluster, "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices?labelSelector=kubernetes.io%2Fservice-name%3Ddemo");
       const logs = followLogs(cluster, pod, "lastcall");
-      const load = startLoad({ url });
+      const appLogs = followLogs(cluster, pod, "app");
+      const load = startLoad({ url, slowEveryMs: 1000 });
       try {
         await waitFor(() => (load.ok >= 30 ? true : undefined), { timeoutMs: 30_000, intervalMs: 50, what: "30 answers before the rollout" });
         const restartAt = Date.now();
@@ -67,8 +71,8 @@ if (skip) {
         const gone = (name: string) => pods.events.some((e) => e.type === "DELETED" && e.object.metadata.name === name);
         await waitFor(() => (oldPods.every(gone) ? true : undefined), { timeoutMs: GRACE_S * 1000 + 30_000, intervalMs: 100, what: `old pods ${oldPods.join(", ")} gone` });
         const summary = await load.stop();
-        await logs.ended;
-        const timeline = podTimeline(mode, pod, { pods: pods.events, slices: slices.events, lastcall: logs.lines, restartAt, rolledAt });
+        await Promise.all([logs.ended, appLogs.ended]);
+        const timeline = podTimeline(mode, pod, { pods: pods.events, slices: slices.events, lastcall: logs.lines, app: appLogs.lines, restartAt, rolledAt });
         timeline.events.push(...await eventRows(cluster, pod, timeline.t0), ...kubeletRows(cluster, pod, timeline.t0));
         timeline.events.sort((a, b) => a.at_ms - b.at_ms);
         Object.assign(timeline, { load: { ...summary, failed: summary.failed.slice(0, 20) }, test_ms: Date.now() - started });
@@ -93,28 +97,32 @@ if (skip) {
         expect(summary.failed, explain).toEqual([]);
         expect(summary.okByKind.long, explain).toBeGreaterThan(10);
         expect(summary.okByKind["new-connection"], explain).toBeGreaterThan(50);
+        expect(summary.okByKind["slow-reader"], explain).toBeGreaterThan(3);
         // lastcall's own account of the pod's end: SIGTERM, nothing in flight at the stop.
         const lastcall = (name: string) => t.find((r) => r.who === "lastcall" && (r.what === name || r.what.startsWith(`${name} `)));
         expect(lastcall("terminate"), explain).toBeDefined();
         expect(lastcall("terminated")?.what, explain).toContain("inflight_at_stop=0");
         const killing = (container: string) => t.find((r) => r.who === "kubelet (log)" && r.what === `Killing container with a grace period (${container})`);
+        const app = (name: string) => t.find((r) => r.who === "app" && r.what === name);
         expect(killing("app"), explain).toBeDefined();
         expect(killing("lastcall"), explain).toBeDefined();
         expect(lastcall("terminate")!.what, explain).toContain("source=SIGTERM");
+        // The app's preStop (inject's GET /v1/app-stop) was asked during the drain and answered
+        // at the inbound quiet; only then did the kubelet send the app its SIGTERM.
+        expect(lastcall("app_stop_asked"), explain).toBeDefined();
+        expect(lastcall("app_stop")!.what, explain).toMatch(/reason=(quiet|deadline)/);
+        expect(app("app_sigterm")!.at_ms, explain).toBeGreaterThanOrEqual(lastcall("app_stop")!.at_ms);
+        expect(app("app_sigterm")!.at_ms, explain).toBeGreaterThanOrEqual(lastcall("drain_start")!.at_ms);
+        expect(app("app_exit"), explain).toBeDefined();
         if (mode === "native") {
-          // The kubelet ran the preStop hook `lastcall drain` at the deletion: the drain began
-          // before the app's SIGTERM (its preStop sleeps 2 s); the sidecar's SIGTERM came only
-          // after the app had exited.
+          // The kubelet ran the preStop hook `lastcall drain` at the deletion; the sidecar's
+          // SIGTERM came only after the app had exited.
           expect(lastcall("drain_start")!.what, explain).toContain("source=POST /drain");
-          expect(lastcall("drain_start")!.at_ms, explain).toBeLessThan(killing("app")!.at_ms);
-          expect(killing("lastcall")!.at_ms, explain).toBeGreaterThan(killing("app")!.at_ms);
-          expect(lastcall("terminate")!.at_ms, explain).toBeGreaterThanOrEqual(killing("lastcall")!.at_ms);
+          expect(lastcall("terminate")!.at_ms, explain).toBeGreaterThanOrEqual(app("app_exit")!.at_ms);
         } else {
-          // Both get SIGTERM at once; lastcall keeps Envoy up until the app (under `lastcall
-          // exec --no-quit`) has exited.
+          // Both are told to stop at once: the sidecar's SIGTERM starts the drain while the
+          // app's preStop waits.
           expect(lastcall("drain_start")!.what, explain).toContain("source=SIGTERM");
-          expect(lastcall("app_exited"), explain).toBeDefined();
-          expect(lastcall("app_exited")!.at_ms, explain).toBeLessThanOrEqual(lastcall("terminated")!.at_ms);
         }
         const deleted = t.find((r) => r.what === "pod object deleted");
         expect(deleted!.at_ms, explain).toBeLessThan(GRACE_S * 1000);
@@ -123,7 +131,7 @@ if (skip) {
 
     for (const mode of ["native", "classic"] as const) {
       it(`${mode}: a Job completes; its app called through the sidecar`, async () => {
-        const manifest = await inject(demoJob({ nodeImage: built.node, grace: GRACE_S }), injectArgs(mode));
+        const manifest = await inject(demoJob({ nodeImage: built.node, grace: GRACE_S }), jobArgs(mode));
         await cluster.kubectl(["apply", "-f", "-"], manifest);
         try {
           await cluster.kubectl(["wait", "--for=condition=Complete", "job/demo-job", "--timeout=120s"]).catch(async (error) => {
@@ -144,6 +152,7 @@ function podTimeline(mode: Mode, pod: string, seen: {
   pods: Array<{ at: number; type: string; object: ApiObject }>;
   slices: Array<{ at: number; type: string; object: ApiObject }>;
   lastcall: Array<{ at: number; line: string }>;
+  app: Array<{ at: number; line: string }>;
   restartAt: number;
   rolledAt: number;
 }) {
@@ -173,13 +182,15 @@ function podTimeline(mode: Mode, pod: string, seen: {
     if (what !== lastSlice && (endpoint || lastSlice)) events.push({ at_ms: e.at - t0, who: "endpointslice watch", what });
     lastSlice = what;
   }
-  for (const { line } of seen.lastcall) {
-    try {
-      const { ts, event, ...fields } = JSON.parse(line);
-      const detail = Object.entries(fields).filter(([k]) => ["source", "inflight_at_stop", "mode", "reason", "signal"].includes(k)).map(([k, v]) => `${k}=${v}`).join(" ");
-      events.push({ at_ms: Date.parse(ts) - t0, who: "lastcall", what: `${event}${detail ? ` ${detail}` : ""}` });
-    } catch {
-      // not an event line
+  for (const [who, lines] of [["lastcall", seen.lastcall], ["app", seen.app]] as const) {
+    for (const { line } of lines) {
+      try {
+        const { ts, event, ...fields } = JSON.parse(line);
+        const detail = Object.entries(fields).filter(([k]) => ["source", "inflight_at_stop", "mode", "reason", "signal", "waited_ms"].includes(k)).map(([k, v]) => `${k}=${v}`).join(" ");
+        events.push({ at_ms: Date.parse(ts) - t0, who, what: `${event}${detail ? ` ${detail}` : ""}` });
+      } catch {
+        // not an event line
+      }
     }
   }
   return { recorded: new Date(t0).toISOString(), kubernetes: "v1.34.4 (kubelet, containerd 1.6, runc)", mode, pod, grace_s: GRACE_S, t0, events };

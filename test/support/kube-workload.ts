@@ -140,6 +140,45 @@ spec:
 }
 
 /**
+ * The demo app as an app is usually written, before injection: it listens on 0.0.0.0:8080 and
+ * declares that port, has no preStop, and Service `demo` reaches it on port 8080 (inject points
+ * it at Envoy's listener).
+ */
+export function plainDeployment(options: DemoOptions & { replicas: number }): string {
+  return `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: demo}
+spec:
+  replicas: ${options.replicas}
+  selector: {matchLabels: {app: demo}}
+  template:
+    metadata: {labels: {app: demo}}
+    spec:
+      terminationGracePeriodSeconds: ${options.grace ?? 30}
+      automountServiceAccountToken: false
+      containers:
+      - name: app
+        image: ${options.nodeImage}
+        imagePullPolicy: Never
+        command: [node, /app/demo-app.mjs]
+        env: [{name: DEMO_APP_HOST, value: 0.0.0.0}]
+        ports: [{name: http, containerPort: 8080}]
+        readinessProbe: {httpGet: {path: /, port: http}, periodSeconds: 1}
+        volumeMounts: [{name: demo-app, mountPath: /app, readOnly: true}]
+      volumes:
+      - name: demo-app
+        configMap: {name: lastcall-demo-app}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: demo}
+spec:
+  selector: {app: demo}
+  ports: [{name: http, port: 80, targetPort: 8080}]
+`;
+}
+
+/**
  * A Job whose one container starts the demo app, asks it for /slow?ms=1000 through its own
  * sidecar's listener (127.0.0.1:10000), prints the answer and exits 0 on a 200.
  */
