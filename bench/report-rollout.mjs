@@ -135,3 +135,23 @@ export function rolloutSection({ rollout, line, chart, notAhead, quickNote }) {
     }
   }
 }
+
+/** "Pod start on a real kubelet": creation → Ready medians from startup.json (bench/startup.ts). */
+export function startupSection({ startup, line }) {
+  if (!startup) return;
+  const floor = startup.medians_ms["native floor (sleep sidecar)"];
+  const bare = startup.medians_ms.bare;
+  line("## Pod start on a real kubelet (`startup.json`)");
+  line();
+  line(`One app pod (\`bench/startup.ts\`), created ${startup.rounds} times each way on the single-node Kubernetes`);
+  line(`${startup.kubernetes}; from the API's creation to its Ready condition, median (and every run). The native floor is`);
+  line("the same pod with a native sidecar that only sleeps (no probes): what Kubernetes' own ordering costs.");
+  line();
+  line("| pod | median | against bare | against the native floor | runs (ms) |");
+  line("|---|---:|---:|---:|---|");
+  for (const [name, median] of Object.entries(startup.medians_ms)) {
+    const delta = (base) => `${median - base >= 0 ? "+" : "−"}${fmt(Math.abs(median - base) / 1000, 2)} s`;
+    line(`| ${name} | ${fmt(median / 1000, 2)} s | ${delta(bare)} | ${delta(floor)} | ${startup.ms[name].join(", ")} |`);
+  }
+  line();
+}

@@ -18,9 +18,10 @@ const footprint = read("footprint");
 const filterCost = read("filter-cost");
 const push = read("inflight-push");
 const rollout = read("rollout");
+const startup = read("startup");
 
 import { filterSections } from "./report-filter.mjs";
-import { rolloutSection } from "./report-rollout.mjs";
+import { rolloutSection, startupSection } from "./report-rollout.mjs";
 import { barChart, colorOf, fmt, ms, plural, spread } from "./report-lib.mjs";
 
 mkdirSync(join(root, "docs/bench"), { recursive: true });
@@ -295,6 +296,7 @@ if (push) {
 }
 
 rolloutSection({ rollout, line, chart, notAhead, quickNote });
+startupSection({ startup, line });
 
 // ---- closing note ----
 line("## Goals");

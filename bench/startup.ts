@@ -1,16 +1,14 @@
 // A new pod's creation → Ready on the real kubelet (test/support/kube.ts), for the same app pod
 // four ways: bare, with a native sidecar that does nothing (`sleep`: the floor Kubernetes' own
 // ordering costs), and as `lastcall inject` prints it by default (native, classic) and held
-// (`--hold-app always`). Run:
-//   npx esbuild bench/startup.ts --bundle --platform=node --format=esm --packages=external \
-//     '--external:../../build/*' --outfile=dist/bench/startup.mjs && node dist/bench/startup.mjs
-// (as root; ROUNDS=5 by default; writes bench/results/startup.json).
+// (`--hold-app always`). `npm run bench -- --only startup` (as root; ROUNDS=5 by default).
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseAllDocuments } from "yaml";
 import { quantile } from "./lib/stats.ts";
 import { inject, plainDeployment, startDemoCluster, watchApi } from "../test/support/kube-workload.ts";
+import { kubeClusterSkipReason } from "../test/support/kube.ts";
 
 const ROUNDS = Number(process.env.ROUNDS ?? 5);
 // Two levels down from the clone, bundled (dist/bench) or not (bench/).
@@ -31,6 +29,12 @@ function withSleeper(objects: Record<string, any>[]): Record<string, any>[] {
     o.spec.initContainers = [{ name: "sleeper", image: o.spec.containers[0].image, imagePullPolicy: "Never", restartPolicy: "Always", command: ["sleep", "infinity"] }];
   }
   return objects;
+}
+
+const skip = kubeClusterSkipReason();
+if (skip) {
+  console.error(`bench startup: cannot run here: real kubelet ${skip}`);
+  process.exit(3);
 }
 
 const { cluster, images } = await startDemoCluster();

@@ -25,7 +25,7 @@ const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const quick = process.argv.includes("--quick");
 const onlyArg = process.argv.find((a) => a.startsWith("--only="))?.slice("--only=".length)
   ?? (process.argv.includes("--only") ? process.argv[process.argv.indexOf("--only") + 1] : undefined);
-const SCRIPTS = ["termination", "polling", "filter-load", "footprint", "filter-cost", "inflight-push", "rollout"];
+const SCRIPTS = ["termination", "polling", "filter-load", "footprint", "filter-cost", "inflight-push", "rollout", "startup"];
 const only = onlyArg ? onlyArg.split(",") : SCRIPTS;
 const began = Date.now();
 
