@@ -99,7 +99,7 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
     );
 
   program.command("bootstrap")
-    .description("print the effective Envoy bootstrap lastcall derives from a config")
+    .description("print the effective Envoy bootstrap lastcall derives from a config (what `run` starts as epoch 0, less what belongs to one run: the filter's report token and the overload manager's idle-connection pressure file in its run folder)")
     .addOption(option("-c, --config <file>", "the Envoy config (YAML or JSON)").makeOptionMandatory())
     .addOption(option("--admin-port <port>", "Envoy admin port").default(15000).argParser(integerArg(0, 65535)))
     .addOption(option("--status-port <port>", "status server port").default(15020).argParser(integerArg(0, 65535)))
