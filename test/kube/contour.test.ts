@@ -20,7 +20,7 @@ import YAML from "yaml";
 import { waitFor } from "../support/envoy.ts";
 import type { KubeCluster } from "../support/kube.ts";
 import {
-  type DemoCluster, demoClusterSkipReason, demoDeployment, eventRows, followLogs, inject, kubeletRows, startDemoCluster, type TimelineRow, watchApi,
+  type DemoCluster, demoClusterSkipReason, demoDeployment, serviceAnswers, eventRows, followLogs, inject, kubeletRows, startDemoCluster, type TimelineRow, watchApi,
 } from "../support/kube-workload.ts";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
@@ -153,7 +153,7 @@ if (skip) {
         const [name, podIp] = pod.split(" ");
         const url = `http://${(await kubectl(["-n", NS, "get", "service", "envoy", "-o", "jsonpath={.spec.clusterIP}"])).trim()}`;
         // kube-proxy programs the rules a moment after the slice: wait for the ClusterIP itself.
-        await waitFor(async () => ((await fetch(`${url}/`)).status === 200 ? true : undefined), { timeoutMs: 30_000, intervalMs: 100, what: `${url} to answer` });
+        await serviceAnswers(cluster, url);
         const manager = followLogs(cluster, name!, "shutdown-manager", NS);
         const envoy = followLogs(cluster, name!, "envoy", NS);
 

@@ -15,7 +15,7 @@ import { waitFor } from "../support/envoy.ts";
 import type { KubeCluster } from "../support/kube.ts";
 import { startLoad } from "../support/kube-load.ts";
 import {
-  type DemoCluster, demoClusterSkipReason, demoJob, eventRows, followLogs, inject, kubeletRows, plainDeployment, startDemoCluster, type ApiObject, type TimelineRow,
+  type DemoCluster, demoClusterSkipReason, serviceAnswers, demoJob, eventRows, followLogs, inject, kubeletRows, plainDeployment, startDemoCluster, type ApiObject, type TimelineRow,
   watchApi,
 } from "../support/kube-workload.ts";
 
@@ -54,7 +54,7 @@ if (skip) {
       const ip = (await cluster.kubectl(["get", "service", "demo", "-o", "jsonpath={.spec.clusterIP}"])).trim();
       const url = `http://${ip}`;
       // kube-proxy programs the rules a moment after the slice: wait for the ClusterIP itself.
-      await waitFor(async () => ((await fetch(`${url}/`)).status === 200 ? true : undefined), { timeoutMs: 30_000, intervalMs: 100, what: `${url} to answer` });
+      await serviceAnswers(cluster, `http://${ip}`);
       const oldPods = (await cluster.kubectl(["get", "pods", "-l", "app=demo", "-o", "jsonpath={.items[*].metadata.name}"])).trim().split(/\s+/);
       const pod = oldPods.sort()[0];
       const pods = watchApi(cluster, "/api/v1/namespaces/default/pods?labelSelector=app%3Ddemo");
