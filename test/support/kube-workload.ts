@@ -106,38 +106,14 @@ export interface DemoOptions {
 
 /** The demo app as a Deployment (port 10000 through lastcall's Envoy) behind Service `demo`, before injection. */
 export function demoDeployment(options: DemoOptions & { replicas: number }): string {
-  return `apiVersion: apps/v1
-kind: Deployment
-metadata: {name: demo}
-spec:
-  replicas: ${options.replicas}
-  selector: {matchLabels: {app: demo}}
-  template:
-    metadata: {labels: {app: demo}}
-    spec:
-      terminationGracePeriodSeconds: ${options.grace ?? 30}
-      automountServiceAccountToken: false
-      containers:
-      - name: app
-        image: ${options.nodeImage}
-        imagePullPolicy: Never
-        command: [node, /app/demo-app.mjs]
-        readinessProbe: {httpGet: {path: /, port: 10000}, periodSeconds: 1}
-        volumeMounts: [{name: demo-app, mountPath: /app, readOnly: true}]${(options.preStopSeconds ?? 2) > 0 ? `
+  const preStop = options.preStopSeconds ?? 2;
+  return demoApp(options, {
+    app: `readinessProbe: {httpGet: {path: /, port: 10000}, periodSeconds: 1}${preStop > 0 ? `
         lifecycle:
           preStop:
-            sleep: {seconds: ${options.preStopSeconds ?? 2}}` : ""}
-      volumes:
-      - name: demo-app
-        configMap: {name: lastcall-demo-app}
----
-apiVersion: v1
-kind: Service
-metadata: {name: demo}
-spec:
-  selector: {app: demo}
-  ports: [{name: http, port: 80, targetPort: 10000}]
-`;
+            sleep: {seconds: ${preStop}}` : ""}`,
+    targetPort: 10000,
+  });
 }
 
 /**
@@ -146,6 +122,16 @@ spec:
  * it at Envoy's listener).
  */
 export function plainDeployment(options: DemoOptions & { replicas: number }): string {
+  return demoApp(options, {
+    app: `env: [{name: DEMO_APP_HOST, value: 0.0.0.0}]
+        ports: [{name: http, containerPort: 8080}]
+        readinessProbe: {httpGet: {path: /, port: http}, periodSeconds: 1}`,
+    targetPort: 8080,
+  });
+}
+
+/** Deployment and Service `demo` around the demo app; `shape.app`: the app container's own lines. */
+function demoApp(options: DemoOptions & { replicas: number }, shape: { app: string; targetPort: number }): string {
   return `apiVersion: apps/v1
 kind: Deployment
 metadata: {name: demo}
@@ -162,9 +148,7 @@ spec:
         image: ${options.nodeImage}
         imagePullPolicy: Never
         command: [node, /app/demo-app.mjs]
-        env: [{name: DEMO_APP_HOST, value: 0.0.0.0}]
-        ports: [{name: http, containerPort: 8080}]
-        readinessProbe: {httpGet: {path: /, port: http}, periodSeconds: 1}
+        ${shape.app}
         volumeMounts: [{name: demo-app, mountPath: /app, readOnly: true}]
       volumes:
       - name: demo-app
@@ -175,7 +159,7 @@ kind: Service
 metadata: {name: demo}
 spec:
   selector: {app: demo}
-  ports: [{name: http, port: 80, targetPort: 8080}]
+  ports: [{name: http, port: 80, targetPort: ${shape.targetPort}}]
 `;
 }
 
