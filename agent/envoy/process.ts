@@ -26,6 +26,14 @@ export interface EnvoyProcess {
   signal(signal: NodeJS.Signals): void;
   /** Envoy's last lines on standard error (they are also passed through). */
   recentOutput(): string[];
+  /** Passes on the standard error held back so far (`holdOutput`) and from now on. */
+  releaseOutput(): void;
+}
+
+/** Options of {@linkcode spawnEnvoy}. */
+export interface SpawnOptions {
+  /** Hold Envoy's standard error back until `releaseOutput()` (never passed on without it). @default false */
+  holdOutput?: boolean;
 }
 
 /**
@@ -89,14 +97,16 @@ function startWatchdog(pid: number): ChildProcess | undefined {
  * const exit = await envoy.exited;
  * ```
  */
-export function spawnEnvoy(binary: string, args: string[]): Promise<EnvoyProcess> {
+export function spawnEnvoy(binary: string, args: string[], options: SpawnOptions = {}): Promise<EnvoyProcess> {
   return new Promise((resolve, reject) => {
     const child = spawn(binary, args, { stdio: ["ignore", "inherit", "pipe"], detached: true });
     let running = true;
     const recent: string[] = [];
     let partial = "";
+    let held: Buffer[] | undefined = options.holdOutput ? [] : undefined;
     child.stderr?.on("data", (chunk: Buffer) => {
-      writeErrChunk(chunk);
+      if (held) held.push(chunk);
+      else writeErrChunk(chunk);
       const lines = (partial + chunk.toString("utf8")).split("\n");
       partial = lines.pop() ?? "";
       recent.push(...lines.filter(Boolean));
@@ -126,6 +136,10 @@ export function spawnEnvoy(binary: string, args: string[]): Promise<EnvoyProcess
         },
         signal,
         recentOutput: () => (partial ? [...recent, partial] : [...recent]),
+        releaseOutput() {
+          for (const chunk of held ?? []) writeErrChunk(chunk);
+          held = undefined;
+        },
         async stop(killAfterMs = 5000) {
           signal("SIGTERM");
           const timer = setTimeout(() => signal("SIGKILL"), killAfterMs);

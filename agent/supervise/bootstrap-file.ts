@@ -72,9 +72,43 @@ export async function readEnvoyConfig(path: string): Promise<{ text: string; par
  * Reads the user's config and derives, writes and validates the bootstrap. It is written as
  * JSON: Envoy reads YAML as YAML 1.1 (`id: n` would become false), JSON means one thing.
  *
+ * @example
+ * ```ts
+ * const prepared = await prepareBootstrap("/usr/bin/envoy", options, request);
+ * ```
  * @throws {StartError} naming the file and Envoy's own lines when the config cannot be used
  */
 export async function prepareBootstrap(envoyBinary: string, o: RunOptions, request: BootstrapRequest): Promise<PreparedBootstrap> {
+  const written = await writeBootstrap(o, request);
+  await checkBootstrap(envoyBinary, o, written.path, request.signal);
+  return written;
+}
+
+/**
+ * Runs `envoy --mode validate` on a written bootstrap.
+ *
+ * @example
+ * ```ts
+ * await checkBootstrap("/usr/bin/envoy", options, "/run/lastcall/envoy-g1-epoch0.json");
+ * ```
+ * @throws {StartError} naming the user's config and quoting Envoy's own lines when it is refused
+ */
+export async function checkBootstrap(envoyBinary: string, o: RunOptions, path: string, signal?: AbortSignal): Promise<void> {
+  const validation = await validateConfig(envoyBinary, path, signal);
+  if (!validation.ok) throw new StartError(`Envoy rejected config ${o.config}`, validation.errors);
+}
+
+/**
+ * Reads the user's config, derives the bootstrap and writes it, not yet validated
+ * ({@linkcode checkBootstrap}).
+ *
+ * @example
+ * ```ts
+ * const written = await writeBootstrap(options, request);
+ * ```
+ * @throws {StartError} in one line naming the file when the config cannot be read or derived
+ */
+export async function writeBootstrap(o: RunOptions, request: BootstrapRequest): Promise<PreparedBootstrap> {
   const { text, parsed } = await readEnvoyConfig(o.config);
   const statusAddress = await statusTarget(o.statusAddress);
   let bootstrap: Bootstrap;
@@ -112,7 +146,5 @@ export async function prepareBootstrap(envoyBinary: string, o: RunOptions, reque
   await writePrivateFile(path, JSON.stringify(bootstrap.config, null, 1));
   const idle = bootstrap.idleClose;
   if (idle && "file" in idle) await setIdlePressure(idle.file, 0);
-  const validation = await validateConfig(envoyBinary, path, request.signal);
-  if (!validation.ok) throw new StartError(`Envoy rejected config ${o.config}`, validation.errors);
   return { path, bootstrap, text };
 }

@@ -4,7 +4,7 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { pollUntil } from "../lib/async.ts";
-import { prepareBootstrap } from "./bootstrap-file.ts";
+import { checkBootstrap, writeBootstrap } from "./bootstrap-file.ts";
 import { AdminClient, readAdminAddress } from "../envoy/admin.ts";
 import { envoyArgs } from "../envoy/args.ts";
 import { type Bootstrap, TCP_INSTANCE_SUFFIX } from "../envoy/bootstrap.ts";
@@ -180,7 +180,7 @@ export class Envoys {
     const name = `envoy-g${generation.number}-epoch${epoch}`;
     const xdsRedirect = request.filterWasm && request.xds ? xdsRedirectFor(this.#runDir, name) : undefined;
     const identified = request.identified ?? Promise.resolve();
-    const preparing = prepareBootstrap(this.#binary, o, {
+    const written = writeBootstrap(o, {
       runDir: this.#runDir,
       name,
       xds: xdsRedirect,
@@ -191,17 +191,23 @@ export class Envoys {
       reportToken: request.reportToken,
       signal: request.signal,
     }).catch(async (error) => {
-      await identified; // not Envoy: that explains the rejected config
+      await identified; // not Envoy: that explains the unusable config
       throw error;
     });
-    const [prepared] = await Promise.all([preparing, identified]);
+    const [prepared] = await Promise.all([written, identified]);
     request.signal.throwIfAborted();
+    // A refused config is said before anything starts. A hot restart's child starts only once
+    // its config passed (it would take the serving parent's listeners); a cold start, with
+    // nothing serving, starts Envoy beside the validation, its output held until it passes.
+    const validation = checkBootstrap(this.#binary, o, prepared.path, request.signal).catch(async (error) => {
+      await identified;
+      throw error;
+    });
+    if (parent) await validation;
+    else validation.catch(() => {}); // awaited below, once Envoy was spawned
     if (epoch > 0 && generation.baseId === undefined) {
       generation.baseId = Number((await readFile(generation.baseIdPath, "utf8")).trim());
     }
-    const configChanged = this.#configText !== "" && prepared.text !== this.#configText;
-    this.#configText = prepared.text;
-    this.#generation = generation;
     const adminAddressPath = join(this.#runDir, `admin-g${generation.number}-epoch${epoch}`);
     const b = prepared.bootstrap;
     const filtered = request.filterWasm !== undefined;
@@ -224,10 +230,23 @@ export class Envoys {
       drainTimeMs: o.drainTimeMs,
       parentShutdownMs: o.parentShutdownMs,
       extraArgs: o.envoyArgs,
-    })).catch(async (error) => {
+    }), { holdOutput: !parent }).catch(async (error) => {
       await xds?.close();
       throw error;
     });
+    if (!parent) {
+      try {
+        await validation;
+      } catch (error) {
+        await process.stop(1000);
+        await xds?.close();
+        throw error;
+      }
+      process.releaseOutput();
+    }
+    const configChanged = this.#configText !== "" && prepared.text !== this.#configText;
+    this.#configText = prepared.text;
+    this.#generation = generation;
     if (parent) parent.adminHandedOver = true;
     const live: LiveEnvoy = {
       info: { epoch, pid: process.pid, instance, generation: generation.number },
