@@ -31,15 +31,18 @@ function terminationRate(rollout, workload, c) {
   return { n, rate: c.sent ? n / c.sent : Number.NaN };
 }
 
+/** An incumbent's contender (not lastcall's, not the native floor). */
+const isIncumbent = (c) => !c.id.startsWith("lastcall") && c.id !== "native-floor";
+
 const CLASSES = ["refused", "reset", "5xx", "truncated", "timeout", "other"];
 
 /**
  * Writes the section through `line` and `chart`; adds to `notAhead` where lastcall is not ahead.
  *
  * @example
- * rolloutSection({ rollout, line, chart, notAhead, quickNote });
+ * rolloutSection({ rollout, line, chart, notAhead, goals, quickNote });
  */
-export function rolloutSection({ rollout, line, chart, notAhead, quickNote }) {
+export function rolloutSection({ rollout, line, chart, notAhead, goals, quickNote }) {
   if (!rollout) return;
   const load = rollout.load;
   line(`## Rollout on a real kubelet (\`rollout.json\`)${quickNote(rollout)}${rollout.complete === false ? ` **(cut short: ${rollout.runs.length} runs measured)**` : ""}`);
@@ -92,14 +95,9 @@ export function rolloutSection({ rollout, line, chart, notAhead, quickNote }) {
     }
     line();
   }
-  line("Why lastcall's new pods take longer to be Ready: its pods start the app only once the proxy is ready, and");
-  line("under the kubelet each step of that order costs up to a second. Native: the app container starts after the");
-  line("sidecar's startup probe passes (probed every 1 s, the least Kubernetes allows), and the kubelet sees each");
-  line("container start on its next 1 s relist; classic: the `lastcall-install` init container runs to its end first,");
-  line("then the sidecar's postStart `lastcall wait` holds the app. The Istio contenders here start both containers at");
-  line("once, as do the Contour and Envoy Gateway pairs (their projects run Envoy without an app). Istio's injector");
-  line("gates the app the same way when it makes `istio-proxy` a native sidecar (startup probe every 1 s) or with");
-  line("`holdApplicationUntilProxyStarts` (postStart `pilot-agent wait`); this bench does not reproduce either.");
+  line("lastcall's default output holds no app for its proxy (`inject --hold-app auto`: the generated config only");
+  line("serves inbound, so the pod is not Ready before Envoy is anyway): the app starts beside the sidecar. The");
+  line("native floor is the same app with a native sidecar that only sleeps: what Kubernetes' own ordering costs.");
   line();
   if (rollout.errors?.length) line(`**${rollout.errors.length} run(s) could not be measured**; their errors are in the JSON.\n`);
   const groups = rollout.summary.map((w) => ({
@@ -122,16 +120,51 @@ export function rolloutSection({ rollout, line, chart, notAhead, quickNote }) {
   for (const w of rollout.summary) {
     for (const mine of w.contenders.filter((c) => c.id.startsWith("lastcall"))) {
       const m = terminationRate(rollout, w.workload, mine);
-      for (const other of w.contenders.filter((c) => !c.id.startsWith("lastcall"))) {
+      for (const other of w.contenders.filter(isIncumbent)) {
         const o = terminationRate(rollout, w.workload, other);
         if (o.rate < m.rate) notAhead.push(`rollout on a real kubelet, workload \`${w.workload}\`: ${other.label} lost a smaller share of requests at its terminating pods than ${mine.label} (${o.n} of ${fmt(other.sent)} vs ${m.n} of ${fmt(mine.sent)}).`);
         else if (o.n === 0 && m.n === 0 && other.termination_ms.median < 0.95 * mine.termination_ms.median) {
           notAhead.push(`rollout on a real kubelet, workload \`${w.workload}\`: ${other.label} ended its pods sooner than ${mine.label} (${seconds(other.termination_ms.median)} vs ${seconds(mine.termination_ms.median)}), also without losing a request at them.`);
         }
       }
-      const faster = w.contenders.filter((c) => !c.id.startsWith("lastcall") && c.rollout_ms.median < 0.8 * mine.rollout_ms.median);
+      const faster = w.contenders.filter((c) => isIncumbent(c) && c.rollout_ms.median < 0.8 * mine.rollout_ms.median);
       const ready = (c) => (c.new_pod_ready_ms?.n ? `, new pods Ready in ${seconds(c.new_pod_ready_ms.median)}` : "");
       if (faster.length) notAhead.push(`rollout on a real kubelet, workload \`${w.workload}\`: the rollout took longer with ${mine.label} (${seconds(mine.rollout_ms.median)}${ready(mine)}) than with ${faster.map((c) => `${c.label} (${seconds(c.rollout_ms.median)}${ready(c)})`).join(", ")}.`);
+    }
+  }
+  rolloutGoals(rollout, goals);
+}
+
+/**
+ * The rollout's goals: lastcall loses nothing in every workload; classic rolls within 1.1× the
+ * fastest incumbent, native within 1.1× the native floor; new pods Ready no later than the
+ * incumbents' median (native: or the floor + 0.3 s).
+ */
+function rolloutGoals(rollout, goals) {
+  const twoPlaces = (v) => `${fmt(v / 1000, 2)} s`;
+  for (const w of rollout.summary) {
+    const byId = Object.fromEntries(w.contenders.map((c) => [c.id, c]));
+    const incumbents = w.contenders.filter(isIncumbent);
+    const floor = byId["native-floor"];
+    for (const mode of ["native", "classic"]) {
+      const c = byId[`lastcall-${mode}`];
+      if (!c) continue;
+      goals.push([`rollout \`${w.workload}\`: lastcall ${mode} 0 failed requests, every round`, c.failed_total === 0,
+        `${c.failed_total} of ${fmt(c.sent)} in ${plural(c.runs, "round")}`]);
+      const fastest = incumbents.length ? incumbents.reduce((a, b) => (b.rollout_ms.median < a.rollout_ms.median ? b : a)) : undefined;
+      const base = mode === "classic" ? fastest : floor;
+      if (base) {
+        const ratio = c.rollout_ms.median / base.rollout_ms.median;
+        goals.push([`rollout \`${w.workload}\`: lastcall ${mode}'s rollout ≤ 1.1× ${mode === "classic" ? "the fastest incumbent's" : "the native floor's"}`, ratio <= 1.1,
+          `×${fmt(ratio, 2)}: ${seconds(c.rollout_ms.median)} vs ${seconds(base.rollout_ms.median)} (${base.label})`]);
+      }
+      const readies = incumbents.map((i) => i.new_pod_ready_ms.median).sort((a, b) => a - b);
+      const incumbentMedian = readies.length ? readies[Math.floor((readies.length - 1) / 2)] : Number.NaN;
+      const ready = c.new_pod_ready_ms.median;
+      const floorReady = floor?.new_pod_ready_ms?.median;
+      const met = ready <= incumbentMedian || (mode === "native" && floorReady !== undefined && ready <= floorReady + 300);
+      goals.push([`rollout \`${w.workload}\`: lastcall ${mode}'s new pod Ready ≤ the incumbents' median${mode === "native" ? " or the native floor + 0.3 s" : ""}`, met,
+        `${twoPlaces(ready)} vs ${twoPlaces(incumbentMedian)}${mode === "native" && floorReady !== undefined ? ` (floor ${twoPlaces(floorReady)})` : ""}`]);
     }
   }
 }

@@ -295,7 +295,7 @@ if (push) {
   line();
 }
 
-rolloutSection({ rollout, line, chart, notAhead, quickNote });
+rolloutSection({ rollout, line, chart, notAhead, goals, quickNote });
 startupSection({ startup, line });
 
 // ---- closing note ----

@@ -1,12 +1,8 @@
-// The rollout benchmark's contenders as the pods their projects generate, around one app: the
-// demo app (examples/k8s/pod-demo.yaml, as test/support/kube-workload.ts's demoDeployment) as a
-// 3-replica Deployment behind Service `demo` (port 80 → the proxy's listener on 10000), the same
-// terminationGracePeriodSeconds, the same Envoy 1.40 binary (the Envoy base image of
-// build/image.mjs) and the same listener and cluster (examples/envoy.yaml as the demo ConfigMap
-// has it); only the admin interface differs, as each tool needs it. Every other setting is the
-// tool's default.
+// The rollout benchmark's contenders as the pods their projects generate around one demo app:
+// lastcall as `lastcall inject` prints the app as a user writes it, the native-sidecar floor, and
+// the incumbents around the demo's Envoy listener and cluster (docs/benchmarks.md says how).
 import { parse, parseAllDocuments, stringify } from "yaml";
-import { demoConfigMaps, demoDeployment, inject } from "../../test/support/kube-workload.ts";
+import { demoConfigMaps, demoDeployment, inject, plainDeployment } from "../../test/support/kube-workload.ts";
 
 /** The images a contender's pod runs (build/image.mjs's, plus the anchors image). */
 export interface RolloutImages {
@@ -92,19 +88,47 @@ function withSidecars(images: RolloutImages, options: PodOptions, containers: Ob
   return documents([bootstrapsConfigMap(), deployment, service]);
 }
 
-/** lastcall, as `lastcall inject` prints it (native: the default; classic: `--mode classic`). */
+/** The app as a user writes it (on 0.0.0.0:8080, Service `demo` to 8080), the preStop as `options` says. */
+function plainObjects(images: RolloutImages, options: PodOptions): string {
+  return plainDeployment({ nodeImage: images.node, replicas: options.replicas, grace: options.graceS, preStopSeconds: options.appPreStopS });
+}
+
+/**
+ * lastcall, as `lastcall inject` prints it for the app as a user writes it, on the defaults
+ * (native; classic: `--mode classic`): inject makes the Envoy ConfigMap and points the Service
+ * at Envoy; only the app's code (ConfigMap lastcall-demo-app) is applied beside it.
+ */
 function lastcall(mode: "native" | "classic"): RolloutContender {
   return {
     id: `lastcall-${mode}`,
     label: `lastcall inject${mode === "classic" ? " --mode classic" : ""}`,
     agentContainer: "lastcall",
     shape: mode === "native"
-      ? "`lastcall inject` default output: native sidecar (init container, restartPolicy Always), startup/readiness/liveness probes on :15020, preStop `lastcall drain`"
-      : "`lastcall inject --mode classic`: sidecar container with postStart `lastcall wait`, the app wrapped in `lastcall exec --no-quit`",
+      ? "`lastcall inject` default output for the app on :8080 (Service to 8080): native sidecar (init container, restartPolicy Always) with readiness/liveness probes on :15020 and preStop `lastcall drain`; the app's preStop (when it has none) `GET :15020/v1/app-stop`; the generated ConfigMap's listener on 18080 → 127.0.0.1:8080, the Service pointed at it"
+      : "`lastcall inject --mode classic` default output for the same app: sidecar container (readiness on :15020, preStop `lastcall drain`), the app's preStop (when it has none) `GET :15020/v1/app-stop`; the same generated ConfigMap and Service",
     async manifest(images, options) {
-      const { text } = demoObjects(images, options);
-      const args = ["--image", images.lastcall, "--config-map", "lastcall-demo-envoy", ...(mode === "classic" ? ["--mode", "classic"] : [])];
-      return `${demoConfigMaps()}---\n${await inject(text, args)}`;
+      const args = ["--image", images.lastcall, ...(mode === "classic" ? ["--mode", "classic"] : [])];
+      return `${demoConfigMaps()}---\n${await inject(plainObjects(images, options), args)}`;
+    },
+  };
+}
+
+/**
+ * The floor Kubernetes' own native-sidecar ordering costs: the same app as a user writes it with a
+ * native sidecar that only sleeps (no proxy, no probes, no hooks); the Service reaches the app.
+ */
+function nativeFloor(): RolloutContender {
+  return {
+    id: "native-floor",
+    label: "native floor (sleep sidecar, no proxy)",
+    shape: "the app as a user writes it (Service to :8080) plus a native sidecar running `sleep infinity` (no probes, no hooks): what a native sidecar costs a rollout before any proxy; the app is reached directly, so its failures are the app's own",
+    manifest(images, options) {
+      const objects = parseAllDocuments(plainObjects(images, options)).map((d) => d.toJS() as Obj);
+      const deployment = objects.find((o) => o.kind === "Deployment")!;
+      deployment.spec.template.spec.initContainers = [
+        { name: "sleeper", image: images.node, imagePullPolicy: "Never", restartPolicy: "Always", command: ["sleep", "infinity"] },
+      ];
+      return Promise.resolve(`${demoConfigMaps()}${documents(objects)}`);
     },
   };
 }
@@ -181,4 +205,4 @@ function gateway(): RolloutContender {
 }
 
 /** Every contender, in the order they take turns. */
-export const ROLLOUT_CONTENDERS: RolloutContender[] = [lastcall("native"), lastcall("classic"), istio(false), istio(true), contour(), gateway()];
+export const ROLLOUT_CONTENDERS: RolloutContender[] = [lastcall("native"), lastcall("classic"), nativeFloor(), istio(false), istio(true), contour(), gateway()];

@@ -159,7 +159,7 @@ export async function rolloutOnce(options: RolloutOnceOptions): Promise<RolloutR
   } finally {
     pods.stop();
     await load?.stop();
-    await kubectl(["delete", "deployment/demo", "service/demo", "configmap/rollout-envoy", "--ignore-not-found", "--wait=true", "--timeout=120s"]).catch((e) => options.log(`cleanup: ${String(e).split("\n")[0]}`));
+    await kubectl(["delete", "deployment/demo", "service/demo", "configmap/rollout-envoy", "configmap/demo-lastcall-envoy", "--ignore-not-found", "--wait=true", "--timeout=120s"]).catch((e) => options.log(`cleanup: ${String(e).split("\n")[0]}`));
     await waitFor(async () => ((await kubectl(["get", "pods", "-l", "app=demo", "-o", "name"])).trim() === "" ? true : undefined), { timeoutMs: 120_000, intervalMs: 250, what: "demo pods gone" })
       .catch((e) => options.log(`cleanup: ${String(e).split("\n")[0]}`));
   }

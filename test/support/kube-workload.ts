@@ -118,14 +118,18 @@ export function demoDeployment(options: DemoOptions & { replicas: number }): str
 
 /**
  * The demo app as an app is usually written, before injection: it listens on 0.0.0.0:8080 and
- * declares that port, has no preStop, and Service `demo` reaches it on port 8080 (inject points
- * it at Envoy's listener).
+ * declares that port, has no preStop (unless `preStopSeconds`, default 0), and Service `demo`
+ * reaches it on port 8080 (inject points it at Envoy's listener).
  */
 export function plainDeployment(options: DemoOptions & { replicas: number }): string {
+  const preStop = options.preStopSeconds ?? 0;
   return demoApp(options, {
     app: `env: [{name: DEMO_APP_HOST, value: 0.0.0.0}]
         ports: [{name: http, containerPort: 8080}]
-        readinessProbe: {httpGet: {path: /, port: http}, periodSeconds: 1}`,
+        readinessProbe: {httpGet: {path: /, port: http}, periodSeconds: 1}${preStop > 0 ? `
+        lifecycle:
+          preStop:
+            sleep: {seconds: ${preStop}}` : ""}`,
     targetPort: 8080,
   });
 }
