@@ -176,8 +176,8 @@ describe("a slow reader on a unix-socket listener", () => {
 });
 
 // Outside any drain: an HTTP/1.1 response to `Connection: close` ends with Envoy's delayed close,
-// a timer that runs while Envoy still flushes to a slow reader. Envoy's default (1 s) cut 13 of
-// 160 readers of 4 MB at 1 MB/s here (docs/reliability.md); lastcall's 3 s, none.
+// a timer that runs while Envoy still flushes to a slow reader. Envoy's default (1 s) cut 14 of
+// 180 readers of 4 MB at 1 MB/s here (docs/reliability.md); lastcall's 3 s, none of 120.
 describe("HTTP/1.1 slow readers with Connection: close, no drain", () => {
   it("every reader of 20 gets every byte, on the defaults", async () => {
     const { lc, port } = await serving(app.port, []);
