@@ -3,6 +3,7 @@
 // closes their sockets at once; accepted connections and outbound listeners go on).
 import { TCP_GAUGE } from "../envoy/bootstrap.ts";
 import { parseListenerNames } from "../envoy/listeners.ts";
+import { setIdlePressure } from "../envoy/idle-close.ts";
 import { readTcpTable, socketInodes, TCP_STATE, type TcpSocket } from "../envoy/sockets.ts";
 import type { AdminClient } from "../envoy/admin.ts";
 import { delay } from "../lib/async.ts";
@@ -104,6 +105,10 @@ export class InboundCloser {
     // seen closed in /proc, no new connection can come.
     const seen = AbortSignal.any([signal, AbortSignal.timeout(CLOSE_SEEN_MS)]);
     await closedIn(live, ports, seen);
+    // Kept-alive connections would still bring new requests. With no outbound listener every
+    // idle connection is an inbound one: closed too (an app's pooled outbound ones are left).
+    const idle = live.bootstrap.idleClose;
+    if (!countsOutbound(live) && idle && "file" in idle) void setIdlePressure(idle.file, 1).catch(() => {});
     return live.info.epoch;
   }
 }

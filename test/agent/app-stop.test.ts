@@ -155,6 +155,22 @@ async function refusedNot503(pool: { get(): Promise<Outcome> }): Promise<void> {
   }
 }
 
+describe("once the app's preStop is answered, no new inbound request can come", () => {
+  it("idle keep-alive connections are closed with the listeners (inbound-only config, the defaults): the client's next request is refused, never forwarded", async () => {
+    const { lc, port, status } = await serving(app.port, []);
+    const pool = await idlePool(port);
+    // The pod's deletion: the native sidecar's preStop and the app's.
+    expect((await runLastcall(["drain", "--status-url", status])).code).toBe(0);
+    expect(await appStop(status)).toMatchObject({ reason: "quiet", inbound_closed: true });
+    const forwarded = app.completed;
+    await pool.closed; // Envoy closed them: no request was sent on them
+    await refusedNot503(pool);
+    expect(app.completed).toBe(forwarded);
+    lc.signal("SIGTERM");
+    expect(await lc.event("terminated")).toMatchObject({ inflight_at_stop: 0 });
+  });
+});
+
 describe("once every app has gone", () => {
   it("(why: a draining Envoy closes no idle keep-alive connection by itself) one stays open past the floor and the listeners' close, and a request on it is still forwarded", async () => {
     const { lc, port, status } = await serving(app.port, []);
