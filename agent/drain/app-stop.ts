@@ -1,12 +1,21 @@
 // `GET /v1/app-stop`, an app container's preStop: holds the app's SIGTERM until the proxy's inbound
 // side is quiet (the floor passed, nothing in flight inbound) or the deadline, then stops taking
 // new inbound requests. It only waits: no caller can start or end a drain with it.
+import { readdir, readFile } from "node:fs/promises";
+import { basename } from "node:path";
 import { delay } from "../lib/async.ts";
+import { ownPid } from "../runtime/process.ts";
 import type { EventLog } from "../lib/log.ts";
 import type { DrainPlan } from "./shutdown.ts";
 
 /** How long a hook waits for a drain: none by then is a container's restart, not the pod's end. */
 export const APP_STOP_NO_DRAIN_MS = 1000;
+
+/**
+ * How long a hook waits for a drain while a `lastcall drain` process runs beside lastcall (the
+ * native sidecar's exec preStop, slower to start than the app's httpGet under a loaded kubelet).
+ */
+export const APP_STOP_HOOK_SEEN_MS = 10_000;
 
 /** Pause between two counts of what is in flight inbound, once the floor has passed. */
 export const APP_STOP_POLL_MS = 50;
@@ -37,6 +46,28 @@ export interface AppStopDeps {
   log: EventLog;
   /** Aborts when lastcall closes: held hooks are answered. */
   closing: AbortSignal;
+  /** Whether a `lastcall drain` process is running now. @default {@linkcode drainHookRunning} */
+  drainHookRunning?: () => Promise<boolean>;
+}
+
+/**
+ * Whether a `lastcall drain` process (other than this one) is running, as /proc shows the
+ * processes of lastcall's PID namespace: in a pod, the sidecar's exec preStop. False where /proc
+ * cannot be read.
+ *
+ * @example
+ * ```ts
+ * await drainHookRunning(); // true while the kubelet's `lastcall drain` has not yet posted
+ * ```
+ */
+export async function drainHookRunning(proc = "/proc"): Promise<boolean> {
+  const pids = await readdir(proc).catch(() => [] as string[]);
+  for (const pid of pids) {
+    if (!/^\d+$/.test(pid) || Number(pid) === ownPid()) continue;
+    const argv = (await readFile(`${proc}/${pid}/cmdline`, "utf8").catch(() => "")).split("\0");
+    if (basename(argv[0] ?? "") === "lastcall" && argv[1] === "drain") return true;
+  }
+  return false;
 }
 
 /** When the drain's floor ends (`--min-drain` from its start), or now if every app has gone. */
@@ -77,8 +108,13 @@ export class AppStopGate {
     if (!this.#deps.plan()) {
       const begun = new AbortController(); // no timer left behind once a drain began
       const cut = AbortSignal.any([this.#deps.closing, begun.signal]);
-      const timer = delay(APP_STOP_NO_DRAIN_MS, cut);
-      await Promise.race([this.#begun, timer.catch(() => {})]);
+      const waitFor = (ms: number) => Promise.race([this.#begun, delay(ms, cut).catch(() => {})]);
+      await waitFor(APP_STOP_NO_DRAIN_MS);
+      // The pod's end with the sidecar's own preStop still starting: its drain is coming.
+      const running = this.#deps.drainHookRunning ?? drainHookRunning;
+      while (!this.#deps.plan() && !cut.aborted && Date.now() - asked < APP_STOP_HOOK_SEEN_MS && await running()) {
+        await waitFor(APP_STOP_POLL_MS);
+      }
       begun.abort();
     }
     const plan = this.#deps.plan();

@@ -4,6 +4,8 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { Agent, request } from "node:http";
 import { connect, type Socket } from "node:net";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { http1, type Outcome, outcomeOf } from "../filter/clients.ts";
 import { waitFor } from "../support/envoy.ts";
@@ -16,6 +18,7 @@ import {
   type TestLastcall,
 } from "../support/lastcall.ts";
 import { agentSees, serving, upstreamForFile } from "../support/serving.ts";
+import { tempDir } from "../support/temp.ts";
 
 const app = upstreamForFile();
 
@@ -103,6 +106,23 @@ describe("the app's preStop (GET /v1/app-stop)", () => {
     expect(lc.events.map((e) => e.event)).not.toContain("inbound_closed");
     expect((await fetch(`${status}/healthz/ready`)).status).toBe(200);
     expect(await http1(port, "/")).toEqual({ status: 200, reset: false });
+  });
+
+  it("native: the sidecar's exec preStop (`lastcall drain`) still starting after the hook's second: the hook waits for its drain, not answering no_drain", async () => {
+    const { lc, status } = await serving(app.port, []);
+    // A `lastcall drain` process as the kubelet's exec hook starts it on a loaded node: it runs
+    // (argv `lastcall drain`), and posts only 2 s later.
+    const dir = tempDir();
+    writeFileSync(join(dir, "drain"), `setTimeout(() => fetch(process.env.STATUS + "/drain?sidecar=native", { method: "POST" }), 2000);`);
+    const hookProcess = spawn("/bin/bash", ["-c", `exec -a lastcall "${process.execPath}" drain`], {
+      cwd: dir, env: { ...process.env, STATUS: status }, stdio: "ignore",
+    });
+    onTestFinished(() => void hookProcess.kill("SIGKILL"));
+    const answer = await appStop(status);
+    expect(answer).toMatchObject({ reason: "quiet", inbound_closed: true });
+    expect(order(lc, "drain_start")).toBeLessThan(order(lc, "app_stop_wait"));
+    lc.signal("SIGTERM");
+    expect(await lc.event("terminated")).toMatchObject({ inflight_at_stop: 0 });
   });
 
   it("asked just before the sidecar's SIGTERM (classic: both at once), waits for the drain's floor, not answering no_drain", async () => {
