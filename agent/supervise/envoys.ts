@@ -198,8 +198,11 @@ export class Envoys {
     request.signal.throwIfAborted();
     // A refused config is said before anything starts. A hot restart's child starts only once
     // its config passed (it would take the serving parent's listeners); a cold start, with
-    // nothing serving, starts Envoy beside the validation, its output held until it passes.
-    const validation = checkBootstrap(this.#binary, o, prepared.path, request.signal).catch(async (error) => {
+    // nothing serving, starts Envoy beside the validation, its output held until one of them
+    // accepts the config.
+    const validating = new AbortController();
+    const checkSignal = AbortSignal.any([request.signal, validating.signal]);
+    const validation = checkBootstrap(this.#binary, o, prepared.path, checkSignal).catch(async (error) => {
       await identified;
       throw error;
     });
@@ -234,19 +237,6 @@ export class Envoys {
       await xds?.close();
       throw error;
     });
-    if (!parent) {
-      try {
-        await validation;
-      } catch (error) {
-        await process.stop(1000);
-        await xds?.close();
-        throw error;
-      }
-      process.releaseOutput();
-    }
-    const configChanged = this.#configText !== "" && prepared.text !== this.#configText;
-    this.#configText = prepared.text;
-    this.#generation = generation;
     if (parent) parent.adminHandedOver = true;
     const live: LiveEnvoy = {
       info: { epoch, pid: process.pid, instance, generation: generation.number },
@@ -263,8 +253,25 @@ export class Envoys {
       reporters,
       xds,
     };
-    this.#live.set(instance, live);
     live.whenReady = this.#awaitReady(live, adminAddressPath);
+    if (!parent) {
+      // Whichever comes first: the validation passed, or Envoy went LIVE (it took the config).
+      // Envoy gone before either: the validation says whether the config was the cause.
+      try {
+        const servedOrChecked = live.whenReady.then((ready) => (ready ? undefined : validation));
+        await Promise.race([validation, servedOrChecked]);
+      } catch (error) {
+        await process.stop(1000);
+        await xds?.close();
+        throw error;
+      }
+      validating.abort();
+      process.releaseOutput();
+    }
+    const configChanged = this.#configText !== "" && prepared.text !== this.#configText;
+    this.#configText = prepared.text;
+    this.#generation = generation;
+    this.#live.set(instance, live);
     return { live, configChanged };
   }
 
