@@ -17,7 +17,7 @@ import { Drainer, undeliveredBy } from "./drain/drainer.ts";
 import { AppStopGate } from "./drain/app-stop.ts";
 import { type DiedDraining, terminate } from "./drain/terminate.ts";
 import { reload, type ReloadContext } from "./supervise/reload.ts";
-import { bindFailure, describeExit, type EnvoyExit } from "./envoy/process.ts";
+import { bindFailure, describeExit, type EnvoyExit, stopEnvoy } from "./envoy/process.ts";
 import { identifyEnvoy } from "./envoy/identify.ts";
 import { Envoys, type LiveEnvoy, startFields } from "./supervise/envoys.ts";
 import { EXIT, StartError } from "./lib/errors.ts";
@@ -414,7 +414,7 @@ export class Agent {
     this.#taskAbort.abort();
     this.#unwatch?.();
     const remaining = this.#envoys?.all().filter((l) => l.process.running) ?? [];
-    await Promise.all(remaining.map((l) => l.process.stop(2000)));
+    await Promise.all(remaining.map((l) => stopEnvoy(l.process, 2000)));
     await this.#envoys?.close();
     await this.#server?.close();
     if (this.#ownRunDir && this.#runDir) await rm(this.#runDir, { recursive: true, force: true }).catch(() => {});

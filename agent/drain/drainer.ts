@@ -13,7 +13,8 @@ import { finishOldEpochs } from "./old-epochs.ts";
 import { InboundCloser, inboundInflight } from "./inbound.ts";
 import type { DrainView, DrainWatch } from "./waiting.ts";
 import type { DrainMetrics } from "./drain-metrics.ts";
-import { DrainEnded, deliveryReading, drainListeners, type DrainPlan, countNow, freshReading, type Settled, stopEnvoys, stopTargetOf, waitDrained } from "./shutdown.ts";
+import { DrainEnded, deliveryReading, drainListeners, type DrainPlan, countNow, freshReading, type Settled, waitDrained } from "./shutdown.ts";
+import { stopEnvoy } from "../envoy/process.ts";
 
 
 /** What the drainer needs from the agent. */
@@ -311,7 +312,7 @@ export class Drainer {
     }
     this.#log("stopping_unready", { epochs: unready.map((l) => l.info.epoch), pids: unready.map((l) => l.info.pid) });
     for (const l of unready) this.#deps.retiring.add(l.info.instance);
-    await stopEnvoys(unready.map((l) => ({ process: l.process })), this.#log, 1000);
+    await Promise.all(unready.map((l) => stopEnvoy(l.process, 1000, { log: this.#log })));
   }
 
   /** Step 5 within the deadline; `stopped_now` on a second SIGINT, `envoy_exited` if all are gone. */
@@ -385,8 +386,10 @@ export class Drainer {
     const newest = targets.filter((l) => !targets.some((o) => o.info.generation === l.info.generation && o.info.epoch > l.info.epoch));
     const zero = this.#settled?.inflight === 0 ? this.#settled.at : undefined;
     const lastZeroToStopMs = zero === undefined ? undefined : Date.now() - zero;
-    await stopEnvoys(newest.map(stopTargetOf), this.#log, stopBudget() / 2);
-    await stopEnvoys(targets.filter((l) => l.process.running).map(stopTargetOf), this.#log, stopBudget());
+    const stop = (all: LiveEnvoy[], budgetMs: number) =>
+      Promise.all(all.map((l) => stopEnvoy(l.process, budgetMs, { admin: l.adminHandedOver ? undefined : l.admin, log: this.#log })));
+    await stop(newest, stopBudget() / 2);
+    await stop(targets.filter((l) => l.process.running), stopBudget());
     return { inflightAtStop, bytesUnsentAtStop: bytesUnsent, ...(unchecked ? { deliveryUnchecked: unchecked } : {}), ...(lastZeroToStopMs !== undefined ? { lastZeroToStopMs } : {}) };
   }
 

@@ -14,7 +14,8 @@ import type { RunOptions } from "../options.ts";
 import type { InflightTracker } from "./in-flight.ts";
 import type { ModeContext } from "./modes/context.ts";
 import type { DrainMetrics } from "./drain-metrics.ts";
-import { DELIVERY_POLL_MS, deliveryReading, DrainEnded, drainListeners, type DrainPlan, countNow, freshReading, type Settled, stopEnvoys, stopTargetOf, waitDrained } from "./shutdown.ts";
+import { DELIVERY_POLL_MS, deliveryReading, DrainEnded, drainListeners, type DrainPlan, countNow, freshReading, type Settled, waitDrained } from "./shutdown.ts";
+import { stopEnvoy } from "../envoy/process.ts";
 import { delay } from "../lib/async.ts";
 import { setIdlePressure, stillListening } from "../envoy/idle-close.ts";
 
@@ -212,6 +213,6 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
   }
   for (const l of old) deps.retiring.add(l.info.instance);
   metered?.ended({ ...outcome, ...(zeroAt !== undefined ? { lastZeroToStopMs: Date.now() - zeroAt } : {}) });
-  await stopEnvoys(old.map(stopTargetOf), deps.log, 3000);
+  await Promise.all(old.map((l) => stopEnvoy(l.process, 3000, { admin: l.adminHandedOver ? undefined : l.admin, log: deps.log })));
   return reason;
 }

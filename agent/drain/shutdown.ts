@@ -5,11 +5,9 @@
 // byte left to deliver, or at the deadline.
 import { delay } from "../lib/async.ts";
 import type { AdminClient } from "../envoy/admin.ts";
-import type { EnvoyProcess } from "../envoy/process.ts";
 import type { Undelivered } from "../envoy/sockets.ts";
 import type { EventLog } from "../lib/log.ts";
 import type { DrainMode, DrainScope } from "../options.ts";
-import type { LiveEnvoy } from "../supervise/envoys.ts";
 import type { ModeContext } from "./modes/context.ts";
 import { DRAIN_WAITS } from "./modes/index.ts";
 
@@ -280,48 +278,4 @@ export async function waitDrained(plan: DrainPlan, deps: WaitDeps, ended: AbortS
     if (cause instanceof DrainEnded) return cause.reason;
     throw error;
   }
-}
-
-/** One Envoy to stop: its process, and its admin when it can still be asked to quit. */
-export interface StopTarget {
-  process: EnvoyProcess;
-  admin?: AdminClient;
-}
-
-/** How a live Envoy is stopped: by its admin, unless a hot-restart child took that over. */
-export function stopTargetOf(live: LiveEnvoy): StopTarget {
-  return { process: live.process, admin: live.adminHandedOver ? undefined : live.admin };
-}
-
-/**
- * Stops every given Envoy within `budgetMs`: those with an admin by `POST /quitquitquit`, the
- * others (hot-restart parents whose admin a child took over) by SIGTERM; whatever still runs
- * after half the budget gets SIGTERM, and SIGKILL at the end (which also ends a stopped,
- * hung process). Resolves when all have exited.
- */
-export async function stopEnvoys(targets: readonly StopTarget[], log: EventLog, budgetMs: number): Promise<void> {
-  const startedAt = Date.now();
-  const left = () => Math.floor(Math.max(0, budgetMs - (Date.now() - startedAt)));
-  await Promise.all(targets.map(async ({ process, admin }) => {
-    if (!process.running) return;
-    let asked = false;
-    if (admin) {
-      try {
-        await admin.quit(AbortSignal.timeout(Math.max(1, Math.floor(budgetMs / 3))));
-        log("envoy_quit_requested", { pid: process.pid });
-        asked = true;
-      } catch (error) {
-        log("envoy_quit_failed", { pid: process.pid, error: String((error as Error).message ?? error) });
-      }
-    }
-    if (!asked) process.signal("SIGTERM");
-    const exited = await Promise.race([process.exited, delay(left() / 2).then(() => undefined)]);
-    if (exited) return;
-    process.signal("SIGTERM");
-    const late = await Promise.race([process.exited, delay(left()).then(() => undefined)]);
-    if (late) return;
-    process.signal("SIGKILL");
-    const exit = await process.exited;
-    log("envoy_killed", { pid: process.pid, exit: exit.signal ?? exit.code });
-  }));
 }
