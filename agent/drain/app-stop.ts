@@ -3,7 +3,7 @@
 // new inbound requests. It only waits: no caller can start or end a drain with it.
 import { delay } from "../lib/async.ts";
 import type { EventLog } from "../lib/log.ts";
-import type { DrainPlan } from "./shutdown.ts";
+import { type DrainPlan, floorAt } from "./plan.ts";
 
 /** How long a hook waits for a drain: none by then is a container's restart, not the pod's end. */
 export const APP_STOP_NO_DRAIN_MS = 1000;
@@ -37,11 +37,6 @@ export interface AppStopDeps {
   log: EventLog;
   /** Aborts when lastcall closes: held hooks are answered. */
   closing: AbortSignal;
-}
-
-/** When the drain's floor ends (`--min-drain` from its start), or now if every app has gone. */
-export function floorAt(plan: DrainPlan): number {
-  return plan.floorCut?.aborted ? 0 : plan.startedAt + plan.minDrainMs;
 }
 
 /**

@@ -1,3 +1,5 @@
+// One Envoy process: spawned with its output passed through and a watchdog against orphaning,
+// and stopped with escalation (`stopEnvoy`, the one way lastcall stops an Envoy).
 import { type ChildProcess, spawn } from "node:child_process";
 import { delay } from "../lib/async.ts";
 import type { EventLog } from "../lib/log.ts";
