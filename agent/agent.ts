@@ -128,8 +128,10 @@ export class Agent {
       onSignal("SIGUSR2", () => this.#log("signal_ignored", { signal: "SIGUSR2" })),
     ];
     try {
-      const parts = { options: this.#options, log: this.#log, state: this.#state, tracker: this.#tracker, app: this.#app };
-      const run = this.#run = await prepareRun(this.#envoyBinary, parts, this, this.#closing.signal);
+      const run = this.#run = await prepareRun({
+        options: this.#options, log: this.#log, envoyBinary: this.#envoyBinary, state: this.#state,
+        tracker: this.#tracker, app: this.#app, closing: this.#closing.signal,
+      }, this);
       // As a drain begins (the termination, or POST /drain), readiness fails.
       void run.drainer.began.then((plan) => {
         this.#state.drainStartedAt = plan.startedAt;

@@ -50,10 +50,14 @@ export interface Running {
 export interface AgentParts {
   options: RunOptions;
   log: EventLog;
+  /** The Envoy binary (`--envoy`, `$ENVOY_BIN`, or `envoy` on PATH). */
+  envoyBinary: string;
   /** The agent's state, read by the status server. */
   state: AgentState;
   tracker: InflightTracker;
   app: AppWatch;
+  /** Aborts when lastcall closes. */
+  closing: AbortSignal;
 }
 
 /** What the status server and the watched files ask of the agent. */
@@ -70,11 +74,11 @@ export interface AgentControls {
  * @throws {StartError} when the status port is taken, or the filter cannot be written
  * @example
  * ```ts
- * const run = await prepareRun("/usr/bin/envoy", { options, log, state, tracker, app }, agent, closing);
+ * const run = await prepareRun({ options, log, envoyBinary, state, tracker, app, closing }, agent);
  * ```
  */
-export async function prepareRun(envoyBinary: string, a: AgentParts, controls: AgentControls, closing: AbortSignal): Promise<Running> {
-  const { options: o, log, tracker, app } = a;
+export async function prepareRun(a: AgentParts, controls: AgentControls): Promise<Running> {
+  const { options: o, log, envoyBinary, tracker, app, closing } = a;
   // Asked while the bootstrap is derived and validated; Envoy starts only once it answered
   // (Envoys.start), and a binary that is not Envoy is the error reported.
   const identified = identifyEnvoy(envoyBinary);
