@@ -29,8 +29,9 @@ export interface TerminationOutcome {
 export interface TerminationContext {
   log: EventLog;
   /** The agent's state: its phase becomes `stopping` at step 5. */
-  state: AgentState;
-  drain: Drainer;
+  state: Pick<AgentState, "phase">;
+  /** The drain: its plan begins, it waits, and it says what its wait read last. */
+  drain: Pick<Drainer, "begin" | "wait" | "settled">;
   epochs: DrainedEpochs;
 }
 
