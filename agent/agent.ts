@@ -170,8 +170,8 @@ export class Agent {
         }
       }
     } finally {
-      for (const remove of off) remove();
-      await this.#close();
+      // Signals stay handled until lastcall has closed (a late SIGTERM is ignored, not fatal).
+      await this.#close().finally(() => off.forEach((remove) => remove()));
     }
   }
 
