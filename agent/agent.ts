@@ -1,39 +1,25 @@
-// The agent (SIGTERM path 2/4): owns the one agent state and runs the supervision loop as a
-// race between what Envoy does (exits, becomes ready) and what lastcall is told (terminate,
-// drain, reload). Long steps (a reload, a crash restart) run as tasks beside the loop, so a
-// terminate is acted on at once and pre-empts them. The rooms: supervise/ (the Envoy processes,
-// their bootstrap, health, reloads, the app beside them), drain/ (the termination and the drains
-// of old epochs), status/ (the status server, the filter's reports, control), lib/.
-import { mkdtemp, rm } from "node:fs/promises";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+// The agent: owns the one agent state and runs the supervision loop, a race between what Envoy
+// does (exits, becomes ready) and what lastcall is told (terminate, drain, reload). The
+// termination itself is drain/termination.ts; docs/architecture.md draws the whole path.
+import { rm } from "node:fs/promises";
 import { EventQueue } from "./lib/async.ts";
 import { CrashRestarts } from "./supervise/crash-restarts.ts";
 import { prepareBootstrap } from "./supervise/bootstrap-file.ts";
 import { InflightTracker } from "./drain/in-flight.ts";
-import { HolderBook } from "./drain/holders.ts";
-import { DrainWatch } from "./drain/waiting.ts";
-import { Drainer, undeliveredBy } from "./drain/drainer.ts";
-import { AppStopGate } from "./drain/app-stop.ts";
-import { type DiedDraining, terminate } from "./drain/terminate.ts";
+import { undeliveredBy } from "./drain/delivery.ts";
+import { terminate, type TerminationOutcome } from "./drain/termination.ts";
 import { reload, type ReloadContext } from "./supervise/reload.ts";
-import { bindFailure, describeExit, type EnvoyExit } from "./envoy/process.ts";
-import { identifyEnvoy } from "./envoy/identify.ts";
-import { Envoys, type LiveEnvoy, startFields } from "./supervise/envoys.ts";
+import { bindFailure, describeExit, type EnvoyExit, stopEnvoy } from "./envoy/process.ts";
+import { type Epoch, startFields } from "./supervise/envoys.ts";
+import { TaskChain } from "./supervise/tasks.ts";
 import { EXIT, StartError } from "./lib/errors.ts";
-import { filterWasmPath } from "./supervise/filter-asset.ts";
 import { AppWatch } from "./supervise/app-watch.ts";
 import { watchHealth } from "./supervise/health.ts";
 import type { EventLog } from "./lib/log.ts";
 import type { RunOptions } from "./options.ts";
-import { ReportDesk } from "./status/reports.ts";
-import { DrainMetrics } from "./drain/drain-metrics.ts";
-import { prepareRunDir } from "./supervise/run-dir.ts";
-import type { StatusServer } from "./status/listen.ts";
-import { createReportToken } from "./status/report-token.ts";
 import { type AgentState, initialState } from "./state.ts";
-import { serveStatus, type StatusView } from "./status/serve.ts";
-import { watchFiles } from "./lib/watch.ts";
+import { onSignal } from "./runtime/process.ts";
+import { prepareRun, type Running } from "./prepare.ts";
 
 export { EXIT, StartError };
 
@@ -47,12 +33,11 @@ type AgentEvent =
   | { type: "fatal"; error: unknown };
 
 /**
- * Supervises Envoy for its whole life.
+ * Supervises Envoy for its whole life; SIGTERM, SIGINT, SIGQUIT terminate it, SIGHUP reloads.
  *
  * @example
  * ```ts
  * const agent = new Agent(options, createEventLog("json"), "/usr/bin/envoy");
- * onSignal("SIGTERM", () => agent.terminate("SIGTERM"));
  * process.exitCode = await agent.run();
  * ```
  */
@@ -63,50 +48,20 @@ export class Agent {
   readonly #state: AgentState = initialState();
   readonly #events = new EventQueue<AgentEvent>();
   readonly #tracker: InflightTracker;
-  readonly #desk: ReportDesk;
-  /** What the filters' VMs said holds a drain. */
-  readonly #holders = new HolderBook();
   readonly #crashes: CrashRestarts;
   readonly #app: AppWatch;
-  /** How drains ended, for `/metrics`. */
-  readonly #drains = new DrainMetrics();
-  /** Secret the filter sends with its reports: anything else on the status port is refused. */
-  readonly #reportToken = createReportToken();
-  /** Envoys being stopped on purpose: their exit is no crash. */
-  readonly #retiring = new Set<string>();
-  readonly #stopNow = new AbortController();
   readonly #closing = new AbortController();
-  #taskAbort = new AbortController();
-  #tasks: Promise<void> = Promise.resolve();
-  #envoys!: Envoys;
-  /** `envoy --version` (identify.ts): settles before the first Envoy starts. */
-  #identified: Promise<unknown> = Promise.resolve();
-  #runDir = "";
-  #ownRunDir = false;
-  #filterWasm?: string;
-  #server?: StatusServer;
-  #unwatch?: () => void;
-  #terminateSources: string[] = [];
-  #terminating = false;
-  /** A reload waits its turn (it reads the config when it starts): SIGHUPs meanwhile join it. */
-  #reloadQueued = false;
-  #drainer!: Drainer;
-  /** Answers the app containers' preStop hooks (`GET /v1/app-stop`). */
-  #appStop!: AppStopGate;
+  readonly #tasks: TaskChain;
+  /** The termination's requests: their sources, whether it began, and the operator's insistence. */
+  readonly #termination = { sources: [] as string[], began: false, stopNow: new AbortController() };
+  #run?: Running;
   #failure?: string;
-  /** Envoys that exited by themselves during the termination: what they had in flight, and how they ended. */
-  readonly #diedDraining: DiedDraining[] = [];
 
   constructor(options: RunOptions, log: EventLog, envoyBinary: string) {
     this.#options = options;
     this.#log = log;
     this.#envoyBinary = envoyBinary;
     this.#tracker = new InflightTracker({ heartbeatMs: options.heartbeatMs });
-    this.#desk = new ReportDesk(this.#tracker, {
-      heartbeatMs: options.heartbeatMs,
-      draining: (instance) => this.#drainer?.isDraining(instance) ?? false,
-      holders: this.#holders,
-    });
     this.#crashes = new CrashRestarts({
       budget: options.restartBudget,
       log,
@@ -120,11 +75,12 @@ export class Agent {
       start: (signal) => this.#startEnvoy("restart", false, signal),
     });
     this.#app = new AppWatch({ port: options.appPort }, log);
+    this.#tasks = new TaskChain(log, (error) => this.#events.push({ type: "fatal", error }));
   }
 
   /** The port the status server listens on, once started. */
   get statusPort(): number | undefined {
-    return this.#server?.port;
+    return this.#run?.server.port;
   }
 
   /** Why `run` returned {@linkcode EXIT.envoyGaveUp}, naming the last Envoy exit. */
@@ -132,15 +88,16 @@ export class Agent {
     return this.#failure;
   }
 
-  /** SIGTERM, SIGINT, SIGQUIT, `POST /quitquitquit`: run the termination sequence, then exit. */
+  /** SIGTERM, SIGINT, SIGQUIT, `POST /quitquitquit`: run the termination, then exit. */
   terminate(source: string): void {
-    const first = this.#terminateSources.length === 0;
-    const secondInterrupt = source === "SIGINT" && this.#terminateSources.includes("SIGINT");
-    this.#terminateSources.push(source);
+    const { sources, stopNow } = this.#termination;
+    const first = sources.length === 0;
+    const secondInterrupt = source === "SIGINT" && sources.includes("SIGINT");
+    sources.push(source);
     if (first) return this.#events.push({ type: "terminate", source });
     if (secondInterrupt) {
       this.#log("stop_now", { source });
-      this.#stopNow.abort();
+      stopNow.abort();
       return;
     }
     this.#log("terminate_ignored", { source, reason: "already terminating" });
@@ -152,51 +109,59 @@ export class Agent {
   }
 
   /**
-   * `POST /drain`: steps 1–4 of the termination sequence, without exiting. `nativeSidecar`: the
-   * caller is a native sidecar's preStop, so a SIGTERM later means every app container exited.
+   * `POST /drain`: the termination's drain (drain/termination.ts) without the stop. `nativeSidecar`: the caller
+   * is a native sidecar's preStop, so a SIGTERM later means every app container exited.
    */
-  drain(options: { nativeSidecar: boolean } = { nativeSidecar: false }): void {
+  drainInPlace(options: { nativeSidecar: boolean } = { nativeSidecar: false }): void {
     this.#events.push({ type: "drain", nativeSidecar: options.nativeSidecar });
   }
 
   /** Runs until terminated or Envoy gives up; returns the process exit code. */
   async run(): Promise<number> {
+    const off = [
+      onSignal("SIGTERM", () => this.terminate("SIGTERM")),
+      onSignal("SIGINT", () => this.terminate("SIGINT")),
+      onSignal("SIGQUIT", () => this.terminate("SIGQUIT")),
+      onSignal("SIGHUP", () => this.reload("SIGHUP")),
+      // Said, and nothing else: no inspector, no exit (docs/operations.md, "Signals").
+      onSignal("SIGUSR1", () => this.#log("signal_ignored", { signal: "SIGUSR1" })),
+      onSignal("SIGUSR2", () => this.#log("signal_ignored", { signal: "SIGUSR2" })),
+    ];
     try {
-      await this.#prepare();
-      watchHealth(() => this.#envoys.all(), this.#log, this.#closing.signal);
-      this.#task((signal) => this.#startEnvoy("start", false, signal).then(() => {}), true);
+      const run = this.#run = await prepareRun({
+        options: this.#options, log: this.#log, envoyBinary: this.#envoyBinary, state: this.#state,
+        tracker: this.#tracker, app: this.#app, closing: this.#closing.signal,
+      }, this);
+      // As a drain begins (the termination, or POST /drain), readiness fails.
+      void run.drainer.began.then((plan) => {
+        this.#state.drainStartedAt = plan.startedAt;
+        this.#state.phase = "draining";
+      });
+      watchHealth(() => run.envoys.all(), this.#log, this.#closing.signal);
+      this.#tasks.run((signal) => this.#startEnvoy("start", false, signal).then(() => {}), { fatal: true });
       for (;;) {
         const event = await this.#events.next();
+        const terminating = this.#termination.began;
         switch (event.type) {
           case "exited":
             this.#onExit(event.instance, event.exit);
             break;
           case "restart_due":
-            if (!this.#terminating && this.#state.phase === "restarting") this.#task((s) => this.#crashes.restart(s));
+            if (!terminating && this.#state.phase === "restarting") this.#tasks.run((s) => this.#crashes.restart(s));
             break;
           case "reload":
-            if (this.#terminating) this.#log("reload_skipped", { reason: event.reason, why: "terminating" });
-            else if (this.#reloadQueued) this.#log("reload_coalesced", { reason: event.reason });
-            else {
-              // One reload waiting its turn reads the config when it starts: later ones join it.
-              this.#reloadQueued = true;
-              this.#task((s) => {
-                this.#reloadQueued = false;
-                return reload(this.#reloadContext(), event.reason, s);
-              });
+            if (terminating) this.#log("reload_skipped", { reason: event.reason, why: "terminating" });
+            // One reload waiting its turn reads the config when it starts: later ones join it.
+            else if (!this.#tasks.run((s) => reload(this.#reloadContext(run), event.reason, s), { key: "reload" })) {
+              this.#log("reload_coalesced", { reason: event.reason });
             }
             break;
           case "drain":
-            // Steps 1–5 without the stop (drainer.ts): Envoy runs on.
-            if (this.#terminating) break;
-            this.#drainer.drainInPlace(() => this.#terminating, event.nativeSidecar);
+            if (!terminating) this.#drainInPlace(run, event.nativeSidecar);
             break;
           case "terminate":
-            this.#terminating = true;
-            this.#terminate(event.source).then(
-              (code) => this.#events.push({ type: "done", code }),
-              (error) => this.#events.push({ type: "fatal", error }),
-            );
+            this.#termination.began = true;
+            this.#terminate(run, event.source);
             break;
           case "done":
             return event.code;
@@ -205,89 +170,23 @@ export class Agent {
         }
       }
     } finally {
-      await this.#close();
+      // Signals stay handled until lastcall has closed (a late SIGTERM is ignored, not fatal).
+      await this.#close().finally(() => off.forEach((remove) => remove()));
     }
   }
 
-  /** Runs `step` after the tasks before it; a terminate aborts it. Failures of `fatal` steps end the run. */
-  #task(step: (signal: AbortSignal) => Promise<void>, fatal = false): void {
-    const signal = this.#taskAbort.signal;
-    this.#tasks = this.#tasks.then(async () => {
-      if (signal.aborted) return;
-      try {
-        await step(signal);
-      } catch (error) {
-        if (signal.aborted) return;
-        if (fatal) this.#events.push({ type: "fatal", error });
-        else this.#log("task_failed", { error: String(error) });
-      }
-    });
-  }
-
-  // ---- start-up ----------------------------------------------------------------------------
-
-  async #prepare(): Promise<void> {
-    const o = this.#options;
-    // Asked while the bootstrap is derived and validated; Envoy starts only once it answered
-    // (Envoys.start), and a binary that is not Envoy is the error reported.
-    this.#identified = identifyEnvoy(this.#envoyBinary);
-    this.#identified.catch(() => {}); // awaited by Envoys.start; #prepare may fail before that
-    // A given folder is made fresh (an earlier lastcall's files removed, 0700): see run-dir.ts.
-    if (o.runDir !== undefined) await prepareRunDir(o.runDir);
-    this.#ownRunDir = o.runDir === undefined;
-    this.#runDir = o.runDir ?? await mkdtemp(join(tmpdir(), "lastcall-"));
-    this.#envoys = new Envoys(o, this.#envoyBinary, this.#runDir);
-    if (o.filter) this.#filterWasm = await filterWasmPath(o.filterWasm, this.#runDir);
-    this.#drainer = new Drainer({
-      options: o,
-      log: this.#log,
-      envoys: this.#envoys,
-      tracker: this.#tracker,
-      tellFilters: () => this.#desk.drainStarted(),
-      app: this.#app,
-      filtered: this.#filterWasm !== undefined,
-      retiring: this.#retiring,
-      stopNow: this.#stopNow.signal,
-      closing: this.#closing.signal,
-      onStart: (plan) => {
-        this.#state.drainStartedAt = plan.startedAt;
-        this.#state.phase = "draining";
-        this.#appStop.drainBegan();
-      },
-      drains: this.#drains,
-      watch: new DrainWatch({ envoys: this.#envoys, tracker: this.#tracker, holders: this.#holders, app: this.#app, log: this.#log }),
-    });
-    this.#appStop = new AppStopGate({
-      plan: () => this.#drainer.plan,
-      inboundInflight: (signal) => this.#drainer.inboundInflight(signal),
-      closeInbound: (why) => this.#drainer.closeInbound(why),
-      log: this.#log,
-      closing: this.#closing.signal,
-    });
-    this.#server = await serveStatus(o.statusAddress, o.statusPort, {
-      view: () => this.#statusView(),
-      desk: this.#desk,
-      app: this.#app,
-      reportToken: this.#reportToken,
-      quit: () => this.terminate("POST /quitquitquit"),
-      drain: (options) => this.drain(options),
-      appStop: () => this.#appStop.answer(),
-      drains: this.#drains,
-    });
-    if (o.watch.length > 0) {
-      this.#unwatch = await watchFiles(o.watch, (paths) => this.reload(`changed: ${paths.join(", ")}`));
-    }
-  }
+  // ---- epochs: start, ready, exit ----------------------------------------------------------
 
   /** Starts Envoy: epoch 0 of a new generation, or (hot) the next epoch of the current one. */
-  async #startEnvoy(why: "start" | "restart" | "reload", hot: boolean, signal: AbortSignal): Promise<LiveEnvoy> {
-    const { live, configChanged } = await this.#envoys.start({
+  async #startEnvoy(why: "start" | "restart" | "reload", hot: boolean, signal: AbortSignal): Promise<Epoch> {
+    const run = this.#run!;
+    const { live, configChanged } = await run.envoys.start({
       hot,
-      statusPort: this.#server!.port,
-      filterWasm: this.#filterWasm,
-      reportToken: this.#reportToken,
+      statusPort: run.server.port,
+      filterWasm: run.filterWasm,
+      reportToken: run.reportToken,
       signal,
-      identified: this.#identified,
+      identified: run.identified,
       xds: { log: this.#log, onReporter: (id) => this.#tracker.expect(id) },
     });
     if (configChanged) this.#crashes.refill();
@@ -295,49 +194,45 @@ export class Agent {
     this.#syncState();
     if (this.#state.phase !== "draining" && this.#state.phase !== "stopping") this.#state.phase = "starting";
     live.process.exited.then((exit) => this.#events.push({ type: "exited", instance: live.info.instance, exit }));
-    this.#log(why === "reload" ? "epoch" : why, { ...startFields(live, this.#filterWasm !== undefined), status_port: this.#server!.port });
+    this.#log(why === "reload" ? "epoch" : why, { ...startFields(live, run.filterWasm !== undefined), status_port: run.server.port });
     live.whenReady.then((ok) => ok && this.#onReady(live));
     return live;
   }
 
-  #onReady(live: LiveEnvoy): void {
+  #onReady(live: Epoch): void {
+    const { envoys, drainer, epochs, old } = this.#run!;
     void undeliveredBy([live]); // learns its listening ports while they are open
     this.#log("ready", { epoch: live.info.epoch, pid: live.info.pid, ms: Date.now() - live.startedAt, admin: live.info.adminUrl });
     this.#syncState();
-    if (this.#envoys.newest() === live && this.#state.phase === "starting") this.#state.phase = "running";
-    // An Envoy that starts during a drain (a crash restart after POST /drain) is drained too.
-    if (this.#drainer.plan) this.#drainer.drainListenersOf(live);
+    if (envoys.newest() === live && this.#state.phase === "starting") this.#state.phase = "running";
+    // An epoch that starts during a drain (a crash restart after POST /drain) is drained too.
+    if (drainer.plan) epochs.drainListeners(drainer.plan, [live]);
     // A hot restart's child serves: its parents finish what they have, then lastcall stops them.
-    const parents = this.#envoys.all().filter((l) => l !== live && l.info.generation === live.info.generation && l.info.epoch < live.info.epoch && l.process.running);
-    if (parents.length > 0 && !this.#terminating) {
-      this.#drainer.finishOld(parents, "hot", this.#closing.signal).catch((error) => this.#log("epoch_drain_failed", { error: String(error) }));
+    const parents = envoys.all().filter((l) => l !== live && l.info.generation === live.info.generation && l.info.epoch < live.info.epoch && l.process.running);
+    if (parents.length > 0 && !this.#termination.began) {
+      old.finish(parents, "hot", this.#closing.signal).catch((error) => this.#log("epoch_drain_failed", { error: String(error) }));
     }
   }
 
   #syncState(): void {
-    const all = this.#envoys.all();
-    this.#state.epochs = all.map((l) => l.info);
-    this.#state.current = this.#envoys.newest()?.info;
-    this.#state.serving = this.#envoys.serving()?.info;
+    const envoys = this.#run!.envoys;
+    this.#state.epochs = envoys.all().map((l) => l.info);
+    this.#state.current = envoys.newest()?.info;
+    this.#state.serving = envoys.serving()?.info;
   }
 
-  // ---- Envoy exits ---------------------------------------------------------------------------
-
-  /** Handles an Envoy exit: a parent finishing, a stop we asked for, a failed reload, or a crash. */
+  /** Handles an epoch's exit: a parent finishing, a stop we asked for, a failed reload, or a crash. */
   #onExit(instance: string, exit: EnvoyExit): void {
-    const wasNewest = this.#envoys.newest()?.info.instance === instance;
-    const live = this.#envoys.remove(instance);
+    const { envoys, desk } = this.#run!;
+    const wasNewest = envoys.newest()?.info.instance === instance;
+    const live = envoys.remove(instance);
     const inflightBefore = this.#tracker.inflight(live?.reporters ?? []);
-    for (const id of live?.reporters ?? []) {
-      this.#tracker.retire(id);
-      this.#holders.forget(id);
-    }
+    for (const id of live?.reporters ?? []) desk.retire(id);
     this.#syncState();
     const fields = { epoch: live?.info.epoch, pid: live?.info.pid, exit: describeExit(exit), ...live?.drained };
-    const asked = this.#retiring.delete(instance);
-    if (!asked && this.#terminating) {
+    const asked = live?.stopAsked === true;
+    if (!asked && this.#termination.began) {
       // Killed under the drain (the OOM killer, a kill -9): what it held is lost, and said so.
-      this.#diedDraining.push({ inflight: inflightBefore, exit: describeExit(exit) });
       this.#log("epoch_exit", { ...fields, unexpected: true, inflight_at_exit: inflightBefore });
       return;
     }
@@ -347,11 +242,11 @@ export class Agent {
     }
     this.#state.lastExitReason = `Envoy exited with ${describeExit(exit)}`;
     this.#log("exit", fields);
-    const parent = this.#envoys.newest();
-    if (parent) {
+    const serving = envoys.newest();
+    if (serving) {
       // The child of a hot restart died; its parent still serves the last good config.
       this.#state.reloadsRejected++;
-      this.#log("reload_rejected", { epoch: live?.info.epoch, reason: "new epoch exited", serving_epoch: parent.info.epoch });
+      this.#log("reload_rejected", { epoch: live?.info.epoch, reason: "new epoch exited", serving_epoch: serving.info.epoch });
       return;
     }
     const bind = live && !live.ready ? bindFailure(live.process.recentOutput()) : undefined;
@@ -363,60 +258,70 @@ export class Agent {
     this.#crashes.crashed(describeExit(exit), Date.now() - (live?.startedAt ?? 0));
   }
 
-  // ---- reload ------------------------------------------------------------------------------
+  // ---- reload, drain, terminate --------------------------------------------------------------
 
-  #reloadContext(): ReloadContext {
+  #reloadContext(run: Running): ReloadContext {
     return {
       options: this.#options,
       log: this.#log,
       state: this.#state,
-      envoys: this.#envoys,
-      draining: () => this.#drainer.plan !== undefined,
-      finishOld: (old, kind, signal) => this.#drainer.finishOld(old, kind, signal),
-      oldFinished: () => this.#drainer.oldFinished(),
+      envoys: run.envoys,
+      draining: () => run.drainer.plan !== undefined,
+      finishOld: (old, kind, signal) => run.old.finish(old, kind, AbortSignal.any([signal, this.#closing.signal])),
+      oldFinished: () => run.old.finished(),
       start: (hot, signal) => this.#startEnvoy("reload", hot, signal),
       validate: (signal) =>
         prepareBootstrap(this.#envoyBinary, this.#options, {
-          runDir: this.#runDir, name: "validate", epoch: 0, instance: "validate", statusPort: this.#server!.port,
-          filterWasm: this.#filterWasm, reportToken: this.#reportToken, signal,
+          runDir: run.runDir.path, name: "validate", epoch: 0, instance: "validate", statusPort: run.server.port,
+          filterWasm: run.filterWasm, reportToken: run.reportToken, signal,
         }).then(() => {}),
     };
   }
 
-  // ---- terminate ---------------------------------------------------------------------------
-
-  #terminate(source: string): Promise<number> {
-    return terminate({
-      options: this.#options,
-      log: this.#log,
-      state: this.#state,
-      envoys: this.#envoys,
-      drainer: this.#drainer,
-      // Pre-empt a reload or a crash restart in progress: it gives up at once.
-      preempt: () => {
-        this.#taskAbort.abort(new Error("terminating"));
-        return this.#tasks;
-      },
-      syncState: () => this.#syncState(),
-      died: this.#diedDraining,
-      drains: this.#drains,
-    }, source);
+  /** `POST /drain`: the drain begins and waits; Envoy runs on (nothing is stopped: nothing is cut). */
+  #drainInPlace(run: Running, nativeSidecar: boolean): void {
+    const waiting = run.drainer.drainInPlace(nativeSidecar, this.#termination.stopNow.signal);
+    if (!waiting) return;
+    const { plan, ended } = waiting;
+    const metered = run.drainMetrics.started("drain", () => plan.deadline);
+    ended.then(
+      (reason) => metered.ended({ reason, drainMs: Date.now() - plan.startedAt, inflightAtStop: 0 }),
+      () => metered.ended(),
+    );
   }
 
-  // ---- status ------------------------------------------------------------------------------
-
-  #statusView(): StatusView {
-    return { state: this.#state, envoys: this.#envoys, tracker: this.#tracker, filtered: this.#filterWasm !== undefined, drain: () => this.#drainer.view() };
+  /** Runs the termination (drain/termination.ts), pre-empting a reload or crash restart, and applies its outcome. */
+  #terminate(run: Running, source: string): void {
+    const { drainer, epochs, drainMetrics } = run;
+    const metered = drainMetrics.started("termination", () => drainer.plan?.deadline ?? Date.now());
+    const preempted = this.#tasks.preempt(new Error("terminating"));
+    const context = { log: this.#log, state: this.#state, drain: drainer, epochs };
+    terminate(context, source, { preempted, stopNow: this.#termination.stopNow.signal }).then(
+      (outcome: TerminationOutcome) => {
+        const { reason, drainMs, inflightAtStop, bytesUnsentAtStop, lastZeroToStopMs } = outcome;
+        metered.ended({
+          reason,
+          drainMs,
+          inflightAtStop,
+          ...(bytesUnsentAtStop !== undefined ? { bytesUnsent: bytesUnsentAtStop } : {}),
+          ...(lastZeroToStopMs !== undefined ? { lastZeroToStopMs } : {}),
+        });
+        this.#state.termination = { mode: outcome.mode, reason, drainMs, inflightAtStop };
+        this.#state.phase = "stopped";
+        this.#events.push({ type: "done", code: outcome.code });
+      },
+      (error) => this.#events.push({ type: "fatal", error }),
+    );
   }
 
   async #close(): Promise<void> {
     this.#closing.abort();
-    this.#taskAbort.abort();
-    this.#unwatch?.();
-    const remaining = this.#envoys?.all().filter((l) => l.process.running) ?? [];
-    await Promise.all(remaining.map((l) => l.process.stop(2000)));
-    await this.#envoys?.close();
-    await this.#server?.close();
-    if (this.#ownRunDir && this.#runDir) await rm(this.#runDir, { recursive: true, force: true }).catch(() => {});
+    void this.#tasks.preempt();
+    const run = this.#run;
+    run?.unwatch?.();
+    await Promise.all(run?.envoys.all().filter((l) => l.process.running).map((l) => stopEnvoy(l.process, 2000)) ?? []);
+    await run?.envoys.close();
+    await run?.server.close();
+    if (run?.runDir.own) await rm(run.runDir.path, { recursive: true, force: true }).catch(() => {});
   }
 }

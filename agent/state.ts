@@ -1,7 +1,7 @@
 /** Where the agent is in its life. */
 export type Phase = "starting" | "running" | "restarting" | "draining" | "stopping" | "stopped";
 
-/** One live Envoy process. */
+/** What `/v1/state` shows of one epoch (one Envoy process; see supervise/envoys.ts). */
 export interface EpochInfo {
   epoch: number;
   pid: number;

@@ -4,7 +4,7 @@ import { readEnvoyConfig } from "../supervise/bootstrap-file.ts";
 import { AGENT_CLUSTER, BootstrapError, deriveBootstrap } from "../envoy/bootstrap.ts";
 import { statusTarget } from "../envoy/status-target.ts";
 import { StartError } from "../lib/errors.ts";
-import { HTTP2_TAIL_MS } from "../drain/shutdown.ts";
+import { HTTP2_TAIL_MS } from "../drain/delivery-reading.ts";
 import { filterWasmBytes } from "../supervise/filter-asset.ts";
 import { writeOut } from "../runtime/process.ts";
 

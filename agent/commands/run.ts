@@ -1,3 +1,5 @@
+// `lastcall run`: the options resolved and checked (Istio's variables, timers made to agree),
+// then the agent run to its exit code.
 import { accessSync, constants } from "node:fs";
 import { delimiter, join } from "node:path";
 import type { Command } from "commander";
@@ -6,7 +8,7 @@ import { DurationTooLongError, formatDuration, MAX_DURATION_TEXT, parseDuration 
 import { refuseEnvoyArgClash } from "../envoy/arg-clash.ts";
 import { createEventLog } from "../lib/log.ts";
 import { parseBoolean, type RunOptions } from "../options.ts";
-import { environment, onSignal, writeErr } from "../runtime/process.ts";
+import { environment, writeErr } from "../runtime/process.ts";
 
 /** A bad combination of options: one line naming the values, exit 2. */
 export class UsageError extends Error {
@@ -193,15 +195,6 @@ export function resolveRunOptions(command: Command, envoyArgs: string[]): RunOpt
 export async function runCommand(options: RunOptions): Promise<number> {
   const log = createEventLog(options.logFormat);
   const agent = new Agent(options, log, findEnvoy(options.envoy));
-  const off = [
-    onSignal("SIGTERM", () => agent.terminate("SIGTERM")),
-    onSignal("SIGINT", () => agent.terminate("SIGINT")),
-    onSignal("SIGQUIT", () => agent.terminate("SIGQUIT")),
-    onSignal("SIGHUP", () => agent.reload("SIGHUP")),
-    // Said, and nothing else: no inspector, no exit (docs/operations.md, "Signals").
-    onSignal("SIGUSR1", () => log("signal_ignored", { signal: "SIGUSR1" })),
-    onSignal("SIGUSR2", () => log("signal_ignored", { signal: "SIGUSR2" })),
-  ];
   try {
     const code = await agent.run();
     // The event line is for log pipelines; this one is for whoever reads the container's exit.
@@ -214,7 +207,5 @@ export async function runCommand(options: RunOptions): Promise<number> {
       return EXIT.badConfig;
     }
     throw error;
-  } finally {
-    for (const remove of off) remove();
   }
 }

@@ -6,7 +6,7 @@ import { basename } from "node:path";
 import { delay } from "../lib/async.ts";
 import { ownPid } from "../runtime/process.ts";
 import type { EventLog } from "../lib/log.ts";
-import type { DrainPlan } from "./shutdown.ts";
+import { type DrainPlan, floorAt } from "./plan.ts";
 
 /** How long a hook waits for a drain: none by then is a container's restart, not the pod's end. */
 export const APP_STOP_NO_DRAIN_MS = 1000;
@@ -68,11 +68,6 @@ export async function drainHookRunning(proc = "/proc"): Promise<boolean> {
     if (basename(argv[0] ?? "") === "lastcall" && argv[1] === "drain") return true;
   }
   return false;
-}
-
-/** When the drain's floor ends (`--min-drain` from its start), or now if every app has gone. */
-export function floorAt(plan: DrainPlan): number {
-  return plan.floorCut?.aborted ? 0 : plan.startedAt + plan.minDrainMs;
 }
 
 /**

@@ -1,18 +1,18 @@
 // What the live Envoys still have to deliver: the kernel's TCP send queues of the connections
 // they accepted (sockets.ts) and what each Envoy holds itself, from its stats: HTTP/2 bytes
 // waiting for a client's window, write buffers (unix sockets). What cannot be seen is said.
-import type { LiveEnvoy } from "../supervise/envoys.ts";
+import type { Epoch } from "../supervise/envoys.ts";
 import { BUFFER_STATS, type EnvoyBuffers, envoyBuffers, parseStatsJson } from "../envoy/stats.ts";
 import { readTcpTable, type Undelivered, undelivered, unixConnections } from "../envoy/sockets.ts";
 
 /** Longest wait for one Envoy's stats in a look at what is undelivered. */
 const BUFFERS_READ_MS = 500;
 /** The unix-socket listener paths each Envoy was seen listening on. */
-const listenPaths = new WeakMap<LiveEnvoy, Set<string>>();
+const listenPaths = new WeakMap<Epoch, Set<string>>();
 /** Each Envoy's count of delayed-close timeouts when last read before its drain began. */
-const delayedCloseBase = new WeakMap<LiveEnvoy, number>();
+const delayedCloseBase = new WeakMap<Epoch, number>();
 /** The Envoys whose drain began ({@linkcode drainBegins}). */
-const drainBegun = new WeakSet<LiveEnvoy>();
+const drainBegun = new WeakSet<Epoch>();
 
 /** What open HTTP/2 and HTTP/3 connections keep out of sight. */
 function unseenOn(held: EnvoyBuffers): string[] {
@@ -36,7 +36,7 @@ interface Held {
  * had not closed, and may still have been reading (an HTTP/2 client's next WINDOW_UPDATE meets
  * the closed socket: a reset, and a client may drop what it took but had not read).
  */
-function closedOnPeer(live: LiveEnvoy, timeouts: number, draining: boolean): string | undefined {
+function closedOnPeer(live: Epoch, timeouts: number, draining: boolean): string | undefined {
   if (!draining || !delayedCloseBase.has(live)) delayedCloseBase.set(live, timeouts);
   const closed = timeouts - delayedCloseBase.get(live)!;
   if (closed <= 0) return undefined;
@@ -45,7 +45,7 @@ function closedOnPeer(live: LiveEnvoy, timeouts: number, draining: boolean): str
 }
 
 /** What `live` holds in its own buffers, and what of it cannot be seen. */
-async function heldBy(live: LiveEnvoy, prefixes?: ReadonlySet<string>): Promise<Held> {
+async function heldBy(live: Epoch, prefixes?: ReadonlySet<string>): Promise<Held> {
   const epoch = `epoch ${live.info.epoch}`;
   const draining = drainBegun.has(live); // as the reading began
   if (!live.admin || live.adminHandedOver) return await handedOver(live);
@@ -69,7 +69,7 @@ async function heldBy(live: LiveEnvoy, prefixes?: ReadonlySet<string>): Promise<
  * A hot-restart parent's admin is gone: its own buffers cannot be read. With no accepted
  * connection left (TCP or unix) there is nothing they could hold.
  */
-async function handedOver(live: LiveEnvoy): Promise<Held> {
+async function handedOver(live: Epoch): Promise<Held> {
   const paths = listenPaths.get(live) ?? new Set<string>();
   listenPaths.set(live, paths);
   const admin = live.admin?.url.startsWith("unix:") ? [live.admin.url.slice("unix:".length)] : [];
@@ -95,7 +95,7 @@ async function handedOver(live: LiveEnvoy): Promise<Held> {
  * void drainBegins(envoys.all()); // as drain_listeners is sent
  * ```
  */
-export async function drainBegins(live: readonly LiveEnvoy[]): Promise<void> {
+export async function drainBegins(live: readonly Epoch[]): Promise<void> {
   await undeliveredBy(live).catch(() => undefined);
   for (const l of live) drainBegun.add(l);
 }
@@ -112,7 +112,7 @@ export async function drainBegins(live: readonly LiveEnvoy[]): Promise<void> {
  * ```
  */
 export async function undeliveredBy(
-  live: readonly LiveEnvoy[],
+  live: readonly Epoch[],
   prefixes?: ReadonlySet<string>,
 ): Promise<Undelivered | undefined> {
   // Once for all of them, and only the tables their listeners were found in (each read walks the

@@ -1,8 +1,5 @@
-// How every drain ended, as metrics a dashboard can chart: the drain code says each drain's start
-// and its outcome once (`started`, then `ended`), and `/metrics` shows the histograms and counters
-// of the outcomes, and, while drains run, which kinds run and how long to their deadlines. A
-// termination's own outcome is observed right before lastcall exits, so scrapes rarely see it:
-// `lastcall_drain_seconds_left` scraped during the drain is what tells of it (docs/operations.md).
+// How every drain ended, and the drains under way, as the metrics `/metrics` shows
+// (docs/architecture.md, docs/operations.md).
 import { Counter, Gauge, Histogram, type Registry } from "prom-client";
 
 /**
@@ -143,7 +140,7 @@ export class DrainMetrics {
   /**
    * A drain of `kind` began; `deadline()` (ms since the epoch) is read at each scrape, so a
    * deadline moved later is followed. A termination takes over a `POST /drain` under way (the
-   * same drain goes on, see Drainer.start): that one then ends without an outcome.
+   * same drain goes on, see Drainer.begin): that one then ends without an outcome.
    *
    * @throws {RangeError} naming `kind` when it is no {@linkcode DrainKind}
    */

@@ -1,7 +1,5 @@
-// What holds a drain (docs/filter-protocol.md, "Holders"): while a drain waits, each worker VM of
-// the filter is asked, with the answer to one of its own reports, for its oldest live streams, and
-// answers with a `holders` report. The book keeps the latest answer of each VM; nothing is asked,
-// read or kept outside a drain.
+// What holds a drain: the oldest live streams each filter VM names while a drain waits
+// (docs/architecture.md, docs/filter-protocol.md "Holders").
 
 /** One live stream a VM named: what Envoy knows of it (a field Envoy does not have is absent). */
 export interface Holder {

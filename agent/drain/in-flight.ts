@@ -1,9 +1,5 @@
-// The agent's view of the filter's reports (docs/filter-protocol.md). One Envoy process is one
-// `instance`, whose filter counts in one process-wide gauge: every report carries that gauge,
-// read by whichever worker VM sent it. A hot restart's parent and child are tracked side by side
-// and a crash-restarted Envoy starts afresh. Reports are hints; the truth is a pull: a probe the
-// agent sends down, answered by a read of the gauge made after the agent asked. A drain ends on a
-// pulled zero, so neither a lost nor a reordered report can end it.
+// The agent's view of the filter's reports: each epoch's in-flight count, reported as a hint and
+// pulled as the truth (docs/architecture.md, docs/filter-protocol.md).
 import { type HoldersReport, parseHolders } from "./holders.ts";
 
 /** One report of the filter, as posted to `/v1/inflight`. */
@@ -31,8 +27,8 @@ export interface Pulled {
   at: number;
 }
 
-/** The latest state known of one Envoy process. */
-export interface InstanceView {
+/** The latest state known of one reporter: the HTTP or the TCP filter of one epoch. */
+export interface ReporterView {
   instance: string;
   epoch: number;
   /** The count of the latest report to arrive (a hint: reports may arrive out of order). */
@@ -115,7 +111,7 @@ export function parseReport(body: unknown): InflightReport {
  * ```
  */
 export class InflightTracker {
-  readonly #views = new Map<string, InstanceView | undefined>();
+  readonly #views = new Map<string, ReporterView | undefined>();
   readonly #listeners = new Set<() => void>();
   /** Instances a probe is wanted for, with the lowest probe id that satisfies the want. */
   readonly #wanted = new Map<string, number>();
@@ -167,7 +163,7 @@ export class InflightTracker {
       this.staleReports++;
       return "stale";
     }
-    const view: InstanceView = {
+    const view: ReporterView = {
       instance: report.instance,
       epoch: report.epoch,
       inflight: report.inflight,
@@ -199,7 +195,7 @@ export class InflightTracker {
   }
 
   /** The latest view of one process, if it ever reported. */
-  view(instance: string): InstanceView | undefined {
+  view(instance: string): ReporterView | undefined {
     return this.#views.get(instance);
   }
 

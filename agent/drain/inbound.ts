@@ -9,7 +9,7 @@ import type { AdminClient } from "../envoy/admin.ts";
 import { delay } from "../lib/async.ts";
 import { activeRequests, parseStatsJson } from "../envoy/stats.ts";
 import type { EventLog } from "../lib/log.ts";
-import type { LiveEnvoy } from "../supervise/envoys.ts";
+import type { Epoch } from "../supervise/envoys.ts";
 import { retryAdmin } from "./shutdown.ts";
 
 /** The admin call that closes every INBOUND listener's socket now, without a drain time. */
@@ -19,7 +19,7 @@ export const STOP_INBOUND = "/drain_listeners?inboundonly";
 const CLOSE_SEEN_MS = 1000;
 
 /** Whether an Envoy's filter gauge also counts outbound requests (OUTBOUND listeners, LDS). */
-function countsOutbound(live: LiveEnvoy): boolean {
+function countsOutbound(live: Epoch): boolean {
   return live.bootstrap.outboundListeners.length > 0 || live.bootstrap.unseenListeners.length > 0;
 }
 
@@ -31,11 +31,11 @@ function countsOutbound(live: LiveEnvoy): boolean {
  *
  * @example
  * ```ts
- * const n = await inboundInflight(envoys.all(), (s) => drainer.measure(s), signal); // 0
+ * const n = await inboundInflight(envoys.all(), (s) => epochs.measure(s), signal); // 0
  * ```
  */
 export async function inboundInflight(
-  all: readonly LiveEnvoy[],
+  all: readonly Epoch[],
   measure: (signal: AbortSignal) => Promise<number | undefined>,
   signal: AbortSignal,
 ): Promise<number | undefined> {
@@ -68,7 +68,7 @@ export async function inboundInflight(
 export class InboundCloser {
   readonly #log: EventLog;
   readonly #closing: AbortSignal;
-  readonly #done = new WeakSet<LiveEnvoy>();
+  readonly #done = new WeakSet<Epoch>();
   #closed?: Promise<void>;
 
   constructor(log: EventLog, closing: AbortSignal) {
@@ -82,7 +82,7 @@ export class InboundCloser {
   }
 
   /** Closes inbound on every live Envoy; the first call's `why` is logged, later ones wait. */
-  close(all: readonly LiveEnvoy[], why: string): Promise<void> {
+  close(all: readonly Epoch[], why: string): Promise<void> {
     this.#closed ??= Promise.all(all.map((l) => this.closeOn(l))).then((epochs) => {
       this.#log("inbound_closed", { why, epochs: epochs.filter((e) => e !== undefined) });
     });
@@ -90,7 +90,7 @@ export class InboundCloser {
   }
 
   /** Closes inbound on one Envoy (retried until it answers or exits); resolves with its epoch. */
-  async closeOn(live: LiveEnvoy): Promise<number | undefined> {
+  async closeOn(live: Epoch): Promise<number | undefined> {
     const admin = live.admin;
     const able = live.ready && live.process.running && !live.adminHandedOver;
     if (this.#done.has(live) || !able || !admin) return undefined;
@@ -114,7 +114,7 @@ export class InboundCloser {
 }
 
 /** The ports of an Envoy's inbound listeners, by their names (LDS ones are not known). */
-async function inboundPorts(live: LiveEnvoy, admin: AdminClient, signal: AbortSignal) {
+async function inboundPorts(live: Epoch, admin: AdminClient, signal: AbortSignal) {
   const inbound = new Set(live.bootstrap.inboundListeners);
   const text = await admin.request("GET", "/listeners?format=json", signal).catch(() => "");
   const ports: number[] = [];
@@ -125,7 +125,7 @@ async function inboundPorts(live: LiveEnvoy, admin: AdminClient, signal: AbortSi
 }
 
 /** Resolves once `live` listens on none of `ports` (as /proc tells), or when `signal` aborts. */
-async function closedIn(live: LiveEnvoy, ports: readonly number[], signal: AbortSignal) {
+async function closedIn(live: Epoch, ports: readonly number[], signal: AbortSignal) {
   if (ports.length === 0) return;
   // Only the tables its listeners were seen in, when known: each read walks the kernel's table.
   const tables = live.listenTables.size > 0 ? [...live.listenTables] : undefined;

@@ -1,20 +1,14 @@
-// The old Envoys of a reload (SIGHUP, a watched file): a hot restart's parent once its child
-// serves, or the Envoy a cold reload replaces. Each may finish what it serves: until its filter
-// counts a confirmed zero, its connections have delivered every response byte and (a hot parent)
-// it holds no client connection (its idle ones are closed: envoy/idle-close.ts), or until
-// `--parent-shutdown` (10 minutes by default), and what is left at that limit is said. The Envoy
-// of a cold reload is then stopped by lastcall. A hot-restart parent is ended by its child (only
-// the child may: it messages its parent when it shuts down, and Envoy aborts when that message
-// finds no parent): at the child's shutdown, the next reload, or Envoy's timer a second after the
-// limit. Finished, it serves nothing meanwhile.
-import type { LiveEnvoy } from "../supervise/envoys.ts";
-import type { Undelivered } from "../envoy/sockets.ts";
+// The old epochs of a reload (a hot restart's parent, a cold reload's Envoy) finish what they
+// serve, or reach `--parent-shutdown`; a cold reload's is then stopped (docs/architecture.md).
+import type { Epoch } from "../supervise/envoys.ts";
 import type { EventLog } from "../lib/log.ts";
 import type { RunOptions } from "../options.ts";
-import type { InflightTracker } from "./in-flight.ts";
-import type { ModeContext } from "./modes/context.ts";
 import type { DrainMetrics } from "./drain-metrics.ts";
-import { DELIVERY_POLL_MS, deliveryReading, DrainEnded, drainListeners, type DrainPlan, countNow, freshReading, type Settled, stopEnvoys, stopTargetOf, waitDrained } from "./shutdown.ts";
+import { drainBegins, undeliveredBy } from "./delivery.ts";
+import { DELIVERY_POLL_MS, deliveryReading } from "./delivery-reading.ts";
+import { DrainEnded, freshReading, type Settled, waitDrained } from "./drainer.ts";
+import { countNow, drainListeners, type LiveEpochs } from "./epochs.ts";
+import type { DrainPlan } from "./plan.ts";
 import { delay } from "../lib/async.ts";
 import { setIdlePressure, stillListening } from "../envoy/idle-close.ts";
 
@@ -25,7 +19,7 @@ import { setIdlePressure, stillListening } from "../envoy/idle-close.ts";
  * left to their clients); what fails later is logged as `idle_close_failed`.
  */
 function closeIdleConnections(
-  old: readonly LiveEnvoy[],
+  old: readonly Epoch[],
   log: EventLog,
   signal: AbortSignal,
 ): string {
@@ -46,7 +40,7 @@ function closeIdleConnections(
  * `l` as seen through its listeners that are not OUTBOUND (static ones: their ports are written
  * in the config): the app's own pools through Envoy (databases) are not waited for.
  */
-function withoutOutboundPorts(l: LiveEnvoy): LiveEnvoy {
+function withoutOutboundPorts(l: Epoch): Epoch {
   const resources = l.bootstrap.config.static_resources as { listeners?: unknown[] } | undefined;
   const outbound = new Set<number>();
   for (const listener of resources?.listeners ?? []) {
@@ -60,7 +54,7 @@ function withoutOutboundPorts(l: LiveEnvoy): LiveEnvoy {
   return { ...l, listenPorts: new Set([...l.listenPorts].filter((port) => !outbound.has(port))) };
 }
 
-async function closeOnceNotListening(l: LiveEnvoy, file: string, signal: AbortSignal) {
+async function closeOnceNotListening(l: Epoch, file: string, signal: AbortSignal) {
   for (;;) {
     const listening = await stillListening(l.process.pid);
     if (listening === undefined) throw new Error("cannot tell from /proc whether it still accepts");
@@ -70,22 +64,15 @@ async function closeOnceNotListening(l: LiveEnvoy, file: string, signal: AbortSi
   await setIdlePressure(file, 1);
 }
 
-/** What finishing old Envoys needs from the drainer. */
+/** What finishing old epochs reads. */
 export interface OldEpochDeps {
   options: RunOptions;
   log: EventLog;
-  tracker: InflightTracker;
-  /** Envoys stopped on purpose: their exit is no crash. */
-  retiring: Set<string>;
-  /** Tells the filters reporting under `ids` that they drain (they then push their zero). */
-  markDraining(ids: readonly string[]): void;
-  /** The mode context over the given reporters. */
-  modeContext(instances: () => string[]): ModeContext;
-  /** Requests in flight in the old Envoys now (a pull through their filters, or their admin). */
-  measure(signal: AbortSignal): Promise<number | undefined>;
-  undelivered(live: readonly LiveEnvoy[]): Promise<Undelivered | undefined>;
+  epochs: LiveEpochs;
   /** How drains end, for `/metrics` (kind `reload`). */
-  drains?: DrainMetrics;
+  drainMetrics?: DrainMetrics;
+  /** Tells the filters of the epochs being drained at once (answers their held heartbeats). */
+  tellFilters(): void;
 }
 
 /** How an old Envoy's drain is run. */
@@ -111,9 +98,15 @@ export interface OldEpochRequest {
  * await finishOldEpochs([parent], deps, { kind: "hot", signal });
  * ```
  */
-export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, request: OldEpochRequest): Promise<string> {
+async function finishOldEpochs(
+  old: Epoch[],
+  deps: OldEpochDeps & { markDraining(ids: readonly string[]): void },
+  request: OldEpochRequest,
+): Promise<string> {
   const o = deps.options;
   const reporters = old.flatMap((l) => l.reporters);
+  const measure = (s: AbortSignal) => deps.epochs.measure(s, reporters);
+  const undelivered = (of: readonly Epoch[]) => undeliveredBy(of);
   const startedAt = Date.now();
   const plan: DrainPlan = {
     mode: reporters.length > 0 ? "inflight" : "requests",
@@ -126,8 +119,8 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
     epochs: old.map((l) => l.info.epoch),
   };
   deps.markDraining(reporters);
-  const metered = deps.drains?.started("reload", () => plan.deadline);
-  /** The wait's last reading (see shutdown.ts). */
+  const metered = deps.drainMetrics?.started("reload", () => plan.deadline);
+  /** The wait's last reading (see drainer.ts). */
   let settled: Settled | undefined;
   const ended = new AbortController();
   const timer = setTimeout(() => ended.abort(new DrainEnded("deadline")), o.parentShutdownMs);
@@ -154,12 +147,12 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
     // prevents it.
     const byConnections = request.kind === "hot";
     if (reporters.length > 0 || request.kind === "cold") {
-      const context = deps.modeContext(() => reporters);
+      const context = deps.epochs.waitContext(() => reporters);
       reason = await waitDrained(plan, {
         ...context,
         ...(request.kind === "hot" ? { statsCounted: [] } : {}),
-        measure: deps.measure,
-        undelivered: () => deps.undelivered(old),
+        measure,
+        undelivered: () => undelivered(old),
         settled: (last) => void (settled = last),
       }, ended.signal);
     } else {
@@ -167,7 +160,7 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
     }
     if (byConnections && !ended.signal.aborted) {
       const clients = old.map(withoutOutboundPorts);
-      while ((await deps.undelivered(clients))?.connections ?? 0) {
+      while ((await undelivered(clients))?.connections ?? 0) {
         await delay(DELIVERY_POLL_MS, ended.signal);
       }
     }
@@ -193,8 +186,8 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
   const zeroAt = last?.inflight === 0 ? last.at : undefined;
   // The wait's last reading when it is fresh, else a count read now (a report is a hint only).
   const [inflight, left] = await Promise.all([
-    freshReading(last)?.inflight ?? countNow(deps.measure, () => deps.tracker.inflight(reporters), 500),
-    deps.undelivered(old),
+    freshReading(last)?.inflight ?? countNow(deps.epochs, 500, reporters),
+    undelivered(old),
   ]);
   const { bytesUnsent, unchecked } = deliveryReading(left);
   const cut = {
@@ -210,8 +203,58 @@ export async function finishOldEpochs(old: LiveEnvoy[], deps: OldEpochDeps, requ
     metered?.ended(outcome); // lastcall stops no hot parent: no time to a stop
     return reason; // its child ends it (see above)
   }
-  for (const l of old) deps.retiring.add(l.info.instance);
   metered?.ended({ ...outcome, ...(zeroAt !== undefined ? { lastZeroToStopMs: Date.now() - zeroAt } : {}) });
-  await stopEnvoys(old.map(stopTargetOf), deps.log, 3000);
+  await deps.epochs.stop(old, 3000);
   return reason;
+}
+
+/**
+ * The old epochs of reloads being finished: each is drained once, and a hot restart waits until
+ * they all finished (Envoy ends a grandparent as soon as the next child starts).
+ *
+ * @example
+ * ```ts
+ * const old = new OldEpochs({ options, log, epochs, drainMetrics, tellFilters });
+ * await old.finish([parent], "hot", signal); // "inflight_zero"
+ * ```
+ */
+export class OldEpochs {
+  readonly #deps: OldEpochDeps;
+  /** Reporters of the old epochs being drained. */
+  readonly #draining = new Set<string>();
+  readonly #finishing = new WeakSet<Epoch>();
+  readonly #unfinished = new Set<Promise<void>>();
+
+  constructor(deps: OldEpochDeps) {
+    this.#deps = deps;
+  }
+
+  /** Whether the filter reporting as `instance` is in an old epoch being drained. */
+  isDraining(instance: string): boolean {
+    return this.#draining.has(instance);
+  }
+
+  /**
+   * Drains the old epochs of a reload and stops them once they have finished (see above): a hot
+   * restart's parent once its child serves, or, before a cold reload, the Envoy it replaces.
+   */
+  finish(all: Epoch[], kind: "hot" | "cold", signal: AbortSignal): Promise<string> {
+    const old = all.filter((l) => !this.#finishing.has(l)); // a second reload finds the first's parent already finishing
+    if (old.length === 0) return Promise.resolve("already_finishing");
+    for (const l of old) this.#finishing.add(l);
+    void drainBegins(old);
+    const markDraining = (ids: readonly string[]) => {
+      for (const id of ids) this.#draining.add(id);
+      this.#deps.tellFilters();
+    };
+    const done = finishOldEpochs(old, { ...this.#deps, markDraining }, { kind, signal });
+    const settled = done.catch(() => {}).then(() => void this.#unfinished.delete(settled));
+    this.#unfinished.add(settled);
+    return done;
+  }
+
+  /** Resolves once every old epoch being finished has finished (or reached its limit). */
+  async finished(): Promise<void> {
+    await Promise.all([...this.#unfinished]);
+  }
 }

@@ -5,10 +5,10 @@ import { delay } from "../lib/async.ts";
 import type { EventLog } from "../lib/log.ts";
 import { listenerAt, type ListenerNames, parseListenerNames } from "../envoy/listeners.ts";
 import type { AppWatch } from "../supervise/app-watch.ts";
-import type { Envoys, LiveEnvoy } from "../supervise/envoys.ts";
+import type { Envoys, Epoch } from "../supervise/envoys.ts";
 import type { HolderBook, HolderView } from "./holders.ts";
 import type { InflightTracker } from "./in-flight.ts";
-import type { DrainPlan } from "./shutdown.ts";
+import type { DrainPlan } from "./plan.ts";
 
 /** When the first `drain_waiting` is said, after the drain began. */
 export const DRAIN_WAITING_FIRST_MS = 2000;
@@ -61,7 +61,7 @@ export interface DrainWatchDeps {
  */
 export class DrainWatch {
   readonly #deps: DrainWatchDeps;
-  readonly #names = new WeakMap<LiveEnvoy, ListenerNames>();
+  readonly #names = new WeakMap<Epoch, ListenerNames>();
   #unsent?: { bytes: number; at: number };
 
   constructor(deps: DrainWatchDeps) {

@@ -1,4 +1,8 @@
+// One Envoy process: spawned with its output passed through and a watchdog against orphaning,
+// and stopped with escalation (`stopEnvoy`, the one way lastcall stops an Envoy).
 import { type ChildProcess, spawn } from "node:child_process";
+import { delay } from "../lib/async.ts";
+import type { EventLog } from "../lib/log.ts";
 import { writeErrChunk } from "../runtime/process.ts";
 
 /** How many of Envoy's last output lines are kept, for refusals that quote Envoy. */
@@ -12,7 +16,7 @@ export interface EnvoyExit {
   signal: string | null;
 }
 
-/** A running Envoy: its pid, a promise of its end, and a stop that escalates. */
+/** A running Envoy: its pid, a promise of its end, and a way to signal it. */
 export interface EnvoyProcess {
   /** Process id. */
   readonly pid: number;
@@ -20,8 +24,6 @@ export interface EnvoyProcess {
   readonly exited: Promise<EnvoyExit>;
   /** Whether the process has ended. */
   readonly running: boolean;
-  /** Sends SIGTERM, then SIGKILL after `killAfterMs`; resolves with the exit. */
-  stop(killAfterMs?: number): Promise<EnvoyExit>;
   /** Sends a signal if the process still runs. */
   signal(signal: NodeJS.Signals): void;
   /** Envoy's last lines on standard error (they are also passed through). */
@@ -140,14 +142,55 @@ export function spawnEnvoy(binary: string, args: string[], options: SpawnOptions
           for (const chunk of held ?? []) writeErrChunk(chunk);
           held = undefined;
         },
-        async stop(killAfterMs = 5000) {
-          signal("SIGTERM");
-          const timer = setTimeout(() => signal("SIGKILL"), killAfterMs);
-          const exit = await exited;
-          clearTimeout(timer);
-          return exit;
-        },
       });
     });
   });
+}
+
+/** Options of {@linkcode stopEnvoy}. */
+export interface StopOptions {
+  /** Envoy's admin, asked first (`POST /quitquitquit`); absent when a hot-restart child took it over. */
+  admin?: { quit(signal?: AbortSignal): Promise<unknown> };
+  /** Where `envoy_quit_requested`, `envoy_quit_failed` and `envoy_killed` are said. @default silent */
+  log?: EventLog;
+}
+
+/**
+ * Stops one Envoy within `budgetMs`: by its admin's `POST /quitquitquit` when it has one, else
+ * by SIGTERM; SIGTERM again after half of what is left, and SIGKILL at the end (which also ends
+ * a stopped, hung process). Resolves once it has exited.
+ *
+ * @example
+ * ```ts
+ * await stopEnvoy(envoy, 2000, { admin, log });
+ * ```
+ */
+export async function stopEnvoy(envoy: EnvoyProcess, budgetMs: number, options: StopOptions = {}): Promise<void> {
+  const { admin, log = () => {} } = options;
+  const startedAt = Date.now();
+  const left = () => Math.floor(Math.max(0, budgetMs - (Date.now() - startedAt)));
+  const over = new AbortController(); // no timer outlives the stop
+  const exitWithin = (ms: number) => Promise.race([envoy.exited, delay(ms, over.signal).then(() => undefined, () => undefined)]);
+  if (!envoy.running) return;
+  try {
+    let asked = false;
+    if (admin) {
+      try {
+        await admin.quit(AbortSignal.timeout(Math.max(1, Math.floor(budgetMs / 3))));
+        log("envoy_quit_requested", { pid: envoy.pid });
+        asked = true;
+      } catch (error) {
+        log("envoy_quit_failed", { pid: envoy.pid, error: String((error as Error).message ?? error) });
+      }
+    }
+    if (!asked) envoy.signal("SIGTERM");
+    if (await exitWithin(left() / 2)) return;
+    envoy.signal("SIGTERM");
+    if (await exitWithin(left())) return;
+    envoy.signal("SIGKILL");
+    const exit = await envoy.exited;
+    log("envoy_killed", { pid: envoy.pid, exit: exit.signal ?? exit.code });
+  } finally {
+    over.abort();
+  }
 }

@@ -1,7 +1,5 @@
-// Istio pilot-agent's rule for its status port: whoever can reach the port may probe it, but
-// only a caller inside the pod (loopback) may stop or drain the proxy. The peer is taken from
-// the socket, never from headers such as X-Forwarded-For, which the caller writes. Envoy is a
-// loopback caller too: not-through-envoy.ts refuses what it carries.
+// Whether a caller is inside the pod: the peer address of the socket is loopback (never a header
+// the caller writes). See docs/architecture.md.
 import { getConnInfo } from "@hono/node-server/conninfo";
 import type { Context, MiddlewareHandler } from "hono";
 import { isIPv4 } from "node:net";

@@ -1,11 +1,5 @@
-// Envoy connects to the status server from loopback (the filter's reports go through its
-// `lastcall_agent` cluster), so a route of the user's config that reaches that cluster (a
-// `cluster_header`, a plain route, a cluster of their own or a dynamic forward proxy pointing at
-// the status port) would carry a remote client's `POST /drain` past the loopback rule. The
-// control routes therefore also ask the kernel who made the connection: the client end of a
-// loopback connection is a socket in the table /proc/net/tcp{,6}, and an Envoy lastcall
-// supervises holding that socket is refused. Where there is no /proc (not Linux), nothing can be
-// told: the loopback rule alone applies there, as before (docs/operations.md says so).
+// Refuses control requests an Envoy lastcall supervises carries to the status port, by finding
+// who holds the client end of the loopback connection (docs/architecture.md).
 import type { Context, MiddlewareHandler } from "hono";
 import { stat } from "node:fs/promises";
 import { readTcpTable, socketInodes, TCP_STATE } from "../envoy/sockets.ts";

@@ -1,8 +1,5 @@
-// Answers the filter's reports (docs/filter-protocol.md). A report with nothing to say back is
-// answered only after a hold shorter than the heartbeat period (a long poll): the filter then
-// learns of a drain in one round trip, and the agent nearly always has a call in hand to send a
-// probe down when it pulls a count. A report is answered at once when it carries a probe, or when
-// its filter does not know yet of a drain.
+// Answers the filter's reports, holding heartbeats as long polls so a filter learns of a drain in
+// one round trip (docs/architecture.md, docs/filter-protocol.md).
 import type { InflightReport, InflightTracker } from "../drain/in-flight.ts";
 import { type HolderBook, MAX_HOLDERS } from "../drain/holders.ts";
 import { reportTimeoutMs } from "../envoy/bootstrap.ts";
@@ -60,6 +57,12 @@ export class ReportDesk {
     tracker.onProbeWanted((instance) => {
       if (instance !== this.#answering) this.#releaseOne(instance);
     });
+  }
+
+  /** Forgets a reporter whose epoch exited: nothing of its is left in flight, and its VMs name nothing. */
+  retire(instance: string): void {
+    this.#tracker.retire(instance);
+    this.#options.holders?.forget(instance);
   }
 
   /** Records `report` and answers it, after a hold if there is nothing to say. */

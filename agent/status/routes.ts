@@ -1,9 +1,5 @@
-// The status server: probes, state, metrics, and the filter's reports. Routes read the agent
-// through a small interface, so tests can call `app.request(url)` without a server.
-// Probes, /metrics, /v1/state and the app's preStop (/v1/app-stop, which only waits) are open to
-// whoever reaches the port (kubelet, scrapers); stopping, draining and app news are for loopback
-// callers that are not Envoy (a route of the user's config could carry a remote client there);
-// reports need the agent's secret. Every body is capped.
+// The status server's routes: probes, state, metrics, the filter's reports, control. They read
+// the agent through a small interface, so tests call `app.request(url)` without a server.
 import { Hono } from "hono";
 import { type InflightReport, parseReport } from "../drain/in-flight.ts";
 import type { DrainView } from "../drain/waiting.ts";

@@ -4,7 +4,7 @@
 import type { AppWatch } from "../supervise/app-watch.ts";
 import type { InflightTracker } from "../drain/in-flight.ts";
 import type { DrainView } from "../drain/waiting.ts";
-import type { Envoys, LiveEnvoy } from "../supervise/envoys.ts";
+import type { Envoys, Epoch } from "../supervise/envoys.ts";
 import { StartError } from "../lib/errors.ts";
 import type { ReportDesk } from "./reports.ts";
 import { createStatusApp, type ReadinessAnswer } from "./routes.ts";
@@ -27,7 +27,7 @@ export interface StatusView {
 }
 
 /** The Envoy that serves, when it is ready and answering and no drain began. */
-function servingReady(v: StatusView): LiveEnvoy | undefined {
+function servingReady(v: StatusView): Epoch | undefined {
   if (v.state.drainStartedAt !== undefined) return undefined;
   const serving = v.envoys.serving();
   return serving && !serving.hung ? serving : undefined;
@@ -100,7 +100,7 @@ export interface StatusWiring {
   /** `GET /v1/app-stop`: an app container's preStop, answered once the inbound side is quiet. */
   appStop?(): Promise<AppStopAnswer>;
   /** How drains ended, for `/metrics`. */
-  drains?: DrainMetrics;
+  drainMetrics?: DrainMetrics;
 }
 
 /**
@@ -120,7 +120,7 @@ export async function serveStatus(address: string, port: number, w: StatusWiring
     ready: () => readyNow(w.view()),
     reports: () => ({ accepted: reportsAccepted(w.view()), stale: w.view().tracker.staleReports, unknown: w.view().tracker.unknownReports, refused }),
     xds: () => w.view().envoys.xdsStats.snapshot(),
-    drains: w.drains,
+    drains: w.drainMetrics,
   });
   const app = createStatusApp({
     readiness: () => readiness(w.view()),

@@ -1,8 +1,5 @@
-// The app beside the proxy. In a classic sidecar pod both containers get SIGTERM at once, and
-// many apps then take seconds to finish, calling other services through Envoy while they do:
-// the drain must not end while the app still runs. Two ways to know: `lastcall exec` wrapping
-// the app says when it runs and when it exited (`POST /v1/app`), or `--app-port`: the app runs
-// while its port on 127.0.0.1 accepts connections.
+// The app beside the proxy: whether it still runs, from `lastcall exec` (`POST /v1/app`) or its
+// port (`--app-port`), so a drain does not end under it (docs/architecture.md).
 import { connect } from "node:net";
 import { clearInterval, setInterval } from "node:timers";
 import { delay } from "../lib/async.ts";

@@ -11,7 +11,7 @@ import { validateConfig } from "../envoy/validate.ts";
 import type { RunOptions } from "../options.ts";
 import type { XdsRedirectOptions } from "../xds/redirect.ts";
 import { writePrivateFile } from "./run-dir.ts";
-import { HTTP2_TAIL_MS } from "../drain/shutdown.ts";
+import { HTTP2_TAIL_MS } from "../drain/delivery-reading.ts";
 
 /** What one bootstrap is for. */
 export interface BootstrapRequest {

@@ -9,7 +9,7 @@ import { AdminClient, readAdminAddress } from "../envoy/admin.ts";
 import { envoyArgs } from "../envoy/args.ts";
 import { type Bootstrap, TCP_INSTANCE_SUFFIX } from "../envoy/bootstrap.ts";
 import type { TcpTableName } from "../envoy/sockets.ts";
-import { type EnvoyProcess, spawnEnvoy } from "../envoy/process.ts";
+import { type EnvoyProcess, spawnEnvoy, stopEnvoy } from "../envoy/process.ts";
 import type { RunOptions } from "../options.ts";
 import { ownPid } from "../runtime/process.ts";
 import type { EpochInfo } from "../state.ts";
@@ -17,8 +17,8 @@ import { startProxyFor, type XdsHooks, xdsRedirectFor } from "../xds/per-envoy.t
 import type { XdsProxy } from "../xds/proxy.ts";
 import { XdsStats } from "../xds/stats.ts";
 
-/** One live Envoy process. */
-export interface LiveEnvoy {
+/** One epoch: one Envoy process lastcall started, while it lives (`info` is what `/v1/state` shows of it). */
+export interface Epoch {
   info: EpochInfo;
   process: EnvoyProcess;
   startedAt: number;
@@ -46,6 +46,8 @@ export interface LiveEnvoy {
   listenPorts: Set<number>;
   /** The /proc/net tables those listening sockets were found in (tcp, tcp6). */
   listenTables: Set<TcpTableName>;
+  /** Set once lastcall asked it to stop: its exit is then no crash. */
+  stopAsked?: boolean;
   /** How the drain of this old epoch of a reload ended, for its `epoch_exit` line. */
   drained?: { drain_reason: string; inflight_at_stop: number; bytes_unsent_at_stop?: number; delivery_unchecked?: string[] };
 }
@@ -57,7 +59,7 @@ export interface LiveEnvoy {
  * direction as written and how it is counted (agent/envoy/direction.ts). LDS listeners are
  * named as they arrive, in `xds_listeners`.
  */
-export function startFields(live: LiveEnvoy, filtered: boolean): Record<string, unknown> {
+export function startFields(live: Epoch, filtered: boolean): Record<string, unknown> {
   const b = live.bootstrap;
   return {
     epoch: live.info.epoch,
@@ -110,7 +112,7 @@ export class Envoys {
   readonly #options: RunOptions;
   readonly #binary: string;
   readonly #runDir: string;
-  readonly #live = new Map<string, LiveEnvoy>();
+  readonly #live = new Map<string, Epoch>();
   #generation: Generation = { number: 0, baseIdPath: "" };
   #configText = "";
   /** Counters of every Envoy's xDS proxy, for `/metrics`. */
@@ -125,21 +127,21 @@ export class Envoys {
   }
 
   /** Every live Envoy, oldest first. */
-  all(): LiveEnvoy[] {
+  all(): Epoch[] {
     return [...this.#live.values()];
   }
 
-  get(instance: string): LiveEnvoy | undefined {
+  get(instance: string): Epoch | undefined {
     return this.#live.get(instance);
   }
 
   /** The newest live Envoy. */
-  newest(): LiveEnvoy | undefined {
+  newest(): Epoch | undefined {
     return this.all().at(-1);
   }
 
   /** The Envoy that serves: the newest that became ready (a hot-restart child once LIVE). */
-  serving(): LiveEnvoy | undefined {
+  serving(): Epoch | undefined {
     return this.all().filter((l) => l.ready && l.process.running).at(-1);
   }
 
@@ -149,7 +151,7 @@ export class Envoys {
   }
 
   /** Forgets an Envoy that exited. */
-  remove(instance: string): LiveEnvoy | undefined {
+  remove(instance: string): Epoch | undefined {
     const live = this.#live.get(instance);
     this.#live.delete(instance);
     const closing = live?.xds?.close().catch(() => {});
@@ -169,7 +171,7 @@ export class Envoys {
    * Derives, validates and starts the next Envoy. Returns whether the user's config text changed
    * since the last start (a new config refills the restart budget).
    */
-  async start(request: StartRequest): Promise<{ live: LiveEnvoy; configChanged: boolean }> {
+  async start(request: StartRequest): Promise<{ live: Epoch; configChanged: boolean }> {
     const o = this.#options;
     const parent = request.hot ? this.newest() : undefined;
     const generation = parent
@@ -238,7 +240,7 @@ export class Envoys {
       throw error;
     });
     if (parent) parent.adminHandedOver = true;
-    const live: LiveEnvoy = {
+    const live: Epoch = {
       info: { epoch, pid: process.pid, instance, generation: generation.number },
       process,
       startedAt: Date.now(),
@@ -261,7 +263,7 @@ export class Envoys {
         const servedOrChecked = live.whenReady.then((ready) => (ready ? undefined : validation));
         await Promise.race([validation, servedOrChecked]);
       } catch (error) {
-        await process.stop(1000);
+        await stopEnvoy(process, 1000);
         await xds?.close();
         throw error;
       }
@@ -276,7 +278,7 @@ export class Envoys {
   }
 
   /** Waits until the Envoy answers LIVE; false when it exits first. */
-  async #awaitReady(live: LiveEnvoy, adminAddressPath: string): Promise<boolean> {
+  async #awaitReady(live: Epoch, adminAddressPath: string): Promise<boolean> {
     const gone = new AbortController();
     live.process.exited.then(() => gone.abort(new Error("Envoy exited")));
     const stop = gone.signal;

@@ -1,6 +1,6 @@
 // Notices a hung Envoy: its admin is asked once a second; one that has not answered for a few
 // seconds is reported (`envoy_unresponsive`) and fails readiness until it answers again.
-import type { LiveEnvoy } from "./envoys.ts";
+import type { Epoch } from "./envoys.ts";
 import type { EventLog } from "../lib/log.ts";
 
 /** Options of {@linkcode watchHealth}. */
@@ -12,19 +12,19 @@ export interface HealthOptions {
 }
 
 /**
- * Asks every live Envoy's admin in turn until `signal` aborts, setting `LiveEnvoy.hung`.
+ * Asks every live Envoy's admin in turn until `signal` aborts, setting `Epoch.hung`.
  *
  * @example
  * ```ts
  * watchHealth(() => envoys.all(), log, controller.signal);
  * ```
  */
-export function watchHealth(live: () => LiveEnvoy[], log: EventLog, signal: AbortSignal, options: HealthOptions = {}): void {
+export function watchHealth(live: () => Epoch[], log: EventLog, signal: AbortSignal, options: HealthOptions = {}): void {
   const periodMs = options.periodMs ?? 1000;
   const silentMs = options.silentMs ?? 3000;
-  const lastAnswer = new WeakMap<LiveEnvoy, number>();
-  const asking = new WeakSet<LiveEnvoy>();
-  const ask = async (envoy: LiveEnvoy) => {
+  const lastAnswer = new WeakMap<Epoch, number>();
+  const asking = new WeakSet<Epoch>();
+  const ask = async (envoy: Epoch) => {
     if (!envoy.admin || envoy.adminHandedOver || !envoy.process.running || asking.has(envoy)) return;
     asking.add(envoy);
     const readiness = await envoy.admin.readiness(periodMs);

@@ -6,7 +6,7 @@ import type { StartError } from "../lib/errors.ts";
 import type { EventLog } from "../lib/log.ts";
 import type { RunOptions } from "../options.ts";
 import type { AgentState } from "../state.ts";
-import type { Envoys, LiveEnvoy } from "./envoys.ts";
+import type { Envoys, Epoch } from "./envoys.ts";
 
 /** What a reload needs from the agent. */
 export interface ReloadContext {
@@ -17,7 +17,7 @@ export interface ReloadContext {
   /** Whether a drain (termination or `POST /drain`) began: a reload is skipped then. */
   draining(): boolean;
   /** Lets old Envoys finish what they serve; stops a cold reload's one (see drain/old-epochs.ts). */
-  finishOld(old: LiveEnvoy[], kind: "cold", signal: AbortSignal): Promise<string>;
+  finishOld(old: Epoch[], kind: "cold", signal: AbortSignal): Promise<string>;
   /** Resolves once every old epoch being finished has finished. */
   oldFinished(): Promise<void>;
   /** Starts the next Envoy: a hot-restart child, or a fresh generation. */

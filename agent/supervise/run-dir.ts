@@ -1,8 +1,5 @@
-// The run folder (`--run-dir`): fresh on every start. A lastcall killed by SIGKILL leaves its
-// files behind; read again, a stale admin address file would point at a dead port. So at start
-// the files an earlier lastcall wrote (known by name) are removed, a folder holding anything
-// else is refused (lastcall never deletes what it did not write, and never narrows the mode of
-// a folder others use), the folder becomes 0700 and every file lastcall writes into it 0600.
+// The run folder (`--run-dir`): made fresh on every start, 0700, its files 0600
+// (docs/architecture.md says why).
 import { chmod, lstat, mkdir, readdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { StartError } from "../lib/errors.ts";

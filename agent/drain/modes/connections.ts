@@ -1,3 +1,4 @@
+// `--drain-mode connections` (Istio's EXIT_ON_ZERO_ACTIVE_CONNECTIONS): no connection left.
 import { pollUntil } from "../../lib/async.ts";
 import { activeConnections, parseStatsJson } from "../../envoy/stats.ts";
 import type { DrainWait } from "./context.ts";

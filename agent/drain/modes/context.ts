@@ -1,3 +1,4 @@
+// What a drain-wait mode (`--drain-mode`) looks at, and the shape of one.
 import type { AdminClient } from "../../envoy/admin.ts";
 import type { EventLog } from "../../lib/log.ts";
 import type { InflightTracker } from "../in-flight.ts";

@@ -1,3 +1,4 @@
+// The wait strategy of each `--drain-mode`, run by the drain's wait (drainer.ts, waitDrained).
 import type { DrainMode } from "../../options.ts";
 import type { DrainWait } from "./context.ts";
 import { waitConnections } from "./connections.ts";

@@ -1,3 +1,4 @@
+// `--drain-mode inflight`: the filter's count reaches a pulled zero in every epoch.
 import { pollUntil } from "../../lib/async.ts";
 import type { DrainWait } from "./context.ts";
 import { waitRequests } from "./requests.ts";

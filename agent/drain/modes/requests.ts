@@ -1,3 +1,4 @@
+// `--drain-mode requests`: Envoy's `downstream_rq_active` of the drained listeners reaches 0.
 import { pollUntil } from "../../lib/async.ts";
 import { activeRequests, parseStatsJson } from "../../envoy/stats.ts";
 import type { DrainWait } from "./context.ts";

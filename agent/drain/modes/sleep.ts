@@ -1,3 +1,4 @@
+// `--drain-mode sleep` (Istio's terminationDrainDuration): a fixed wait.
 import { delay } from "../../lib/async.ts";
 import type { DrainWait } from "./context.ts";
 
