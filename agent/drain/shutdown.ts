@@ -4,6 +4,7 @@
 // escalation. The rule: an Envoy is stopped only when it has nothing in flight and no response
 // byte left to deliver, or at the deadline.
 import { delay } from "../lib/async.ts";
+import { retry } from "../lib/retry.ts";
 import type { AdminClient } from "../envoy/admin.ts";
 import type { EnvoyProcess } from "../envoy/process.ts";
 import type { Undelivered } from "../envoy/sockets.ts";
@@ -84,20 +85,15 @@ export async function retryAdmin(
   signal: AbortSignal,
   log: EventLog,
 ): Promise<boolean> {
-  for (let attempt = 1;; attempt++) {
-    if (signal.aborted) return false;
-    try {
-      await call(signal);
-      return true;
-    } catch (error) {
-      if (signal.aborted) return false;
-      log("admin_call_failed", { call: what, attempt, error: String((error as Error).message ?? error) });
-    }
-    try {
-      await delay(Math.min(ADMIN_RETRY_MS * attempt, 1000), signal);
-    } catch {
-      return false;
-    }
+  try {
+    await retry(call, {
+      signal,
+      delayMs: (attempt) => Math.min(ADMIN_RETRY_MS * attempt, 1000),
+      onError: (error, attempt) => log("admin_call_failed", { call: what, attempt, error: String((error as Error).message ?? error) }),
+    });
+    return true;
+  } catch {
+    return false;
   }
 }
 
