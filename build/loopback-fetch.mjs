@@ -15,9 +15,10 @@ class LoopbackResponse {
     this.headers = { get: (name) => { const v = headers[name.toLowerCase()]; return v === undefined ? null : Array.isArray(v) ? v.join(", ") : v; } };
     this.body = body;
   }
-  async text() { return this.body.toString("utf8"); }
+  text() { return Promise.resolve(this.body.toString("utf8")); }
+  // deno-lint-ignore require-await -- as Response.json(): bad JSON rejects, it does not throw
   async json() { return JSON.parse(this.body.toString("utf8")); }
-  async arrayBuffer() { return this.body.buffer.slice(this.body.byteOffset, this.body.byteOffset + this.body.byteLength); }
+  arrayBuffer() { return Promise.resolve(this.body.buffer.slice(this.body.byteOffset, this.body.byteOffset + this.body.byteLength)); }
 }
 
 /**

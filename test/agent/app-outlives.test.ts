@@ -73,6 +73,7 @@ describe("an app that calls out while it shuts down", () => {
       const listening = new Promise((done) => child.stdout!.once("data", done));
       return { child, listening, exited: new Promise<number | null>((done) => child.once("exit", (code) => done(code))) };
     };
+    // deno-lint-ignore prefer-const -- the clean-up below is registered before it is started
     let second: ReturnType<typeof start> | undefined;
     const first = start();
     // Whatever happens, no wrapped app outlives the test.

@@ -11,6 +11,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { FILTER_WASM } from "../support/envoy.ts";
 import { inboundConfig, lastcallCommand, writeConfig } from "../support/lastcall.ts";
 import { heldAcrossSigterm, serving, upstreamForFile } from "../support/serving.ts";
+import type { Json } from "../support/json.ts";
 
 interface Result {
   code: number | null;
@@ -47,7 +48,7 @@ function moduleSources(config: unknown): Array<Record<string, unknown>> {
 }
 
 /** The address of the `lastcall_agent` cluster of a printed bootstrap. */
-function agentAddress(config: any): string {
+function agentAddress(config: Json): string {
   const cluster = config.static_resources.clusters.find((c: { name: string }) => c.name === "lastcall_agent");
   return cluster.load_assignment.endpoints[0].lb_endpoints[0].endpoint.address.socket_address.address;
 }

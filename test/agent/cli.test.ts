@@ -6,6 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { inboundConfig, lastcallCommand, startLastcall, stopAllLastcalls, writeConfig } from "../support/lastcall.ts";
+import type { Json } from "../support/json.ts";
 
 interface Result {
   code: number | null;
@@ -164,7 +165,7 @@ describe("configs lastcall cannot run exit 2 before Envoy starts", () => {
   });
 
   it("a config Envoy rejects, with Envoy's own error lines", async () => {
-    const config = inboundConfig({ upstreamPort: 9 }) as Record<string, any>;
+    const config = inboundConfig({ upstreamPort: 9 }) as Json;
     config.static_resources.listeners[0].filter_chains[0].filters[0].typed_config.route_config.virtual_hosts[0].routes[0].route.cluster =
       "no_such_cluster";
     const path = writeConfig(config);

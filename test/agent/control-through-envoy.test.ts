@@ -12,6 +12,7 @@ import { http1 } from "../filter/clients.ts";
 import { waitFor } from "../support/envoy.ts";
 import { freePort, inboundConfig, startLastcall, type TestLastcall } from "../support/lastcall.ts";
 import { agentSees, agentState, upstreamForFile } from "../support/serving.ts";
+import type { Json } from "../support/json.ts";
 
 const app = upstreamForFile();
 
@@ -24,7 +25,7 @@ const DFP_CACHE = { name: "dfp", dns_lookup_family: "V4_ONLY" };
  */
 function hostileConfig(statusPort: number): Record<string, unknown> {
   const config = inboundConfig({ upstreamPort: app.port }) as {
-    static_resources: { listeners: Array<{ filter_chains: Array<{ filters: Array<{ typed_config: Record<string, any> }> }> }>; clusters: unknown[] };
+    static_resources: { listeners: Array<{ filter_chains: Array<{ filters: Array<{ typed_config: Json }> }> }>; clusters: unknown[] };
   };
   const hcm = config.static_resources.listeners[0].filter_chains[0].filters[0].typed_config;
   const when = (header: string) => ({ prefix: "/", headers: [{ name: header, present_match: true }] });

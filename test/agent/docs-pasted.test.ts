@@ -15,7 +15,7 @@ import { promisify } from "node:util";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import YAML from "yaml";
 import {
-  blockKey, type CommandLine, containerPodOf, docsKubernetesObjects, lastcallCommandLines, podOf, where, yamlBlocks, yamlShape,
+  blockKey, type CommandLine, docsKubernetesObjects, lastcallCommandLines, podOf, where, yamlBlocks, yamlShape,
 } from "../support/docs-blocks.ts";
 import { FILTER_WASM, localCluster, startEnvoy, stopAllEnvoys, waitFor } from "../support/envoy.ts";
 import { startHook } from "../support/hook-command.ts";

@@ -12,6 +12,7 @@ import { http1, type Outcome } from "../filter/clients.ts";
 import { localCluster, waitFor } from "../support/envoy.ts";
 import { freePort, inboundConfig, isAlive, lastcallCommand, type LastcallEvent, startLastcall, type TestLastcall, writeConfig } from "../support/lastcall.ts";
 import { agentSees, heldAcrossSigterm, agentState, serving, upstreamForFile } from "../support/serving.ts";
+import type { Json } from "../support/json.ts";
 
 const app = upstreamForFile();
 
@@ -297,7 +298,7 @@ describe("a hostile neighbour on the status port", () => {
 
 describe("a log reader that goes away", () => {
   it("lastcall's stdout closed (EPIPE) mid-run: the drain still waits for the held request", async () => {
-    const config = inboundConfig({ upstreamPort: app.port }) as { static_resources: { listeners: Array<Record<string, any>> } };
+    const config = inboundConfig({ upstreamPort: app.port }) as { static_resources: { listeners: Array<Json> } };
     const port = await freePort();
     config.static_resources.listeners[0].address.socket_address.port_value = port;
     const [command, ...prefix] = lastcallCommand("bundle");

@@ -14,6 +14,7 @@ import { type HeldClient, heldId, holdHttp1, holdHttp2 } from "../support/held-c
 import { freePort, inboundConfig, isAlive, type LastcallEvent, startLastcall, type TestLastcall, writeConfig } from "../support/lastcall.ts";
 import { randomBatches, type Random, seededRandom, shuffled, testSeed } from "../support/seeded-random.ts";
 import { agentState, serving, upstreamForFile } from "../support/serving.ts";
+import type { Json } from "../support/json.ts";
 
 const app = upstreamForFile();
 
@@ -224,8 +225,8 @@ describe("client aborts and resets during a drain", () => {
  * address), adding `x-served-by: <tag>` to every request it forwards: the app then knows which
  * Envoy process holds each request.
  */
-function taggedConfig(port: number, tag: string): Record<string, any> {
-  const config = inboundConfig({ upstreamPort: app.port }) as Record<string, any>;
+function taggedConfig(port: number, tag: string): Json {
+  const config = inboundConfig({ upstreamPort: app.port }) as Json;
   const listener = config.static_resources.listeners[0];
   listener.address.socket_address.port_value = port;
   listener.filter_chains[0].filters[0].typed_config.route_config.request_headers_to_add = [

@@ -8,6 +8,7 @@ import { http1 } from "../filter/clients.ts";
 import { localCluster } from "../support/envoy.ts";
 import { freePort, inboundConfig, isAlive, startLastcall } from "../support/lastcall.ts";
 import { agentSees, serving, upstreamForFile } from "../support/serving.ts";
+import type { Json } from "../support/json.ts";
 
 const app = upstreamForFile();
 const LONG_MS = 12_000;
@@ -59,7 +60,7 @@ describe("a long request across a reload", () => {
 
   it("an app's pooled connection through an OUTBOUND tcp_proxy does not hold a hot parent", async () => {
     const [port, egressPort] = [await freePort(), await freePort()];
-    const config = inboundConfig({ upstreamPort: app.port }) as Record<string, any>;
+    const config = inboundConfig({ upstreamPort: app.port }) as Json;
     config.static_resources.listeners[0].address.socket_address.port_value = port;
     config.static_resources.listeners.push({
       name: "egress_db",

@@ -13,11 +13,11 @@ const TOKEN = "0123456789abcdef-status-server";
 /** Controls whose "Envoys" are `envoyPids`: who made each connection is read from the real /proc. */
 function fakeControls(envoyPids: number[] = []) {
   return {
-    readiness: vi.fn(async () => ({ ready: true, reason: "running" })),
+    readiness: vi.fn(() => Promise.resolve({ ready: true, reason: "running" })),
     state: vi.fn(() => ({ phase: "running", epochs: [], restarts: 0, hotRestarts: 0, reloadsRejected: 0, inflight: 0, filter: "reporting" }) as ReturnType<StatusControls["state"]>),
-    metrics: vi.fn(async () => ""),
+    metrics: vi.fn(() => Promise.resolve("")),
     reportToken: TOKEN,
-    report: vi.fn(async () => ({ draining: true, probe: 5 })),
+    report: vi.fn(() => Promise.resolve({ draining: true, probe: 5 })),
     quit: vi.fn(),
     drain: vi.fn(),
     connectionMaker: vi.fn((ports: { clientPort: number; serverPort: number }) => connectionMaker(ports, envoyPids)),

@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { closeWebSocket, http1, openWebSocket, type Outcome } from "../filter/clients.ts";
 import { waitFor } from "../support/envoy.ts";
 import { inboundConfig, isAlive, type LastcallEvent, startLastcall, type TestLastcall } from "../support/lastcall.ts";
-import { agentSees, agentState, type Serving, serving as servingAt, type ServingOptions, upstreamForFile } from "../support/serving.ts";
+import { agentSees, type Serving, serving as servingAt, type ServingOptions, upstreamForFile } from "../support/serving.ts";
 
 const app = upstreamForFile();
 

@@ -9,6 +9,7 @@ import { fileURLToPath } from "node:url";
 import { resolveDeno } from "../../build/deno.mjs";
 import { localCluster } from "./envoy.ts";
 import { tempDir } from "./temp.ts";
+import type { Json } from "./json.ts";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 
@@ -219,7 +220,7 @@ export interface InboundConfigOptions {
  */
 export function podConfig(appPort: number): Record<string, unknown> {
   const config = inboundConfig({ upstreamPort: appPort }) as {
-    static_resources: { listeners: Array<Record<string, any>> };
+    static_resources: { listeners: Array<Json> };
   };
   const egress = structuredClone(config.static_resources.listeners[0]);
   egress.name = "egress";

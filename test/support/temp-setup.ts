@@ -10,6 +10,7 @@ import { removeTempDirs, useFileTempDir } from "./temp.ts";
 
 const dir = useFileTempDir();
 
+// deno-lint-ignore no-empty-pattern -- vitest passes the suite second, after an unused context
 afterAll(async ({}, suite) => {
   await stopAllLastcalls();
   const report = process.env.LASTCALL_TEST_TMP_REPORT;
