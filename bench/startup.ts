@@ -1,7 +1,5 @@
-// A new pod's creation → Ready on the real kubelet (test/support/kube.ts), for the same app pod
-// four ways: bare, with a native sidecar that does nothing (`sleep`: the floor Kubernetes' own
-// ordering costs), and as `lastcall inject` prints it by default (native, classic) and held
-// (`--hold-app always`). `npm run bench -- --only startup` (as root; ROUNDS=5 by default).
+// Benchmark: a new pod's creation → Ready on the real kubelet, bare, with a do-nothing sidecar, and
+// as `lastcall inject` prints it.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";

@@ -1,10 +1,5 @@
-// Envoy Gateway's shutdown pair (v1.9.1, internal/cmd/envoy/shutdown_manager.go), flag for flag
-// and endpoint for endpoint, so an Envoy Gateway proxy pod can run lastcall's image as its
-// shutdown-manager: `gateway shutdown-manager` serves `:19002` (`/healthz`, and
-// `/shutdown/ready`, the Envoy container's preStop, answered once `/tmp/shutdown-ready`
-// exists); `gateway shutdown` is the shutdown-manager container's own preStop. Envoy Gateway
-// runs them as `envoy-gateway envoy shutdown-manager|shutdown`: invoked under the name
-// `envoy-gateway` (a link to lastcall), lastcall reads `envoy` as `gateway` (main.ts).
+// Envoy Gateway's shutdown pair, flag for flag (`gateway shutdown-manager` and `gateway shutdown`),
+// also run as `envoy-gateway envoy …`.
 import type { Command } from "commander";
 import { InvalidArgumentError } from "commander";
 import { GATEWAY_DEFAULTS } from "../k8s/proxy-gateway.ts";

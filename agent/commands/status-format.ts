@@ -1,7 +1,5 @@
-// What `lastcall status` prints: the answer of `GET /v1/state` (and of `/healthz/ready`) as a
-// few short lines for people. A pure function of the JSON, so it is tested without a server, and
-// it never throws: a newer or older lastcall may add, drop or change any field, and what is left
-// is still printed.
+// What `lastcall status` prints: the answer of `GET /v1/state` as a few short lines for people; a
+// pure function that never throws.
 
 /** The widest a printed line should be: a long path is cut to fit. */
 export const STATUS_WIDTH = 100;

@@ -1,10 +1,4 @@
-// The rollout benchmark's contenders as the pods their projects generate, around one app: the
-// demo app (examples/k8s/pod-demo.yaml, as test/support/kube-workload.ts's demoDeployment) as a
-// 3-replica Deployment behind Service `demo` (port 80 → the proxy's listener on 10000), the same
-// terminationGracePeriodSeconds, the same Envoy 1.40 binary (the Envoy base image of
-// build/image.mjs) and the same listener and cluster (examples/envoy.yaml as the demo ConfigMap
-// has it); only the admin interface differs, as each tool needs it. Every other setting is the
-// tool's default.
+// The rollout benchmark's contenders as the pods their projects generate, around the same demo app.
 import { parse, parseAllDocuments, stringify } from "yaml";
 import { demoConfigMaps, demoDeployment, inject } from "../../test/support/kube-workload.ts";
 

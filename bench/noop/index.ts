@@ -1,7 +1,5 @@
-// A proxy-wasm module with the same exports as the lastcall filter (filter/assembly/index.ts) that
-// does nothing: Envoy's wasm plumbing alone (a VM per worker, a context and the ABI calls per
-// stream), so the benchmark can tell that cost apart from lastcall's own logic.
-// Built by build/bench.mjs with the filter's asc options into dist/bench/noop.wasm.
+// A proxy-wasm module with the filter's exports that does nothing: Envoy's wasm plumbing alone, for
+// the benchmarks.
 
 // @ts-ignore: decorator
 @global

@@ -1,12 +1,5 @@
-// The module's proxy-wasm ABI exports: a flat context map and one-line dispatch. A stream is
-// counted from its creation to its deletion (count.ts): outside a drain that is two host calls
-// and nothing else; no object, no map entry, unless a plugin of this VM has `exclude_paths`.
-// Only the callbacks the filter acts on are exported: Envoy (proxy-wasm-cpp-host) does not enter
-// the VM for a callback the module does not export and goes on as if it answered Continue (or,
-// for `proxy_on_done`, "done"). So a request costs three calls into the VM (context create,
-// request headers, delete). Each VM also keeps its live streams' ids in a fixed table (live.ts:
-// a load and a store each way) to name them when the agent asks during a drain; only when a
-// plugin of the VM has `holder_paths` does it read each request's method and path (kept.ts).
+// The module's proxy-wasm ABI exports: a flat context map and one-line dispatch; only the callbacks
+// the filter acts on.
 import "./abort";
 import { countEnd, countStart, draining } from "./count";
 import { keepRequest } from "./kept";

@@ -1,8 +1,5 @@
-// Issue 14, row 19: `lastcall bootstrap` left a /tmp/lastcall-*/filter.wasm behind at every call
-// (its output pointed there), and `--status-address localhost` put a host name where Envoy's
-// STATIC cluster takes only an IP. Now the module is carried inline, nothing is written, and the
-// status address becomes an IP Envoy accepts. Also the Envoy config's YAML (row 17): merge keys
-// honoured, an alias bomb refused in one line.
+// `lastcall bootstrap` writes nothing, carries the filter inline, turns a status host name into an
+// IP, and reads the config's YAML safely.
 import { execFile } from "node:child_process";
 import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";

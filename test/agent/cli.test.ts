@@ -1,4 +1,4 @@
-// Issue 4, the command-line contract: bad values and bad configs are refused at start with one
+// The command-line contract: bad values and bad configs are refused at start with one
 // line naming what is wrong and exit 2; --help and --version answer and exit 0.
 import { execFile } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";

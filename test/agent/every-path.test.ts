@@ -1,8 +1,5 @@
-// The promise on every path users hit: lastcall stops an Envoy only when it has nothing in
-// flight, or at the deadline, and says truthfully how many it cut. Real Envoy, real clients,
-// real signals; each case is one that cut requests before (docs/reliability.md lists them).
-// Tests wait on lastcall's events and assert their order, never durations (except "before the
-// deadline", which is the behaviour under test).
+// Every path users hit: Envoy is stopped only with nothing in flight or at the deadline, and what
+// was cut is said truthfully.
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";

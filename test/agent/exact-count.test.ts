@@ -1,9 +1,5 @@
-// Issue 15: the count is exact across workers. Through `lastcall run` (real Envoy, real filter),
-// many requests held upstream are ended in random order, by their responses or by the client,
-// during a drain; at every step, once Envoy is quiescent, three counts agree with the number
-// still held: Envoy's own `downstream_rq_active`, the filter's process-wide gauge, and the
-// agent's count. The drain ends on the last of them, never before. The random order comes from a
-// seeded PRNG: the seed is printed when a test fails (`TEST_SEED=<seed>` replays it).
+// The count is exact across workers: Envoy's, the filter's and the agent's counts agree at every
+// step of a random drain.
 import { writeFileSync } from "node:fs";
 import { connect, type ClientHttp2Session } from "node:http2";
 import { describe, expect, it, onTestFailed } from "vitest";

@@ -1,4 +1,4 @@
-// Issue 4, reloads with a real Envoy 1.40: a watched config change starts the next epoch while
+// Reloads with a real Envoy 1.40: a watched config change starts the next epoch while
 // the old one drains and exits, failing no request under load; a config Envoy rejects leaves the
 // old epoch serving; `--no-hot-restart` restarts cold.
 import { writeFileSync } from "node:fs";

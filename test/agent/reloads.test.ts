@@ -1,7 +1,4 @@
-// Reloads never cut: the old Envoy of a reload is stopped by lastcall once it has finished what
-// it serves (its filter's confirmed zero, every response byte delivered), not by Envoy's own
-// parent-shutdown timer (10 s in Envoy's default; Istio sets 60 s), and not after --drain-time.
-// A 12 s request is held across SIGHUP, on lastcall's defaults.
+// Reloads never cut: the old Envoy is stopped once it has finished what it serves, not by a timer.
 import { connect } from "node:net";
 import { describe, expect, it } from "vitest";
 import { http1 } from "../filter/clients.ts";

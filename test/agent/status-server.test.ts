@@ -1,7 +1,5 @@
-// The status server bound to 0.0.0.0 (for kubelet probes) on a real socket: a caller inside the
-// pod (loopback) can stop or drain it. Callers from other addresses are refused by the peer
-// address of the connection: shown in test/unit/status-app.test.ts with the peer set, since
-// tests here send traffic to loopback addresses only.
+// The status server on 0.0.0.0 on a real socket: a caller inside the pod (loopback) can stop or
+// drain it.
 import { request } from "node:http";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { createStatusApp, REPORT_MAX_BYTES, type StatusControls } from "../../agent/status/routes.ts";

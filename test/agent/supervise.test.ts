@@ -1,4 +1,4 @@
-// Issue 4, supervision with a real Envoy 1.40: start → ready, `lastcall wait`, crash restarts
+// Supervision with a real Envoy 1.40: start → ready, `lastcall wait`, crash restarts
 // with backoff and a budget, and no orphan Envoy when lastcall itself is killed.
 import { execFile } from "node:child_process";
 import { createServer, type Server } from "node:net";

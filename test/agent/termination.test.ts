@@ -1,4 +1,4 @@
-// Issue 5's termination sequence against the real thing: lastcall supervising a real Envoy with
+// The termination sequence against the real thing: lastcall supervising a real Envoy with
 // the in-flight filter, real HTTP clients, real signals. Tests wait on lastcall's events and on
 // what the agent reports (`/v1/state`), never on sleeps, and assert the order of what happened.
 import { Agent as HttpAgent, request } from "node:http";

@@ -1,8 +1,5 @@
-// Issue 18, "check says what it checked": `lastcall check` on manifests written here in the
-// shapes real projects ship (Istio's injected Deployment before and since 1.28, Istio issue
-// 44690's pod, Contour's and Envoy Gateway's proxy Deployments, lastcall's inject output,
-// Linkerd's injected pod, kubectl's List), with the exact findings expected for each, "none"
-// where none is right, and the summary line. Every row runs through the built CLI (dist/lastcall.mjs) and in-process.
+// `lastcall check` on manifests in the shapes real projects ship, with the exact findings expected
+// for each.
 import { readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";

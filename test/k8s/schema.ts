@@ -1,7 +1,5 @@
-// Validates workloads against the Kubernetes schemas of kubernetes-models. Its validator
-// accepts unknown fields (the schemas have no additionalProperties: false) and has one
-// Container schema for regular and init containers, so `restartPolicy` is checked as a string
-// only; `knownContainerFields` closes the first gap for the containers lastcall adds.
+// Validates workloads against the Kubernetes schemas of kubernetes-models, closing its gap on
+// unknown container fields.
 import { CronJob } from "kubernetes-models/batch/v1/CronJob";
 import { Job } from "kubernetes-models/batch/v1/Job";
 import { DaemonSet } from "kubernetes-models/apps/v1/DaemonSet";

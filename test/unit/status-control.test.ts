@@ -1,7 +1,5 @@
-// The control routes refuse what an Envoy of the agent carries (a user's route to the status
-// port), told from /proc, and every body the status server takes is capped. connectionMaker runs
-// against a fake /proc tree (the kernel's table format, fds as `socket:[inode]` links); the routes
-// through app.request() with the peer handed in as @hono/node-server's bindings.
+// The control routes refuse what an Envoy of the agent carries (told from a fake /proc), and every
+// body is capped.
 import fc from "fast-check";
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
