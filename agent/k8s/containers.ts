@@ -1,5 +1,5 @@
-// Reading timing facts out of container specs: command lines, flags, environment variables,
-// preStop hooks, and the duration spellings of Go, protobuf and lastcall.
+// Reading timing facts out of container specs: command lines, flags, environment variables and
+// preStop hooks (durations in Go, protobuf JSON or lastcall spellings: lib/duration.ts).
 import { parseAnyDuration } from "../lib/duration.ts";
 import { isRecord } from "./workloads.ts";
 
