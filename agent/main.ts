@@ -11,6 +11,8 @@ import { execApp } from "./commands/exec.ts";
 import { waitReady } from "./commands/wait.ts";
 import { DEFAULT_STATUS_BASE, optionalStatusUrlArg, statusCommand, statusUrlOption } from "./commands/status.ts";
 import { addKubernetesCommands } from "./commands/k8s.ts";
+import { CONTOUR_DEFAULTS } from "./k8s/proxy-contour.ts";
+import { formatDuration } from "./lib/duration.ts";
 import { StartError } from "./lib/errors.ts";
 import { createEventLog } from "./lib/log.ts";
 import { durationArg, integerArg, listArg, option, runOptionList, strictBooleanEnvironment, VALUE_SYNTAX_HELP } from "./options.ts";
@@ -78,9 +80,9 @@ export function createProgram(run: (code: Promise<number>) => void): Command {
     .description("Contour-compatible preStop, in Contour's order: wait --drain-delay (Envoy serves as before), fail Envoy's health check and start the drain of a lastcall run beside it, wait --check-delay, then check every --check-interval until open requests (or connections) are at most --min-open-connections; write the ready file")
     .addOption(option("--admin-address <address>", "Envoy admin: a Unix socket path (as Contour), or a host with --admin-port").default("/admin/admin.sock"))
     .addOption(option("--admin-port <port>", "Envoy admin port, only with a host --admin-address (deprecated in Contour)").default(9001).argParser(integerArg(1, 65535)))
-    .addOption(option("--check-interval <duration>", "time between checks").default(5000, "5s").argParser(durationArg))
-    .addOption(option("--check-delay <duration>", "wait after failing the health check, before the first check").default(0, "0s").argParser(durationArg))
-    .addOption(option("--drain-delay <duration>", "wait first, before failing the health check (Envoy serves as before meanwhile)").default(0, "0s").argParser(durationArg))
+    .addOption(option("--check-interval <duration>", "time between checks").default(CONTOUR_DEFAULTS.checkIntervalMs, formatDuration(CONTOUR_DEFAULTS.checkIntervalMs)).argParser(durationArg))
+    .addOption(option("--check-delay <duration>", "wait after failing the health check, before the first check").default(CONTOUR_DEFAULTS.checkDelayMs, "0s").argParser(durationArg))
+    .addOption(option("--drain-delay <duration>", "wait first, before failing the health check (Envoy serves as before meanwhile)").default(CONTOUR_DEFAULTS.drainDelayMs, "0s").argParser(durationArg))
     .addOption(option("--min-open-connections <n>", "drained at or below this count").default(0).argParser(integerArg(0, 1_000_000)))
     .addOption(option("--ready-file <path>", "file to write when drained").default("/admin/ok"))
     .addOption(option("--status-url <url>", "a lastcall run beside Envoy: its drain starts when the health check is failed (\"\" for none)").default(DEFAULT_STATUS_BASE).argParser(optionalStatusUrlArg))

@@ -1,7 +1,7 @@
 // Every option of every command in one table: flag, default, environment variable, validation.
 // Commander does the parsing; the parsers here refuse bad values with the flag and the value.
 import { type Command, InvalidArgumentError, Option } from "commander";
-import { DurationTooLongError, MAX_DURATION_TEXT, parseDuration } from "./lib/duration.ts";
+import { DurationTooLongError, formatDuration, MAX_DURATION_TEXT, parseDuration } from "./lib/duration.ts";
 
 /** How the termination sequence decides that draining is over. */
 export type DrainMode = "inflight" | "requests" | "connections" | "sleep";
@@ -222,6 +222,26 @@ export const VALUE_SYNTAX_HELP = `
 Durations: 500ms, 5s, 2m, 1h, or a bare number of seconds; at most ${MAX_DURATION_TEXT}.
 Every flag is also an environment variable (shown as env); boolean ones take true, false, 1 or 0.`;
 
+/**
+ * The timing defaults of `lastcall run`, in ms: its `--help` and `lastcall check` (which models a
+ * sidecar left at them) both read them here.
+ */
+export const RUN_DEFAULTS = {
+  graceMs: 30_000,
+  drainDelayMs: 0,
+  drainTimeMs: 5000,
+  minDrainMs: 5000,
+  terminationDrainMs: 5000,
+  stopMarginMs: 2000,
+  heartbeatMs: 1000,
+  parentShutdownMs: 600_000,
+} as const;
+
+/** A duration option's default: the value in ms, and in `--help` as a flag is written (`0s`, `5s`, `10m`). */
+function durationDefault(o: Option, ms: number): Option {
+  return o.default(ms, ms === 0 ? "0s" : formatDuration(ms));
+}
+
 /** The options of `lastcall run`, in the order `--help` lists them. */
 export function runOptionList(): Option[] {
   return [
@@ -239,21 +259,21 @@ export function runOptionList(): Option[] {
     option("--no-filter", "do not insert the in-flight filter"),
     option("--filter-wasm <path>", "the in-flight filter module (default: the one shipped with lastcall)"),
     option("--exclude-path <path>", "request path the filter does not count; '*' suffix for a prefix (repeatable or comma-separated)").default([]).argParser(listArg),
-    option("--heartbeat <duration>", "filter heartbeat period").default(1000, "1s").argParser(durationArg),
+    durationDefault(option("--heartbeat <duration>", "filter heartbeat period"), RUN_DEFAULTS.heartbeatMs).argParser(durationArg),
     option("--holder-paths", "name the method and path of the requests a drain waits for (costs two header reads per request)"),
     option("--run-dir <dir>", "folder for generated bootstraps, lastcall's alone: made fresh (0700) at start (default: a new temporary folder)"),
-    option("--drain-time <duration>", "Envoy --drain-time-s, rounded up to whole seconds: how long draining listeners still accept (left at its default, raised to cover --min-drain)").default(5000, "5s").argParser(durationArg),
-    option("--parent-shutdown <duration>", "the longest the old Envoy of a reload may finish its requests and deliveries; what is left then is cut and said").default(600_000, "10m").argParser(durationArg),
+    durationDefault(option("--drain-time <duration>", "Envoy --drain-time-s, rounded up to whole seconds: how long draining listeners still accept (left at its default, raised to cover --min-drain)"), RUN_DEFAULTS.drainTimeMs).argParser(durationArg),
+    durationDefault(option("--parent-shutdown <duration>", "the longest the old Envoy of a reload may finish its requests and deliveries; what is left then is cut and said"), RUN_DEFAULTS.parentShutdownMs).argParser(durationArg),
     option("--role <role>", "sidecar or gateway: gateway defaults --fail-healthcheck on and --drain-scope all").default("sidecar").argParser(choiceArg(["sidecar", "gateway"] as const)),
-    option("--grace <duration>", "the pod's terminationGracePeriodSeconds: the drain ends --stop-margin before it").default(30000, "30s").argParser(durationArg),
+    durationDefault(option("--grace <duration>", "the pod's terminationGracePeriodSeconds: the drain ends --stop-margin before it"), RUN_DEFAULTS.graceMs).argParser(durationArg),
     option("--drain-mode <mode>", "inflight | requests | connections | sleep: what ends the drain").default("inflight").argParser(choiceArg(["inflight", "requests", "connections", "sleep"] as const)),
-    option("--drain-delay <duration>", "wait before draining listeners, for load balancers to notice (at or above the default --min-drain, the floor becomes this plus 5s)").default(0, "0s").argParser(durationArg),
-    option("--min-drain <duration>", "never stop Envoy sooner after the signal (Istio: MINIMUM_DRAIN_DURATION)").default(5000, "5s").argParser(durationArg),
-    option("--termination-drain <duration>", "how long --drain-mode sleep sleeps (Istio: TERMINATION_DRAIN_DURATION)").default(5000, "5s").argParser(durationArg),
+    durationDefault(option("--drain-delay <duration>", "wait before draining listeners, for load balancers to notice (at or above the default --min-drain, the floor becomes this plus 5s)"), RUN_DEFAULTS.drainDelayMs).argParser(durationArg),
+    durationDefault(option("--min-drain <duration>", "never stop Envoy sooner after the signal (Istio: MINIMUM_DRAIN_DURATION)"), RUN_DEFAULTS.minDrainMs).argParser(durationArg),
+    durationDefault(option("--termination-drain <duration>", "how long --drain-mode sleep sleeps (Istio: TERMINATION_DRAIN_DURATION)"), RUN_DEFAULTS.terminationDrainMs).argParser(durationArg),
     option("--drain-scope <scope>", "inbound | all (default: inbound; all with --role gateway)").argParser(choiceArg(["inbound", "all"] as const)),
     option("--fail-healthcheck", "POST /healthcheck/fail before draining (default with --role gateway)"),
     option("--no-fail-healthcheck", "do not fail Envoy's health check filter, even with --role gateway"),
     option("--app-port <port>", "the app's port on 127.0.0.1: on termination Envoy is kept (for the app's outbound calls) until it stops accepting connections").argParser(integerArg(1, 65535)),
-    option("--stop-margin <duration>", "time kept back from --grace to stop Envoy").default(2000, "2s").argParser(durationArg),
+    durationDefault(option("--stop-margin <duration>", "time kept back from --grace to stop Envoy"), RUN_DEFAULTS.stopMarginMs).argParser(durationArg),
   ];
 }

@@ -1,11 +1,5 @@
-// The filter's per-request cost in the in-process proxy-wasm host (V8, test/support): one whole
-// request (create, request headers, response headers, log, done, delete) through this filter,
-// this filter built without `proxy_on_request_headers`, the filter before issue 15 (shared data),
-// and a module built from the AssemblyScript SDK's stock exports, with 0, 10, 1,000 and 4,000
-// streams kept live; interleaved rounds, medians. Also every host call (wasm → host import) each
-// module makes per request outside a drain, by import: what costs in Envoy (each is a transition
-// through V8's wasm C API; each shared-data call also takes a process-wide mutex, and each
-// shared-data get makes the host call back into the module's `malloc`).
+// Benchmark: the filter's per-request cost and host calls in the in-process proxy-wasm host,
+// against its variants and a no-op module.
 import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";

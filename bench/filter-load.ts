@@ -1,11 +1,5 @@
-// Item 3: the filter's cost inside the real Envoy. The same bootstrap (one listener answering 200
-// itself with a direct response, so no upstream adds noise) with no wasm filter, with a no-op
-// module that has the filter's exports (Envoy's wasm plumbing alone), with the filter now, with
-// the filter built without `proxy_on_request_headers` (is a second build for configurations
-// without `exclude_paths` worth it?) and with the filter as it was before issue 15 (shared data);
-// --concurrency 1 and 2; HTTP/1.1 (wrk) and HTTP/2 (h2load), saturated and at a fixed rate
-// (h2load --rps). Variants alternate within each round; ratios and differences are paired within
-// a round. Also Envoy's CPU per request (schedstat, all threads) and RSS per variant.
+// Benchmark: the filter's cost inside the real Envoy, against no filter, a no-op module and its
+// variants, saturated and at a fixed rate.
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { startReportSink } from "../test/filter/report-sink.ts";

@@ -1,11 +1,5 @@
-// Item 4: what the agent costs to run. Each agent is started with its binary's pages dropped from
-// the page cache first (as a container starting from its image: otherwise a freshly built binary
-// is wholly cached and the kernel's fault-around maps far more of it), then:
-//  - start-up peak: VmHWM 3 s after Envoy is ready;
-//  - steady: VmRSS (anonymous + file-backed) after 4 s idle;
-//  - under 1,000 requests per second through Envoy for 4 s: RSS after, and the agent's CPU.
-// Contenders: dist/lastcall (single executable), the same agent under Deno (its TypeScript
-// sources); Istio's pkg/envoy agent and Contour's shutdown-manager for reference. Runs alternate; Envoy's own RSS with and without the filter is in filter-load.json.
+// Benchmark: what the agent costs to run (memory at start, idle and under load; CPU), against
+// Istio's and Contour's agents.
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, realpathSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";

@@ -1,14 +1,5 @@
-// What the filter's push buys and costs, measured on a real Envoy (--concurrency 2) under lastcall:
-//  1. while draining, from the last response completing (client clock) to the agent deciding the
-//     drain is over (`drain_wait_done`: the pushed zero, confirmed by a probe) and to Envoy gone
-//     (its process exited: lastcall's final count read, `/quitquitquit`, Envoy's own shutdown),
-//     one fresh lastcall per trial since a drain happens once per run;
-//  2. in steady state, the filter's report calls per request over sequential requests on one
-//     keep-alive connection (heartbeats only, so ≈ 0), counted three ways: lastcall's accepted
-//     reports, the filter's own `lastcall_reports_sent`, and Envoy's calls to the agent cluster.
-// Results go to bench/results/inflight-push.json.
-//
-// Run: npm run bench -- --only inflight-push
+// Benchmark: what the filter's push buys (last response → drain over → Envoy gone) and costs
+// (report calls per request).
 import { execFileSync } from "node:child_process";
 import { Agent as HttpAgent, request } from "node:http";
 import { waitFor } from "../test/support/envoy.ts";

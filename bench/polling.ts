@@ -1,11 +1,4 @@
-// Item 2: what the incumbents poll, and what it costs Envoy as the configuration grows. Envoy with
-// 100, 1,000 and 5,000 clusters (stats grow with them); each query in turn, idle and under a
-// saturating wrk load: latency and CPU of Envoy's main thread (which serves the admin) per call.
-//  - Istio exit-on-zero: GET /stats?usedonly&filter=downstream_cx_active$ every 1 s;
-//  - Contour: GET /stats/prometheus?filter=^http\..*\.downstream_cx_active$ every --check-interval;
-//  - lastcall requests: GET /stats?format=json&usedonly&filter=downstream_rq_active$ every 200 ms;
-//  - lastcall inflight: no poll (the filter pushes); its last count before the stop is a pull the
-//    filter answers (no admin call); only listeners the filter cannot see add this one /stats read.
+// Benchmark: what the incumbents poll, and what it costs Envoy as the configuration grows.
 import { spawn } from "node:child_process";
 import { benchBootstrap } from "./lib/bootstrap.ts";
 import { QUICK, progress, sleep, writeResult } from "./lib/context.ts";

@@ -1,6 +1,6 @@
 // Section 3 of docs/benchmarks.md for bench/report.mjs: the filter's cost inside Envoy
-// (filter-load.json) and its host calls per request (filter-cost.json), each goal of issue 15
-// stated with its numbers side by side from one run.
+// (filter-load.json) and its host calls per request (filter-cost.json), each goal of the gauge
+// contract stated with its numbers side by side from one run.
 import { COLORS, barChart, fmt, plural, spread } from "./report-lib.mjs";
 
 const x3 = (value) => `×${fmt(value, 3)}`;
@@ -130,7 +130,7 @@ function secondBuild({ sat, of, line }) {
   line();
 }
 
-/** The before/after table of issue 15's first section, from this run. */
+/** The before/after table of the gauge contract's first section, from this run. */
 function beforeAfter({ sat, of, line }) {
   const cells = sat.filter((c) => of(c, "before"));
   if (cells.length === 0) return;

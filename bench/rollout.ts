@@ -1,11 +1,4 @@
-// Issue 16 item 3: a rollout on a real kubelet (test/support/kube.ts: a single-node Kubernetes
-// v1.34.4 built here). The demo app as a 3-replica Deployment behind a Service, a client at a
-// constant rate through the ClusterIP from the node (keep-alive and new connections, long
-// requests, slow readers of a large response), `kubectl rollout restart`, `kubectl rollout
-// status`; each contender in the pod shape its project generates (bench/lib/rollout-pods.ts),
-// rounds alternating contenders. Per run: failed requests by class, rollout duration (restart →
-// rollout complete) and each old pod's termination (deletion → pod object gone). The cluster is
-// started once and torn down at the end, whatever happens; the run's temp folder goes with it.
+// Benchmark: a rollout on a real kubelet, each contender in the pod shape its project generates.
 import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { buildImages } from "../build/image.mjs";

@@ -1,7 +1,5 @@
-// A new pod's creation → Ready on the real kubelet (test/support/kube.ts), for the same app pod
-// four ways: bare, with a native sidecar that does nothing (`sleep`: the floor Kubernetes' own
-// ordering costs), and as `lastcall inject` prints it by default (native, classic) and held
-// (`--hold-app always`). `npm run bench -- --only startup` (as root; ROUNDS=5 by default).
+// Benchmark: a new pod's creation → Ready on the real kubelet, bare, with a do-nothing sidecar, and
+// as `lastcall inject` prints it.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -9,6 +7,7 @@ import { parseAllDocuments } from "yaml";
 import { quantile } from "./lib/stats.ts";
 import { inject, plainDeployment, startDemoCluster, watchApi } from "../test/support/kube-workload.ts";
 import { kubeClusterSkipReason } from "../test/support/kube.ts";
+import type { Json } from "../test/support/json.ts";
 
 const ROUNDS = Number(process.env.ROUNDS ?? 5);
 // Two levels down from the clone, bundled (dist/bench) or not (bench/).
@@ -24,7 +23,7 @@ function podOf(manifest: string, name: string): Record<string, unknown>[] {
 }
 
 /** Adds a native sidecar that only sleeps (no probes) to a pod spec. */
-function withSleeper(objects: Record<string, any>[]): Record<string, any>[] {
+function withSleeper(objects: Json[]): Json[] {
   for (const o of objects.filter((o) => o.kind === "Pod")) {
     o.spec.initContainers = [{ name: "sleeper", image: o.spec.containers[0].image, imagePullPolicy: "Never", restartPolicy: "Always", command: ["sleep", "infinity"] }];
   }
@@ -40,9 +39,9 @@ if (skip) {
 const { cluster, images } = await startDemoCluster();
 try {
   const plain = plainDeployment({ nodeImage: images.node, replicas: 1 });
-  const variants: Record<string, (name: string) => Promise<Record<string, any>[]>> = {
-    bare: async (name) => podOf(plain, name),
-    "native floor (sleep sidecar)": async (name) => withSleeper(podOf(plain, name)),
+  const variants: Record<string, (name: string) => Promise<Json[]>> = {
+    bare: (name) => Promise.resolve(podOf(plain, name)),
+    "native floor (sleep sidecar)": (name) => Promise.resolve(withSleeper(podOf(plain, name))),
     "lastcall native (default)": async (name) => podOf(await inject(plain, ["--image", images.lastcall]), name),
     "lastcall classic (default)": async (name) => podOf(await inject(plain, ["--image", images.lastcall, "--mode", "classic"]), name),
     // What the hold costs where it is kept (a config that carries the app's calls out).

@@ -1,12 +1,5 @@
-// Item 1, the headline: one Envoy configuration, one upstream, one client workload; each
-// contender in turn is told to stop as Kubernetes would, rounds alternating contenders. Per run:
-// failed requests, tail (last good response → Envoy gone), total (signal → Envoy gone), and for
-// lastcall its own share of the tail: last good response (client, Date.now()) → Envoy told to quit
-// (Envoy's admin access log: when it received POST /quitquitquit, the same wall clock); also →
-// lastcall's `drain_wait_done` and → `envoy_quit_requested` (logged once Envoy answered the quit).
-// Workloads: `busy` (no idle connection) and `idle` (the same plus idle keep-alive clients) on a
-// configuration of 100 clusters, and `busy` again on one of 5,000 clusters (lastcall only): the
-// last word before the stop must not grow with Envoy's stats.
+// Benchmark, the headline: each contender told to stop as Kubernetes would, with the same Envoy,
+// upstream and client workload.
 import { startUpstreamApp } from "../test/support/upstream-app.ts";
 import { CONTENDERS, type Parity, type Running } from "./lib/contenders.ts";
 import { QUICK, progress, sleep, writeResult } from "./lib/context.ts";

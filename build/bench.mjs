@@ -1,20 +1,6 @@
 #!/usr/bin/env node
-// `npm run bench [-- --quick] [-- --only name,name]`: everything the benchmarks need, then each
-// benchmark in turn (they measure time on a shared CPU, so never two at once), then
-// docs/benchmarks.md and its charts regenerated from bench/results/*.json.
-//  1. set-up as `npm test` does (npm packages, Envoy, filter and agent builds);
-//  2. load generators: wrk and h2load (Debian's wrk, nghttp2-client), installed with apt-get
-//     when missing and running as root, else a clear message;
-//  3. the incumbents' real code, built with Go into .cache/anchors/ (pinned versions, Go's caches
-//     kept there too): Contour v1.33.8's cmd/contour and bench/anchors/istio-agent, and for the
-//     rollout benchmark (bench/rollout.ts, a real kubelet: root) Envoy Gateway v1.9.1's cmd/envoy-gateway;
-//  4. dist/bench/: the no-op wasm module, the filter as it was before issue 15's counting contract
-//     (shared data), the filter without `proxy_on_request_headers` (measurement only), and the
-//     benchmark scripts bundled with esbuild;
-//  5. bench scripts, one process each; 6. bench/report.mjs.
-// --quick: one round and short loads, to prove the harness (numbers not for publishing).
-// --before <commit>: build the "before" filter from that commit instead (e.g. the filter just
-// before a change, to show the change did not move the request path).
+// `npm run bench [-- --quick] [-- --only name,name]`: what the benchmarks need, each benchmark in
+// turn, then docs/benchmarks.md.
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
@@ -108,7 +94,7 @@ function buildGateway() {
 }
 
 /**
- * The filter as it was before issue 15's counting contract (one process-wide counter in shared
+ * The filter as it was before the gauge counting contract (one process-wide counter in shared
  * data, a compare-and-swap per +1 and −1), built from git, for the before/after comparison.
  */
 const beforeArg = process.argv.find((a) => a.startsWith("--before="))?.slice("--before=".length)
@@ -133,7 +119,7 @@ async function buildBenchAssets() {
   const archive = spawnSync("git", ["archive", FILTER_BEFORE_COMMIT, "filter/assembly"], { cwd: root, maxBuffer: 64 << 20 });
   if (archive.status === 0) {
     spawnSync("tar", ["-x", "-C", before], { input: archive.stdout });
-    run(asc, [join(before, "filter/assembly/index.ts"), "-b", join(out, "filter-before.wasm"), ...ascFlags], "building the filter before issue 15");
+    run(asc, [join(before, "filter/assembly/index.ts"), "-b", join(out, "filter-before.wasm"), ...ascFlags], "building the filter before the gauge contract");
   } else {
     console.error(`bench: commit ${FILTER_BEFORE_COMMIT} not in this clone: the filter-before comparison is skipped`);
     rmSync(join(out, "filter-before.wasm"), { force: true });

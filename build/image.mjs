@@ -1,15 +1,6 @@
 #!/usr/bin/env node
-// `npm run image`: builds lastcall's image with podman from the repository's own Dockerfile.
-// Docker Hub is out of reach here, so both base images are local stand-ins assembled from what
-// this machine has, and passed to the Dockerfile as build arguments:
-//   debian  Debian bookworm, variant minbase, made by mmdebstrap from Debian's packages
-//   node    debian + this machine's Node (>= 20.12, as package.json's engines) and npm, laid out
-//           as in the official node image (/usr/local/bin/node, /usr/local/lib/node_modules/npm)
-//   envoy   debian + the Envoy binary the project runs its tests with (build/envoy.mjs) at
-//           /usr/local/bin/envoy, and the user envoy (uid 101), as in the official Envoy image
-// Every image is tagged with a hash of what it is made from, so a second run finds them and is
-// fast; older tags of the same image are removed. Podman keeps its storage in .cache/podman
-// (LASTCALL_PODMAN_ROOT to move it) and its settings in build/containers.conf.
+// `npm run image`: builds lastcall's image with podman from the Dockerfile, on local stand-ins for
+// its base images.
 import { spawn, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import {

@@ -1,16 +1,6 @@
 #!/usr/bin/env node
-// `node build/kube.mjs [name…]`: makes sure the test cluster's binaries and pause image exist in
-// the cache outside the clone (LASTCALL_KUBE_CACHE, default ~/.cache/lastcall/kube-v1.34.4), so
-// a fresh clone reuses them; builds only what is missing, and prints nothing when nothing is.
-//   bin/kube-apiserver … kubectl  Kubernetes v1.34.4 from the Go module proxy (build/kube/k8s: a
-//                                 module that replaces every staging module with its v0.34.4)
-//   bin/etcd                      etcd v3.6.8's own main (build/kube/etcd)
-//   images/kt.tar                 localhost/lastcall-kt:1, a FROM-scratch image of build/kube/kt
-//                                 (pause, test app, hook timestamps) and busybox-static
-// Cold (empty Go build cache, module cache warm), on 2 shared cores: 752 s for everything
-// (kube-apiserver 512 s, kubelet 97 s, etcd 34 s, …) and 3.3 GB of Go build cache; with Go's
-// build cache (~/.cache/go-build) warm, seconds; with everything cached, 0.1 s. Needs Go >= 1.24 (PATH or /usr/local/go/bin) and, for
-// the image, podman (build/image.mjs's settings) and busybox-static.
+// `node build/kube.mjs [name…]`: builds the test cluster's binaries and pause image into a cache
+// outside the clone, where missing.
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { cpSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";

@@ -1,9 +1,5 @@
-// `fetch` for the Node builds of the agent (injected by build/bundle.mjs; Deno runs the agent's
-// own sources with its native fetch). Node's fetch is undici: its first call loads undici's client
-// and compiles its llhttp parser to WebAssembly (then tiers it up in the background), which costs
-// the agent about 16 MB of steady RSS and 40 MB at its start-up peak. The agent only calls Envoy's
-// admin and its own status server, over plain HTTP on loopback, reading status and text: this
-// does that with node:http and falls back to the real fetch for anything else.
+// `fetch` for the Node builds of the agent: node:http for plain HTTP on loopback, the real fetch
+// for anything else.
 import { request } from "node:http";
 
 /** The part of a fetch Response the agent reads; the body is read whole before it resolves. */
@@ -15,9 +11,10 @@ class LoopbackResponse {
     this.headers = { get: (name) => { const v = headers[name.toLowerCase()]; return v === undefined ? null : Array.isArray(v) ? v.join(", ") : v; } };
     this.body = body;
   }
-  async text() { return this.body.toString("utf8"); }
+  text() { return Promise.resolve(this.body.toString("utf8")); }
+  // deno-lint-ignore require-await -- as Response.json(): bad JSON rejects, it does not throw
   async json() { return JSON.parse(this.body.toString("utf8")); }
-  async arrayBuffer() { return this.body.buffer.slice(this.body.byteOffset, this.body.byteOffset + this.body.byteLength); }
+  arrayBuffer() { return Promise.resolve(this.body.buffer.slice(this.body.byteOffset, this.body.byteOffset + this.body.byteLength)); }
 }
 
 /**

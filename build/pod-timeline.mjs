@@ -1,8 +1,6 @@
 #!/usr/bin/env node
-// Draws the pod test's recorded timeline (test/container/pod.test.ts writes it to
-// .cache/container/pod-timeline.json) as docs/pod-timeline.svg, keeps the data beside it as
-// docs/pod-timeline.json, and prints it as a Markdown table for docs/kubernetes.md.
-//   node build/pod-timeline.mjs [timeline.json]
+// Draws the pod test's timeline as docs/pod-timeline.svg (data in docs/pod-timeline.json) and
+// prints it as a table. `node build/pod-timeline.mjs [timeline.json]`
 import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";

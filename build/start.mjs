@@ -1,16 +1,6 @@
 #!/usr/bin/env node
-// `npm start`: set up a fresh clone, start the demo app, and run lastcall supervising Envoy with
-// the in-flight filter in front of it. Every way the operator can leave ends the whole demo, and
-// this script exits only once lastcall (with its Envoy) and the app are gone, ports freed:
-//   Ctrl-C         SIGINT to lastcall: it drains gracefully (requests in flight get their answer)
-//   Ctrl-C again   SIGINT again: lastcall stops Envoy at once (`stop_now`), cutting what is left
-//   Ctrl-C a third time, or lastcall still running 10 s after the second: SIGKILL to lastcall
-//                  (its watchdog stops Envoy) and to the app
-//   closing the terminal (SIGHUP), or SIGTERM: as the first Ctrl-C, a graceful drain, then exit
-//                  (and a Ctrl-C after it stops at once).
-//                  The demo's lastcall runs in a session of its own, so no terminal sends it the
-//                  SIGHUP that, under `lastcall run`, means a reload.
-// `npm start -- --no-setup` skips the set-up (npm ci and the build) and runs what dist/ holds.
+// `npm start`: set up, start the demo app, and run lastcall supervising Envoy in front of it; exits
+// once everything is gone.
 import { spawn } from "node:child_process";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";

@@ -1,10 +1,5 @@
-// Contour's shutdown-manager pair, flag for flag, so a Contour Envoy DaemonSet can swap the
-// image: `shutdown-manager` serves the Envoy container's preStop (`GET /shutdown` blocks until
-// the drain is finished); `shutdown` is the shutdown-manager container's own preStop, in
-// Contour's order (v1.33.8, cmd/contour/shutdownmanager.go): wait `--drain-delay`, fail Envoy's
-// health check, wait `--check-delay`, check the open count every `--check-interval` until it is
-// low enough, then write the ready file. With the lastcall filter in Envoy it counts requests in
-// flight, not open connections.
+// Contour's shutdown-manager pair, flag for flag (`shutdown-manager` and `shutdown`), so a Contour
+// Envoy DaemonSet can swap in lastcall's image.
 import { delay } from "../lib/async.ts";
 import type { EventLog } from "../lib/log.ts";
 import type { StatusServer } from "../status/listen.ts";

@@ -8,6 +8,7 @@ import { delay, pollUntil } from "../lib/async.ts";
 import { AdminClient } from "../envoy/admin.ts";
 import { GAUGE_NAMES, isInflightGauge, parseStatsJson, type Stat } from "../envoy/stats.ts";
 import type { EventLog } from "../lib/log.ts";
+import { retry } from "../lib/retry.ts";
 import { listen, type StatusServer } from "../status/listen.ts";
 
 /** Options of {@linkcode serveReadyFile}. */
@@ -164,17 +165,17 @@ export async function readOpenCount(admin: AdminClient, without: ConnectionCount
  * `healthcheck_failed` or each `healthcheck_fail_error`. Resolves whether it worked.
  */
 export async function failHealthcheckRetrying(admin: AdminClient, log: EventLog, attempts = 4): Promise<boolean> {
-  for (let attempt = 0, wait = 200; attempt < attempts; attempt++, wait *= 5) {
-    try {
-      await admin.failHealthcheck();
-      log("healthcheck_failed");
-      return true;
-    } catch (error) {
-      log("healthcheck_fail_error", { attempt, error: String(error) });
-      if (attempt + 1 < attempts) await delay(wait);
-    }
+  try {
+    await retry(() => admin.failHealthcheck(), {
+      maxAttempts: attempts,
+      delayMs: (attempt) => 200 * 5 ** (attempt - 1),
+      onError: (error, attempt) => log("healthcheck_fail_error", { attempt: attempt - 1, error: String(error) }),
+    });
+  } catch {
+    return false;
   }
-  return false;
+  log("healthcheck_failed");
+  return true;
 }
 
 /** Writes the ready file the shutdown-manager waits for; logs `drained`. */

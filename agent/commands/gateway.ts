@@ -1,12 +1,8 @@
-// Envoy Gateway's shutdown pair (v1.9.1, internal/cmd/envoy/shutdown_manager.go), flag for flag
-// and endpoint for endpoint, so an Envoy Gateway proxy pod can run lastcall's image as its
-// shutdown-manager: `gateway shutdown-manager` serves `:19002` (`/healthz`, and
-// `/shutdown/ready`, the Envoy container's preStop, answered once `/tmp/shutdown-ready`
-// exists); `gateway shutdown` is the shutdown-manager container's own preStop. Envoy Gateway
-// runs them as `envoy-gateway envoy shutdown-manager|shutdown`: invoked under the name
-// `envoy-gateway` (a link to lastcall), lastcall reads `envoy` as `gateway` (main.ts).
+// Envoy Gateway's shutdown pair, flag for flag (`gateway shutdown-manager` and `gateway shutdown`),
+// also run as `envoy-gateway envoy …`.
 import type { Command } from "commander";
 import { InvalidArgumentError } from "commander";
+import { GATEWAY_DEFAULTS } from "../k8s/proxy-gateway.ts";
 import { goDurationMs } from "../k8s/timing.ts";
 import { delay } from "../lib/async.ts";
 import { MAX_DURATION_MS, MAX_DURATION_TEXT } from "../lib/duration.ts";
@@ -173,6 +169,9 @@ export function gatewayDurationArg(value: string): number {
   return ms;
 }
 
+/** A default as Envoy Gateway's docs write it, in seconds: `610s`, `60s`. */
+const seconds = (ms: number) => `${ms / 1000}s`;
+
 /** Said after each command's `--help`: the durations Envoy Gateway writes are taken too. */
 const GO_DURATIONS_HELP = "\nDurations are also taken as Envoy Gateway writes them (Go): --drain-timeout=60s, 1m30s, 1h0m0s, 0.";
 
@@ -184,7 +183,7 @@ export function addGatewayCommands(program: Command, run: (code: Promise<number>
 
   gateway.command("shutdown-manager")
     .description("Envoy Gateway-compatible: serve GET /healthz and GET /shutdown/ready on :19002 (blocks until the drain is finished; 500 after --ready-timeout)")
-    .addOption(option("--ready-timeout <duration>", "answer 500 when the drain has not finished after").default(610_000, "610s").argParser(gatewayDurationArg))
+    .addOption(option("--ready-timeout <duration>", "answer 500 when the drain has not finished after").default(GATEWAY_DEFAULTS.readyTimeoutMs, seconds(GATEWAY_DEFAULTS.readyTimeoutMs)).argParser(gatewayDurationArg))
     .addOption(option("--serve-port <port>", "port of /healthz and /shutdown/ready (fixed in Envoy Gateway)").default(GATEWAY.servePort).argParser(integerArg(0, 65535)))
     .addOption(option("--ready-file <path>", "file written by gateway shutdown when drained (fixed in Envoy Gateway)").default(GATEWAY.readyFile))
     .addHelpText("after", GO_DURATIONS_HELP)
@@ -202,8 +201,8 @@ export function addGatewayCommands(program: Command, run: (code: Promise<number>
   gateway.command("shutdown")
     .description("Envoy Gateway-compatible preStop, in its order: drain listeners and fail Envoy's health check (after --health-check-failure-delay), start the drain of a lastcall run beside it, then check every --check-interval until --min-drain-duration has passed and open requests (or connections) are at most --exit-at-connections, or --drain-timeout; write the ready file")
     .addOption(option("--health-check-failure-delay <duration>", "drain listeners at once, fail the health check only after").default(0, "0s").argParser(gatewayDurationArg))
-    .addOption(option("--drain-timeout <duration>", "end the drain then, whatever is still open (less than the pod's grace period)").default(60_000, "60s").argParser(gatewayDurationArg))
-    .addOption(option("--min-drain-duration <duration>", "never end the drain before (endpoint deprogramming)").default(10_000, "10s").argParser(gatewayDurationArg))
+    .addOption(option("--drain-timeout <duration>", "end the drain then, whatever is still open (less than the pod's grace period)").default(GATEWAY_DEFAULTS.drainTimeoutMs, seconds(GATEWAY_DEFAULTS.drainTimeoutMs)).argParser(gatewayDurationArg))
+    .addOption(option("--min-drain-duration <duration>", "never end the drain before (endpoint deprogramming)").default(GATEWAY_DEFAULTS.minDrainDurationMs, seconds(GATEWAY_DEFAULTS.minDrainDurationMs)).argParser(gatewayDurationArg))
     .addOption(option("--exit-at-connections <n>", "after the minimum, drained at or below this count").default(0).argParser(integerArg(0, 1_000_000)))
     .addOption(option("--admin-address <address>", "Envoy admin: host:port, or a Unix socket path (fixed in Envoy Gateway)").default(GATEWAY.adminAddress))
     .addOption(option("--check-interval <duration>", "time between checks (1s in Envoy Gateway)").default(1000, "1s").argParser(gatewayDurationArg))

@@ -4,7 +4,7 @@ import { accessSync, constants } from "node:fs";
 import { delimiter, join } from "node:path";
 import type { Command } from "commander";
 import { Agent, EXIT, StartError } from "../agent.ts";
-import { DurationTooLongError, formatDuration, MAX_DURATION_TEXT, parseDuration } from "../lib/duration.ts";
+import { DurationTooLongError, formatDuration, MAX_DURATION_TEXT, parseAnyDuration } from "../lib/duration.ts";
 import { refuseEnvoyArgClash } from "../envoy/arg-clash.ts";
 import { createEventLog } from "../lib/log.ts";
 import { parseBoolean, type RunOptions } from "../options.ts";
@@ -38,7 +38,7 @@ export function findEnvoy(explicit: string | undefined, env = environment()): st
 /** Parses the duration in Istio variable `name`; refuses it with the variable and the value. */
 function istioDuration(name: string, value: string): number {
   try {
-    return parseDuration(value);
+    return Math.round(parseAnyDuration(value)); // Go spellings too, as pilot-agent reads them
   } catch (error) {
     if (error instanceof DurationTooLongError) throw new UsageError(`Invalid ${name}: "${value}" is longer than a timer can hold (${MAX_DURATION_TEXT})`);
     throw new UsageError(`Invalid ${name}: "${value}" (use e.g. 5s)`);

@@ -1,7 +1,5 @@
-// What `lastcall status` prints: the answer of `GET /v1/state` (and of `/healthz/ready`) as a
-// few short lines for people. A pure function of the JSON, so it is tested without a server, and
-// it never throws: a newer or older lastcall may add, drop or change any field, and what is left
-// is still printed.
+// What `lastcall status` prints: the answer of `GET /v1/state` as a few short lines for people; a
+// pure function that never throws.
 
 /** The widest a printed line should be: a long path is cut to fit. */
 export const STATUS_WIDTH = 100;
@@ -46,6 +44,10 @@ function list(from: Fields | undefined, key: string): unknown[] {
   return Array.isArray(value) ? value : [];
 }
 
+/** Control characters, and Unicode's invisible direction and line marks. */
+// deno-lint-ignore no-control-regex -- matching control characters is the point
+const HIDDEN = /[\u0000-\u001f\u007f-\u009f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
+
 /**
  * Text safe to print on a terminal: control characters (C0, DEL and C1, which a request path can
  * carry, as the filter escapes them) are shown as `\xNN`, and the invisible direction and line
@@ -57,8 +59,7 @@ function list(from: Fields | undefined, key: string): unknown[] {
  * ```
  */
 export function printable(text: string): string {
-  // deno-lint-ignore no-control-regex
-  return text.replace(/[\u0000-\u001f\u007f-\u009f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g, (c) => {
+  return text.replace(HIDDEN, (c) => {
     const code = c.charCodeAt(0);
     return code <= 0xff ? `\\x${code.toString(16).padStart(2, "0")}` : `\\u${code.toString(16)}`;
   });

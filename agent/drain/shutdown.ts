@@ -1,6 +1,6 @@
 // Admin calls during a drain: a busy Envoy is asked again, never given up on, until the drain's
 // deadline (or the Envoy's exit) aborts the tries.
-import { delay } from "../lib/async.ts";
+import { retry } from "../lib/retry.ts";
 import type { EventLog } from "../lib/log.ts";
 
 /** Pause between two tries of an admin call that failed during a drain. */
@@ -16,19 +16,14 @@ export async function retryAdmin(
   signal: AbortSignal,
   log: EventLog,
 ): Promise<boolean> {
-  for (let attempt = 1;; attempt++) {
-    if (signal.aborted) return false;
-    try {
-      await call(signal);
-      return true;
-    } catch (error) {
-      if (signal.aborted) return false;
-      log("admin_call_failed", { call: what, attempt, error: String((error as Error).message ?? error) });
-    }
-    try {
-      await delay(Math.min(ADMIN_RETRY_MS * attempt, 1000), signal);
-    } catch {
-      return false;
-    }
+  try {
+    await retry(call, {
+      signal,
+      delayMs: (attempt) => Math.min(ADMIN_RETRY_MS * attempt, 1000),
+      onError: (error, attempt) => log("admin_call_failed", { call: what, attempt, error: String((error as Error).message ?? error) }),
+    });
+    return true;
+  } catch {
+    return false;
   }
 }

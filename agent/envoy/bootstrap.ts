@@ -1,7 +1,5 @@
 // The user's Envoy config in, the effective bootstrap out: admin on loopback, a cluster to the
-// agent, and the in-flight filter first in the HTTP connection managers of every listener that
-// is not OUTBOUND (unmarked ones marked INBOUND, so Envoy drains them), counted-not-drained in
-// OUTBOUND ones. Pure: no I/O.
+// agent, the in-flight filter in every listener. Pure.
 import { redirectXds, type XdsPlan, type XdsRedirectOptions } from "../xds/redirect.ts";
 import { addIdleClose } from "./idle-close.ts";
 import { countingOf, type Direction, directionOf, type ListenerCounting } from "./direction.ts";

@@ -1,7 +1,5 @@
-// A listener's traffic direction as lastcall treats it, and how its requests are counted: the
-// one rule for static listeners (bootstrap.ts) and LDS ones (agent/xds/). Every listener is
-// counted unless it is explicitly OUTBOUND; an unmarked one is treated, and marked, as INBOUND,
-// because Envoy's `drain_listeners?inboundonly` drains only listeners marked INBOUND.
+// A listener's traffic direction as lastcall treats it and how its requests are counted, for static
+// and LDS listeners alike.
 import type { DeliveryCheck } from "./delivery-check.ts";
 
 /** `traffic_direction` as written: INBOUND, OUTBOUND, or absent (UNSPECIFIED). */

@@ -1,10 +1,5 @@
-// An Envoy process's TCP sockets as the kernel sees them (Linux /proc): which connections it
-// accepted on its listeners, and how many response bytes each still has to deliver. A response
-// is over for Envoy when its last byte is written into the socket; it is over for the client
-// when the kernel's send queue of that socket is empty (every byte acknowledged). Envoy's own
-// write buffer fills only once the kernel's is full, so an empty kernel queue on every accepted
-// socket also means Envoy buffers nothing. Reading this is a few file reads, independent of
-// Envoy's config (no stats walk). Where /proc is not there (not Linux), the answers are undefined.
+// An Envoy process's TCP sockets as Linux /proc shows them: the connections it accepted and the
+// response bytes each still has to deliver.
 import { readdir, readFile, readlink } from "node:fs/promises";
 
 /** TCP states of /proc/net/tcp (include/net/tcp_states.h). */

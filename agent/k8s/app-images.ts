@@ -1,9 +1,5 @@
-// Which app images cannot run the copy of lastcall that classic mode puts beside them. The
-// copy is lastcall's single executable: Node with the agent inside, linked against glibc and
-// libstdc++ (`ldd dist/lastcall`). Inject cannot look inside an image (it reads a manifest,
-// offline), so it knows images by name: the families below are built without those libraries.
-// An image not named here is assumed to have them; `lastcall exec` then fails at the app's
-// start with "not found" if it does not, which the pod's events show.
+// Which app images cannot run the copy of lastcall that classic mode puts beside them (known by
+// name: built without glibc or libstdc++).
 
 /** Image families known to have no glibc or no libstdc++: [pattern, what it is]. */
 const WITHOUT_LIBC: readonly (readonly [RegExp, string])[] = [

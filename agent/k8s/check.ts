@@ -1,11 +1,5 @@
-// `lastcall check`: the termination timing chain of each pod template. A pod stops cleanly
-// when, counted from the moment it starts terminating,
-//
-//   endpoint removal < proxy's min drain ≤ app's preStop < app's shutdown < proxy's drain deadline ≤ grace period
-//
-// (after the Istio/Envoy analysis in docs/kubernetes.md): the proxy must take requests until
-// no endpoint sends any, the app must keep answering what the proxy still forwards, and the
-// proxy must outlive the app's last request within the kubelet's deadline.
+// `lastcall check`: the termination timing chain of each pod template, from endpoint removal to the
+// grace period.
 import { containerName, podContainers, type PreStop, preStopOf } from "./containers.ts";
 import { readManifest } from "./manifest.ts";
 import { findProxies } from "./proxies.ts";

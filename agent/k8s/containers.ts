@@ -1,7 +1,10 @@
-// Reading timing facts out of container specs: command lines, flags, environment variables,
-// preStop hooks, and the duration spellings of Go, protobuf and lastcall.
-import { parseDuration } from "../lib/duration.ts";
+// Reading timing facts out of container specs: command lines, flags, environment variables and
+// preStop hooks (durations in Go, protobuf JSON or lastcall spellings: lib/duration.ts).
+import { parseAnyDuration } from "../lib/duration.ts";
 import { isRecord } from "./workloads.ts";
+
+/** The duration reader the checks use (Go, protobuf JSON or lastcall spellings). */
+export { parseAnyDuration };
 
 /** A container as it appears in a pod spec (only the fields the checks read). */
 export type ContainerSpec = Record<string, unknown>;
@@ -96,28 +99,6 @@ export function preStopOf(c: ContainerSpec): PreStop {
   if (isRecord(hook.httpGet) && hook.httpGet.path === "/v1/app-stop") return { kind: "app-stop", port: hook.httpGet.port };
   if (isRecord(hook.httpGet)) return { kind: "other", what: `GET ${String(hook.httpGet.path ?? "/")}` };
   return { kind: "other", what: "hook" };
-}
-
-/**
- * Parses a duration as Go (`1m30s`, `250ms`), protobuf JSON (`5s`, `0.5s`) or lastcall
- * (`5s`; a bare number is seconds) write it, into milliseconds.
- *
- * @example
- * ```ts
- * parseAnyDuration("1m30s"); // 90000
- * ```
- * @throws {RangeError} when the text is none of these
- */
-export function parseAnyDuration(text: string): number {
-  const trimmed = text.trim();
-  const parts = trimmed.match(/\d+(?:\.\d+)?(?:ns|us|µs|ms|s|m|h)/g);
-  if (parts && parts.join("") === trimmed) {
-    return parts.reduce((sum, part) => {
-      const sub = /^(\d+(?:\.\d+)?)(ns|us|µs)$/.exec(part);
-      return sum + (sub ? Number(sub[1]) / (sub[2] === "ns" ? 1e6 : 1e3) : parseDuration(part));
-    }, 0);
-  }
-  return parseDuration(trimmed);
 }
 
 /** {@linkcode parseAnyDuration}, or undefined for text that is not a duration. */

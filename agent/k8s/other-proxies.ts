@@ -1,8 +1,5 @@
-// The proxies a pod may already have (a mesh's sidecar, or an Envoy that is the pod's own
-// job), and the marks that make a mesh add one at admission. `inject` refuses such a pod:
-// a second Envoy beside Istio's would fight it for ports 15000/15020/15090 and both would
-// drain on their own, and lastcall's sidecar in front of Contour's or Envoy Gateway's Envoy
-// proxies a proxy. Each finding names the container or mark and the way to move to lastcall.
+// The proxies a pod may already have (a mesh's sidecar, an Envoy of its own) and the marks that
+// make a mesh add one; `inject` refuses such pods.
 import { argv, containerName, isProgram, podContainers } from "./containers.ts";
 
 /** A proxy found in a pod, or a mark that will add one. */

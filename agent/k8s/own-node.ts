@@ -1,8 +1,5 @@
-// Editing through anchors: Kubernetes (go-yaml) honours `<<` merge keys and `*aliases`, so a
-// pod's containers may come from elsewhere in the document. Before `inject` edits a value, the
-// value is made the mapping's own: an alias is replaced by a copy, a merged key is written out
-// as an explicit key (which overrides the merge, as the merge spec says), with the value it
-// had. The anchored original, and whatever else uses it, is left alone.
+// Editing through YAML anchors: before `inject` edits a value, an alias or merged key is made the
+// mapping's own; the anchored original is left alone.
 import { type Document, isAlias, isMap, isScalar, isSeq, type Node, type YAMLMap, type YAMLSeq } from "yaml";
 
 /** What a mapping means with its merge keys applied and its aliases resolved. */

@@ -1,7 +1,5 @@
-// Recognises the proxies of a pod (lastcall, Istio's pilot-agent, Contour's and Envoy Gateway's
-// shutdown-manager pairs) and reads their termination timings, each with its tool's defaults;
-// other meshes' sidecars (Linkerd, Consul, Kuma) and a bare Envoy are found but not modelled.
-// The rules that compare the timings live in check.ts.
+// Recognises the proxies of a pod (lastcall, Istio, Contour, Envoy Gateway) and reads their
+// termination timings; others are found, not modelled.
 import { argv, containerName, type ContainerSpec, isProgram, podContainers } from "./containers.ts";
 import { meshSidecar } from "./other-proxies.ts";
 import { contourProxy } from "./proxy-contour.ts";

@@ -3,6 +3,9 @@ import { argv, containerName, type ContainerSpec, flagValue, handlerArgv, isProg
 import { type ProxyTiming, type Setting, setting } from "./timing.ts";
 import { isRecord } from "./workloads.ts";
 
+/** Contour's defaults for its `shutdown` flags (cmd/contour/shutdownmanager.go), as `lastcall shutdown` keeps them. */
+export const CONTOUR_DEFAULTS = { drainDelayMs: 0, checkDelayMs: 0, checkIntervalMs: 5000 } as const;
+
 /** The Contour subcommand a command line runs: `contour envoy shutdown` → `shutdown`. */
 function contourCommand(words: readonly string[]): { program: string; sub: string; args: string[] } | undefined {
   if (isProgram(words[0], "contour") && words[1] === "envoy") return { program: "contour envoy", sub: words[2], args: words.slice(3) };
@@ -45,9 +48,9 @@ export function contourProxy(spec: Record<string, unknown>): ProxyTiming | undef
   const flags = shutdownHook?.args ?? [];
   const prefix = `${shutdownHook?.program ?? "contour envoy"} shutdown`;
   const flag = (name: string, fallbackMs: number) => setting(name, flagValue(flags, name), fallbackMs, `${prefix} ${name}`);
-  const drainDelay = flag("--drain-delay", 0);
-  const checkDelay = flag("--check-delay", 0);
-  const checkInterval = flag("--check-interval", 5000);
+  const drainDelay = flag("--drain-delay", CONTOUR_DEFAULTS.drainDelayMs);
+  const checkDelay = flag("--check-delay", CONTOUR_DEFAULTS.checkDelayMs);
+  const checkInterval = flag("--check-interval", CONTOUR_DEFAULTS.checkIntervalMs);
   // Contour's order: --drain-delay (Envoy healthy, serving), fail the health check,
   // --check-delay, first check. --drain-delay is the knob that keeps Envoy serving while the
   // endpoints are removed, so the fixes name it.

@@ -1,13 +1,5 @@
-// Envoy Gateway's proxy pod, read as its code behaves (envoyproxy/gateway v1.9:
-// internal/cmd/envoy/shutdown_manager.go, internal/infrastructure/kubernetes/proxy/resource.go):
-//
-// - a `shutdown-manager` container runs `envoy-gateway envoy shutdown-manager [--ready-timeout]`
-//   and serves :19002 (a constant); its preStop runs `envoy-gateway envoy shutdown`, which fails
-//   Envoy's health checks (the drain starts; listeners keep taking connections), then polls the
-//   open connections each second and writes /tmp/shutdown-ready once --min-drain-duration has
-//   passed and they are at most --exit-at-connections, or once --drain-timeout has passed;
-// - the Envoy container's preStop `GET :19002/shutdown/ready` blocks until that file exists (or
-//   --ready-timeout, then 500), and only then does Envoy get SIGTERM, which stops it at once.
+// Envoy Gateway's proxy pod (shutdown-manager container, its preStop, Envoy's preStop), read as its
+// code behaves.
 import { argv, containerName, type ContainerSpec, flagValue, handlerArgv, isProgram, podContainers } from "./containers.ts";
 import { earlier, goSetting, type ProxyTiming, type Setting } from "./timing.ts";
 import { isRecord } from "./workloads.ts";

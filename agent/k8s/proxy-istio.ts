@@ -1,16 +1,4 @@
-// Istio's pilot-agent, read from the pod, as its code behaves (istio/istio pkg/envoy/agent.go):
-//
-// - istio-proxy a regular container (the layout before Istio 1.28): SIGTERM comes as the pod
-//   starts terminating; pilot-agent drains Envoy's inbound listeners (graceful: they take new
-//   connections for drainDuration, then close) and kills Envoy after terminationDrainDuration,
-//   or, with EXIT_ON_ZERO_ACTIVE_CONNECTIONS, sleeps MINIMUM_DRAIN_DURATION and then polls the
-//   open connections each second, killing Envoy at the first poll that finds none.
-// - istio-proxy a native sidecar (what Istio injects today): its preStop
-//   `pilot-agent request --debug-port=15020 POST drain` starts a drain that keeps the listeners
-//   open (skip_exit), and the SIGTERM, which comes only after the app has exited, ends Envoy at
-//   once. Without that hook it drains only after the app, as a regular container would.
-//
-// See docs/migration.md for what each setting does.
+// Istio's pilot-agent sidecar, regular or native, read from the pod as its code behaves.
 import YAML from "yaml";
 import { containerName, type ContainerSpec, envValue, flagValue, handlerArgv, isProgram, podContainers } from "./containers.ts";
 import { formatFlagDuration, goDurationMs, isNative, type ProxyTiming, secondsText, type Setting, setting } from "./timing.ts";

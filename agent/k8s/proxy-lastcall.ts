@@ -1,5 +1,6 @@
 // lastcall's own sidecar: `lastcall run` flags, then LASTCALL_* variables, then the Istio
 // variables lastcall honours (commands/run.ts), then lastcall's defaults.
+import { RUN_DEFAULTS } from "../options.ts";
 import { argv, containerName, type ContainerSpec, envValue, flagValue, handlerArgv, isProgram } from "./containers.ts";
 import { earlier, isNative, later, type ProxyTiming, type Setting, setting } from "./timing.ts";
 import { isRecord } from "./workloads.ts";
@@ -26,18 +27,18 @@ export function lastcallProxy(c: ContainerSpec, init: boolean, servesRequests: b
     const name = flagValue(args, flag) === undefined && envValue(c, envName(flag)) !== undefined ? envName(flag) : flag;
     return setting(name, own(flag), fallbackMs);
   };
-  const grace = get("--grace", 30_000);
-  const drainDelay = get("--drain-delay", 0);
-  const drainTime = get("--drain-time", 5000);
-  const stopMargin = get("--stop-margin", 2000);
+  const grace = get("--grace", RUN_DEFAULTS.graceMs);
+  const drainDelay = get("--drain-delay", RUN_DEFAULTS.drainDelayMs);
+  const drainTime = get("--drain-time", RUN_DEFAULTS.drainTimeMs);
+  const stopMargin = get("--stop-margin", RUN_DEFAULTS.stopMarginMs);
   // Istio's variables apply where no lastcall flag or variable is given (commands/run.ts).
   const minDrain = own("--min-drain") === undefined && envValue(c, "MINIMUM_DRAIN_DURATION") !== undefined
     ? setting("MINIMUM_DRAIN_DURATION", envValue(c, "MINIMUM_DRAIN_DURATION"), 0)
-    : get("--min-drain", 5000);
+    : get("--min-drain", RUN_DEFAULTS.minDrainMs);
   const istioSleep = envValue(c, "TERMINATION_DRAIN_DURATION") ?? envValue(c, "TERMINATION_DRAIN_DURATION_SECONDS");
   const terminationDrain = own("--termination-drain") === undefined && istioSleep !== undefined
     ? setting("TERMINATION_DRAIN_DURATION", istioSleep, 0)
-    : get("--termination-drain", 5000);
+    : get("--termination-drain", RUN_DEFAULTS.terminationDrainMs);
   let mode = own("--drain-mode") ?? "inflight";
   if (own("--drain-mode") === undefined) {
     if (/^(1|true)$/i.test(envValue(c, "EXIT_ON_ZERO_ACTIVE_CONNECTIONS") ?? "")) mode = "connections";

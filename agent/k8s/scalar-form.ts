@@ -1,9 +1,5 @@
-// Scalars keep the form their author wrote. The yaml library prints a parsed value back from
-// its value: `0644` (an octal file mode to Kubernetes' YAML 1.1 reader) would come back as
-// `420` or `644`, `0x1F` as `0x1f`, `"\u00e9"` as `"é"`. After `keepScalarForms`, every
-// one-line scalar read from the source is printed as its source text, as long as its value is
-// unchanged, and a folded block (`>`) keeps its line breaks; nodes inject adds are printed
-// the library's way. renderManifest checks the result reads back to the same values.
+// Scalars keep the form their author wrote (`0644`, `0x1F`, escapes, folded blocks) when `inject`
+// prints a manifest back.
 import { type Document, isScalar, type Scalar, visit } from "yaml";
 
 /** How a scalar was written, and the value it was read as. */

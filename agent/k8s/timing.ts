@@ -1,7 +1,7 @@
 // The vocabulary of the timing checks: a proxy's termination timeline as settings that each
 // know where they were read from and which knob changes them.
-import { formatDuration } from "../lib/duration.ts";
-import { type ContainerSpec, parseAnyDuration } from "./containers.ts";
+import { formatDuration, parseAnyDuration, parseGoDuration } from "../lib/duration.ts";
+import type { ContainerSpec } from "./containers.ts";
 
 /** One timing of a proxy, with the knob that changes it. */
 export interface Setting {
@@ -81,17 +81,13 @@ export function setting(name: string, value: string | undefined, fallback: numbe
  * ```
  */
 export function goDurationMs(text: string): number | undefined {
-  const sign = /^[-+]/.test(text) ? text[0] : "";
-  const body = text.slice(sign.length);
-  if (body === "0") return 0;
-  const parts = body.match(/(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)/g);
-  if (!parts || parts.join("") !== body) return undefined;
-  const unitMs: Record<string, number> = { ns: 1e-6, us: 1e-3, "µs": 1e-3, "μs": 1e-3, ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
-  const ms = parts.reduce((sum, part) => {
-    const [, value, unit] = /^([\d.]+)(.+)$/.exec(part)!;
-    return sum + Number(value) * unitMs[unit];
-  }, 0);
-  return sign === "-" ? 0 : Math.round(ms);
+  let ms: number;
+  try {
+    ms = parseGoDuration(text);
+  } catch {
+    return undefined;
+  }
+  return ms <= 0 ? 0 : Math.round(ms);
 }
 
 /**

@@ -1,47 +1,27 @@
-/**
- * Resolves after `ms`, or rejects with the signal's reason when it aborts first.
- *
- * @example
- * ```ts
- * await delay(200, AbortSignal.timeout(1000));
- * ```
- */
-export function delay(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal!.reason);
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, Math.max(0, ms));
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
-}
+import { delay } from "./delay.ts";
+import { retry } from "./retry.ts";
+
+/** Waiting, re-exported for the modules that import it from here. */
+export { delay };
+
+/** What a probe of {@linkcode pollUntil} that has no value yet "fails" with. */
+const NOT_YET = Symbol("not yet");
 
 /**
  * Calls `probe` every `intervalMs` until it returns a value other than undefined; rejects when
  * the signal aborts. A probe that throws is retried (its error goes to `onError`).
  */
-export async function pollUntil<T>(
+export function pollUntil<T>(
   probe: (signal: AbortSignal) => Promise<T | undefined>,
   intervalMs: number,
   signal: AbortSignal,
   onError?: (error: unknown) => void,
 ): Promise<T> {
-  for (;;) {
-    signal.throwIfAborted();
-    try {
-      const value = await probe(signal);
-      if (value !== undefined) return value;
-    } catch (error) {
-      if (signal.aborted) throw signal.reason;
-      onError?.(error);
-    }
-    await delay(intervalMs, signal);
-  }
+  return retry(async (s) => {
+    const value = await probe(s);
+    if (value === undefined) throw NOT_YET;
+    return value;
+  }, { delayMs: intervalMs, signal, onError: (error) => error !== NOT_YET && onError?.(error) });
 }
 
 /** An unbounded queue of events consumed one at a time by the agent's loop. */

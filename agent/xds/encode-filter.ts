@@ -1,7 +1,5 @@
-// The filter's Envoy config, as `wasmFilter()` builds it in JSON for the bootstrap, encoded as
-// the protobuf an xDS response carries: an HttpFilter (HTTP variant) or a listener Filter (TCP
-// variant). A small schema of exactly the messages that JSON uses; any other key is refused, so
-// a change to `wasmFilter()` cannot be dropped silently here.
+// The filter's Envoy config encoded as the protobuf an xDS response carries, from a small schema of
+// exactly the messages it uses.
 import { concat, lenField, stringField, varintField } from "./wire.ts";
 
 type Json = Record<string, unknown>;

@@ -1,7 +1,5 @@
-// LDS from a file: lastcall watches the user's file and gives Envoy a rewritten copy. Each
-// version is written beside the copy and renamed over it, the move Envoy's file watch reacts to
-// (a write in place could be read half-written). A file lastcall cannot parse is copied as it is:
-// Envoy then rejects it as it would have without lastcall.
+// LDS from a file: lastcall watches the user's file and gives Envoy a rewritten copy, renamed into
+// place.
 import { randomBytes } from "node:crypto";
 import { readFile, rename, rm, writeFile } from "node:fs/promises";
 import YAML from "yaml";

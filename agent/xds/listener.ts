@@ -1,9 +1,4 @@
-// Inserts the filter into one Listener at the wire level: first in the http_filters of every
-// HTTP connection manager (every filter chain and the default one), and the TCP variant in front
-// of tcp_proxy in chains without an HTTP connection manager. A listener without a traffic
-// direction is marked INBOUND (appended `traffic_direction`), as static ones are: Envoy's
-// inbound-only drain drains only listeners so marked. Every other byte is copied as it came, so
-// fields lastcall does not know (a newer Envoy's) reach Envoy unchanged.
+// Inserts the filter into one Listener at the wire level, copying every other byte as it came.
 import { type Counting, countingOf, type Direction, TRAFFIC_DIRECTION } from "../envoy/direction.ts";
 import { type DeliveryCheck, deliveryOf } from "../envoy/delivery-check.ts";
 import { concat, lenField, readFields, stringOf, varintField, WIRE, type WireField } from "./wire.ts";

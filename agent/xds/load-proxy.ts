@@ -1,7 +1,4 @@
-// Loads the xDS proxy on first use. It carries gRPC, a megabyte of code that an agent with a
-// static config never runs: the Node builds keep it out of the agent's bundle (as the separate
-// dist/xds-proxy.cjs, embedded in the single executable; build/bundle.mjs replaces this module),
-// so it costs memory only where listeners come from a control plane.
+// Loads the xDS proxy (and gRPC) on first use, so an agent with a static config never loads it.
 import type * as XdsProxyModule from "./proxy.ts";
 
 /**

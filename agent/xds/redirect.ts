@@ -1,7 +1,5 @@
-// Points Envoy's listener source at lastcall (pure, no I/O): LDS over ADS or a gRPC
-// api_config_source goes to lastcall's xDS proxy through a static cluster of lastcall's; LDS from
-// a file goes to a rewritten copy. The plan says where the proxy relays to: the original
-// cluster's address and TLS settings, read from the bootstrap.
+// Points Envoy's listener source at lastcall (ADS or gRPC to its xDS proxy, a file to a rewritten
+// copy), and where the proxy relays to. Pure.
 
 /** The static cluster through which Envoy reaches lastcall's xDS proxy. */
 export const XDS_CLUSTER = "lastcall_xds";

@@ -1,7 +1,5 @@
-// One xDS stream, relayed: Envoy's stream to lastcall becomes one stream to the control plane.
-// Requests (ACKs and NACKs with their nonces) pass unchanged; responses pass unchanged except
-// Listener resources, which get the filter. When the control plane's stream ends, Envoy's ends
-// with the same status, so Envoy retries exactly as it would without lastcall.
+// One xDS stream, relayed to the control plane unchanged, except Listener resources, which get the
+// filter.
 import * as grpc from "@grpc/grpc-js";
 import type { EventLog } from "../lib/log.ts";
 import type { EncodedFilters, ListenerRewrite } from "./listener.ts";

@@ -1,7 +1,5 @@
-// The connection to the original control plane, as Envoy would have made it: the cluster's
-// address, and TLS from its UpstreamTlsContext (certificate files, inline or through SDS files as
-// Contour's bootstrap names them). Files are read again for every stream, so rotated
-// certificates are used on the next reconnect.
+// The connection to the original control plane, as Envoy would have made it: the cluster's address
+// and TLS.
 import { X509Certificate } from "node:crypto";
 import { readFile } from "node:fs/promises";
 import { isIP } from "node:net";

@@ -122,7 +122,7 @@ function lastcall(mode: "inflight" | "requests"): Contender {
       });
       const died = child.exited.then(() => { throw new Error(`lastcall exited early:\n${child.output().slice(-3000)}`); });
       died.catch(() => {});
-      const { pid, admin, port } = await Promise.race([until(() => ready, "lastcall's ready event"), died])
+      const { pid, port } = await Promise.race([until(() => ready, "lastcall's ready event"), died])
         .then(async (r) => ({ ...r, port: await listenerPort({ url: r.admin }) }))
         .catch((error: unknown) => { child.kill("SIGKILL"); throw error; });
       const runDir = dirname(commandLine(pid)[commandLine(pid).indexOf("-c") + 1] ?? "");

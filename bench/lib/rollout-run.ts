@@ -1,8 +1,4 @@
-// One rollout of one contender in the test cluster (test/support/kube.ts): apply its manifest,
-// wait for 3 ready pods and a ClusterIP that answers, start the client, `kubectl rollout
-// restart`, wait for `kubectl rollout status`, wait until every old pod is gone, stop the client,
-// and delete everything. Measured: failed requests by class, restart → rollout complete, and per
-// old pod delete (deletionTimestamp seen on the API watch) → pod object gone (DELETED seen).
+// One rollout of one contender in the test cluster, with its failed requests and timings.
 import { copyFileSync, mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";

@@ -1,16 +1,5 @@
-// The one client workload of the termination benchmark, run against whichever contender serves
-// `ingress`: what a pod's traffic looks like when it is told to stop.
-//  - mixed: HTTP/1.1 keep-alive clients, each looping GET /delay with durations 10 ms–3 s;
-//  - long: keep-alive clients looping 3 s requests (one is always in flight at the signal);
-//  - h2: one HTTP/2 connection (prior knowledge) with concurrent streams of the same mix;
-//  - stream: a streaming response (3 s of chunks) started before the signal;
-//  - websocket: an echo WebSocket open across the signal, closed by the client 2.5 s after it;
-//  - idle: keep-alive connections that made one request and then stay idle (client pools);
-//  - late: new connections arriving for `lagMs` after the signal (endpoint-removal lag);
-//  - slow reader: a 12 MB download read at 3 MB/s (a phone on a poor link) across the signal,
-//    counted good only when every byte arrived.
-// Every client keeps sending new requests for `lagMs` after the signal (the endpoint is still in
-// the load balancers), then stops; what is in flight then must complete.
+// The client workload of the termination benchmark: what a pod's traffic looks like when it is told
+// to stop.
 import { Agent, type IncomingMessage, request } from "node:http";
 import { type ClientHttp2Session, connect, constants } from "node:http2";
 import WebSocket from "ws";

@@ -1,12 +1,11 @@
-// A proxy-wasm module with the same exports as the lastcall filter (filter/assembly/index.ts) that
-// does nothing: Envoy's wasm plumbing alone (a VM per worker, a context and the ABI calls per
-// stream), so the benchmark can tell that cost apart from lastcall's own logic.
-// Built by build/bench.mjs with the filter's asc options into dist/bench/noop.wasm.
+// A proxy-wasm module with the filter's exports that does nothing: Envoy's wasm plumbing alone, for
+// the benchmarks.
 
 // @ts-ignore: decorator
 @global
 /** The `abort` named by the build; never reached. */
-function abort_proc_exit(message: string | null, fileName: string | null, line: u32, column: u32): void {
+// deno-lint-ignore no-unused-vars -- used: @global makes it the `abort` the build names
+function abort_proc_exit(_message: string | null, _fileName: string | null, _line: u32, _column: u32): void {
   unreachable();
 }
 
@@ -17,10 +16,10 @@ export function malloc(size: usize): usize {
 export { malloc as proxy_on_memory_allocate };
 
 export function proxy_abi_version_0_2_0(): void {}
-export function proxy_on_context_create(id: u32, rootId: u32): void {}
-export function proxy_on_vm_start(rootId: u32, vmConfigSize: u32): u32 { return 1; }
-export function proxy_on_configure(rootId: u32, size: u32): u32 { return 1; }
-export function proxy_on_tick(rootId: u32): void {}
-export function proxy_on_http_call_response(rootId: u32, token: u32, headers: u32, bodySize: u32, trailers: u32): void {}
-export function proxy_on_request_headers(id: u32, headers: u32, endOfStream: u32): u32 { return 0; }
-export function proxy_on_delete(id: u32): void {}
+export function proxy_on_context_create(_id: u32, _rootId: u32): void {}
+export function proxy_on_vm_start(_rootId: u32, _vmConfigSize: u32): u32 { return 1; }
+export function proxy_on_configure(_rootId: u32, _size: u32): u32 { return 1; }
+export function proxy_on_tick(_rootId: u32): void {}
+export function proxy_on_http_call_response(_rootId: u32, _token: u32, _headers: u32, _bodySize: u32, _trailers: u32): void {}
+export function proxy_on_request_headers(_id: u32, _headers: u32, _endOfStream: u32): u32 { return 0; }
+export function proxy_on_delete(_id: u32): void {}

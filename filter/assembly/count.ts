@@ -1,8 +1,5 @@
-// The count (docs/filter-protocol.md, "Counting"): one Envoy gauge per process, moved ±1 by every
-// worker VM. Envoy's gauges are process-wide atomics, so the gauge IS the process-wide number of
-// streams in flight, exact at every instant, and any VM reads it in one host call. A stream costs
-// two host calls (+1, −1) and nothing else outside a drain: no shared data, no report, no
-// allocation. While this VM knows of a drain, a move to or from zero is pushed (root.ts).
+// The count: one process-wide Envoy gauge moved ±1 by every worker VM; moves to or from zero are
+// pushed during a drain.
 import { MetricType, Result, proxy_define_metric, proxy_get_metric, proxy_increment_metric } from "./abi";
 import { OUT_U32, utf8 } from "./memory";
 

@@ -1,8 +1,5 @@
-// The holders of a drain (docs/filter-protocol.md, "Holders"): when the agent's answer asks
-// (`x-lastcall-holders: <n>`), the VM names its n oldest tracked live streams. Each stream's
-// fields are read only then, through the host: the effective context is set to the stream, its
-// properties read, and the effective context set back to the root before the report goes out.
-// A method and path kept at the request headers (`holder_paths`, kept.ts) are preferred.
+// The holders of a drain: when the agent asks, the VM names its oldest tracked live streams, read
+// through the effective context.
 import { Result, proxy_get_property, proxy_set_effective_context } from "./abi";
 import { MAX_PATH_BYTES, kept, keptSize } from "./kept";
 import { oldestLive, vmInflight } from "./live";

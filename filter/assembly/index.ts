@@ -1,12 +1,5 @@
-// The module's proxy-wasm ABI exports: a flat context map and one-line dispatch. A stream is
-// counted from its creation to its deletion (count.ts): outside a drain that is two host calls
-// and nothing else; no object, no map entry, unless a plugin of this VM has `exclude_paths`.
-// Only the callbacks the filter acts on are exported: Envoy (proxy-wasm-cpp-host) does not enter
-// the VM for a callback the module does not export and goes on as if it answered Continue (or,
-// for `proxy_on_done`, "done"). So a request costs three calls into the VM (context create,
-// request headers, delete). Each VM also keeps its live streams' ids in a fixed table (live.ts:
-// a load and a store each way) to name them when the agent asks during a drain; only when a
-// plugin of the VM has `holder_paths` does it read each request's method and path (kept.ts).
+// The module's proxy-wasm ABI exports: a flat context map and one-line dispatch; only the callbacks
+// the filter acts on.
 import "./abort";
 import { countEnd, countStart, draining } from "./count";
 import { keepRequest } from "./kept";
@@ -54,7 +47,7 @@ export function proxy_on_context_create(id: u32, rootId: u32): void {
 }
 
 /** VM start: nothing to do before configuration. */
-export function proxy_on_vm_start(rootId: u32, vmConfigSize: u32): u32 {
+export function proxy_on_vm_start(_rootId: u32, _vmConfigSize: u32): u32 {
   return 1;
 }
 
@@ -72,7 +65,7 @@ export function proxy_on_tick(rootId: u32): void {
 }
 
 /** Answer (or failure, with no headers) of a report call. */
-export function proxy_on_http_call_response(rootId: u32, token: u32, headers: u32, bodySize: u32, trailers: u32): void {
+export function proxy_on_http_call_response(rootId: u32, _token: u32, _headers: u32, _bodySize: u32, _trailers: u32): void {
   if (roots.has(rootId)) roots.get(rootId).onHttpCallResponse();
 }
 
@@ -80,7 +73,7 @@ export function proxy_on_http_call_response(rootId: u32, token: u32, headers: u3
  * Request headers: an excluded path leaves the count now (exactly once); otherwise, with
  * `holder_paths`, a tracked stream's method and path are kept. Without either key: one branch.
  */
-export function proxy_on_request_headers(id: u32, headers: u32, endOfStream: u32): u32 {
+export function proxy_on_request_headers(id: u32, _headers: u32, _endOfStream: u32): u32 {
   if (!atHeaders) return 0;
   if (excluding > 0 && excludedNow(id)) return 0;
   if (keeping > 0 && ownsSlot(id)) keepRequest(id);

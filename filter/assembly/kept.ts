@@ -1,14 +1,5 @@
-// Method and path kept for the holders of a drain, when a plugin of the VM has `holder_paths`
-// (docs/filter-protocol.md, "Holders"). Envoy 1.40 lets a wasm context read its request headers
-// only during its own request-headers callback, so a drain cannot read them later: with the key
-// on, each request that owns its slot of the live table (live.ts) reads `:method` and `:path`
-// there, and this table keeps them per slot until the stream leaves the count. With the key off
-// nothing here runs and no memory is taken.
-//
-// The blocks the host wrote the two values into (`malloc`) are kept as they are: no copy. Only a
-// block larger than MAX_KEPT_BLOCK is trimmed (in place, `__realloc` splits it), so a live stream
-// holds at most that many bytes of each value. Each slot's entry is 16 bytes: the owner's context
-// id, the method's block, the path's block, the method's length (u16) and the path's (u16).
+// Method and path kept at the request headers for the holders of a drain, when a plugin has
+// `holder_paths`.
 import { HeaderMap, Result, proxy_get_header_map_value } from "./abi";
 import { OUT_PTR, OUT_SIZE, freeHostBlock, utf8 } from "./memory";
 

@@ -1,9 +1,5 @@
-// This VM's live streams, for the holders of a drain (docs/filter-protocol.md, "Holders"): a
-// direct-mapped table of 16384 u32 slots in linear memory (64 KiB, slot = id & 16383) and a plain
-// count of this VM's counted streams. A stream takes its slot at creation if the slot is free (0)
-// and gives it back when it leaves the count, if the slot still holds its id; a stream whose slot
-// was taken is simply not named, but is counted in `vmInflight`. Cost per stream: one load and at
-// most one store each way (plus the counter's); no host call, no allocation, no map.
+// This VM's live streams for the holders of a drain: a direct-mapped table of stream ids, and a
+// count of its counted streams.
 import { keptTable, releaseKept } from "./kept";
 
 /** Slots in the table (a power of two). */

@@ -1,7 +1,5 @@
-// The sidecar outlives the app's own shutdown: in a classic sidecar pod both containers get
-// SIGTERM at once, and the app, while it finishes, still calls other services through Envoy's
-// outbound listener. lastcall counts those calls (outbound listeners get the filter, and are
-// not drained) and waits for the app to exit, told by `lastcall exec` or by `--app-port`.
+// The sidecar outlives the app's own shutdown: the app's outbound calls are counted and lastcall
+// waits for the app to exit.
 import { spawn } from "node:child_process";
 import { createServer, type Server } from "node:net";
 import { describe, expect, it, onTestFinished } from "vitest";
@@ -73,6 +71,7 @@ describe("an app that calls out while it shuts down", () => {
       const listening = new Promise((done) => child.stdout!.once("data", done));
       return { child, listening, exited: new Promise<number | null>((done) => child.once("exit", (code) => done(code))) };
     };
+    // deno-lint-ignore prefer-const -- the clean-up below is registered before it is started
     let second: ReturnType<typeof start> | undefined;
     const first = start();
     // Whatever happens, no wrapped app outlives the test.

@@ -1,8 +1,5 @@
-// Issue 14, row 19: `lastcall bootstrap` left a /tmp/lastcall-*/filter.wasm behind at every call
-// (its output pointed there), and `--status-address localhost` put a host name where Envoy's
-// STATIC cluster takes only an IP. Now the module is carried inline, nothing is written, and the
-// status address becomes an IP Envoy accepts. Also the Envoy config's YAML (row 17): merge keys
-// honoured, an alias bomb refused in one line.
+// `lastcall bootstrap` writes nothing, carries the filter inline, turns a status host name into an
+// IP, and reads the config's YAML safely.
 import { execFile } from "node:child_process";
 import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -11,6 +8,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { FILTER_WASM } from "../support/envoy.ts";
 import { inboundConfig, lastcallCommand, writeConfig } from "../support/lastcall.ts";
 import { heldAcrossSigterm, serving, upstreamForFile } from "../support/serving.ts";
+import type { Json } from "../support/json.ts";
 
 interface Result {
   code: number | null;
@@ -47,7 +45,7 @@ function moduleSources(config: unknown): Array<Record<string, unknown>> {
 }
 
 /** The address of the `lastcall_agent` cluster of a printed bootstrap. */
-function agentAddress(config: any): string {
+function agentAddress(config: Json): string {
   const cluster = config.static_resources.clusters.find((c: { name: string }) => c.name === "lastcall_agent");
   return cluster.load_assignment.endpoints[0].lb_endpoints[0].endpoint.address.socket_address.address;
 }

@@ -1,4 +1,4 @@
-// Issue 4, the command-line contract: bad values and bad configs are refused at start with one
+// The command-line contract: bad values and bad configs are refused at start with one
 // line naming what is wrong and exit 2; --help and --version answer and exit 0.
 import { execFile } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
@@ -6,6 +6,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { inboundConfig, lastcallCommand, startLastcall, stopAllLastcalls, writeConfig } from "../support/lastcall.ts";
+import type { Json } from "../support/json.ts";
 
 interface Result {
   code: number | null;
@@ -164,7 +165,7 @@ describe("configs lastcall cannot run exit 2 before Envoy starts", () => {
   });
 
   it("a config Envoy rejects, with Envoy's own error lines", async () => {
-    const config = inboundConfig({ upstreamPort: 9 }) as Record<string, any>;
+    const config = inboundConfig({ upstreamPort: 9 }) as Json;
     config.static_resources.listeners[0].filter_chains[0].filters[0].typed_config.route_config.virtual_hosts[0].routes[0].route.cluster =
       "no_such_cluster";
     const path = writeConfig(config);

@@ -1,8 +1,5 @@
-// Issue 18: `lastcall shutdown --drain-delay 3s` failed Envoy's health check and drained first,
-// then slept. Contour (v1.33.8, cmd/contour/shutdownmanager.go, shutdownHandler) does the
-// reverse: sleep --drain-delay (Envoy serves as before, while endpoints are removed), fail the
-// health check, sleep --check-delay, then poll every --check-interval and write the ready file.
-// The real command against a real Envoy with the filter, its steps read from its events.
+// `lastcall shutdown` runs Contour's order (drain delay, fail health check, check delay, poll),
+// read from its events against a real Envoy.
 import { existsSync, mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";

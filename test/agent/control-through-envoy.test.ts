@@ -1,17 +1,12 @@
-// A user's Envoy config whose public listener can reach lastcall's status port: a route with
-// `cluster_header` (the client names `lastcall_agent`), a plain route to `lastcall_agent`, a
-// cluster of the user's own pointing at 127.0.0.1:<status port>, a dynamic forward proxy. Envoy
-// connects from loopback, so the loopback rule alone let a remote client's POST /quitquitquit and
-// /drain through (issue 14, row 9). Now the status server asks the kernel who made the
-// connection and refuses an Envoy it supervises; probes and the filter's reports (also carried by
-// Envoy) keep working. Real Envoy, real sockets, lastcall's defaults (but a fixed status port,
-// which the user's cluster names).
+// A user's listener that can reach lastcall's status port: control requests carried by a supervised
+// Envoy are refused, probes and reports work.
 import { request } from "node:http";
 import { describe, expect, it } from "vitest";
 import { http1 } from "../filter/clients.ts";
 import { waitFor } from "../support/envoy.ts";
 import { freePort, inboundConfig, startLastcall, type TestLastcall } from "../support/lastcall.ts";
 import { agentSees, agentState, upstreamForFile } from "../support/serving.ts";
+import type { Json } from "../support/json.ts";
 
 const app = upstreamForFile();
 
@@ -24,7 +19,7 @@ const DFP_CACHE = { name: "dfp", dns_lookup_family: "V4_ONLY" };
  */
 function hostileConfig(statusPort: number): Record<string, unknown> {
   const config = inboundConfig({ upstreamPort: app.port }) as {
-    static_resources: { listeners: Array<{ filter_chains: Array<{ filters: Array<{ typed_config: Record<string, any> }> }> }>; clusters: unknown[] };
+    static_resources: { listeners: Array<{ filter_chains: Array<{ filters: Array<{ typed_config: Json }> }> }>; clusters: unknown[] };
   };
   const hcm = config.static_resources.listeners[0].filter_chains[0].filters[0].typed_config;
   const when = (header: string) => ({ prefix: "/", headers: [{ name: header, present_match: true }] });

@@ -1,7 +1,5 @@
-// The promise in bytes: "done" is the client's last byte, not the end of Envoy's stream. A slow
-// reader (3 MB/s, a phone on a poor link) downloads 30 MB through Envoy; SIGTERM comes 1 s in,
-// on lastcall's defaults. Envoy finishes the stream long before the client has read it (the
-// rest sits in Envoy's buffer and the kernel's send queue); lastcall waits until it is delivered.
+// "Done" is the client's last byte: a slow reader's download is delivered in full before lastcall
+// stops Envoy.
 import { execFileSync } from "node:child_process";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";

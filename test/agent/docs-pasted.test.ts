@@ -1,12 +1,5 @@
-// Issue 18, "Docs that work when pasted": every ```yaml block of README.md and docs/*.md is
-// parsed and recognised; Kubernetes objects have apiVersion and kind, and `lastcall check` (or,
-// for a container fragment, `lastcall inject`) says of each what the doc says; Envoy configs are
-// accepted by `envoy --mode validate` and by a running Envoy; a lastcall sidecar in a pod spec
-// runs as the pod would run it, its own probes and hooks included (docs/operations.md's sidecar
-// lacked `--status-address 0.0.0.0`: its readiness probe could never pass); and every lastcall
-// command line of the ```sh / ```console blocks uses flags its `--help` lists, those with only
-// local effects run. The API server's own validation of these objects is the lead's, through
-// test/support/kube-api.ts, on docsKubernetesObjects() (test/support/docs-blocks.ts).
+// Docs that work when pasted: every YAML block of the docs is recognised and does what the doc
+// says, and every command line uses real flags.
 import { execFile } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -15,7 +8,7 @@ import { promisify } from "node:util";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import YAML from "yaml";
 import {
-  blockKey, type CommandLine, containerPodOf, docsKubernetesObjects, lastcallCommandLines, podOf, where, yamlBlocks, yamlShape,
+  blockKey, type CommandLine, docsKubernetesObjects, lastcallCommandLines, podOf, where, yamlBlocks, yamlShape,
 } from "../support/docs-blocks.ts";
 import { FILTER_WASM, localCluster, startEnvoy, stopAllEnvoys, waitFor } from "../support/envoy.ts";
 import { startHook } from "../support/hook-command.ts";
@@ -174,7 +167,7 @@ describe.skipIf(noNetns)(noNetns ? `a lastcall sidecar of the docs, run as its p
     expect(await pod.exited).toEqual({ code: 0, signal: null });
   });
 
-  it.each(podSpecs)("%s, control: without --status-address 0.0.0.0 (the block before issue 18) the probe on the pod's IP is refused", async (_, container) => {
+  it.each(podSpecs)("%s, control: without --status-address 0.0.0.0 (the block as it was before) the probe on the pod's IP is refused", async (_, container) => {
     const ns = createNetns();
     const { podIp } = ns.podLink();
     const args = [...(container.args as string[])];

@@ -1,10 +1,5 @@
-// "Waiting for what?": a drain held by three requests on two listeners and one wrapped app names
-// them, oldest first with ages that grow, in `drain_waiting`, `/v1/state` and `lastcall status`;
-// a request that ends leaves the list; outside a drain nothing is asked. Real Envoy, real filter.
-// On lastcall's default settings a holder is where the request went (listener, protocol, cluster)
-// and its age: Envoy 1.40 keeps a request's headers from the filter after their callback, and the
-// filter reads nothing on the request path. With --holder-paths the filter keeps each request's
-// method and path (query cut) at its headers, and they are named.
+// What a drain waits for: its holders named in `drain_waiting`, `/v1/state` and `lastcall status`,
+// with a real Envoy and filter.
 import { spawn } from "node:child_process";
 import { request } from "node:http";
 import { afterEach, describe, expect, it } from "vitest";

@@ -1,8 +1,5 @@
-// How drains ended, as `/metrics` shows it with a real Envoy (issue 17, item 3): a reload's old
-// epoch that drains to zero, a POST /drain that reaches its deadline (Envoy runs on: nothing is
-// cut), and a termination whose own outcome lastcall takes with it when it exits: scraped while
-// it drains, it shows that it drains and how long is left to its deadline. Tests wait on
-// lastcall's events, never on sleeps.
+// How drains ended, as `/metrics` shows it with a real Envoy: a reload's old epoch, a `POST /drain`
+// deadline, a termination.
 import { describe, expect, it } from "vitest";
 import { http1 } from "../filter/clients.ts";
 import { isAlive } from "../support/lastcall.ts";

@@ -1,6 +1,5 @@
-// Issue 14, row 14: an Envoy argument after `--` that clashes with lastcall's own, or an
-// `--envoy` that is not Envoy, used to crash-loop for 56 s printing Envoy's usage 11 times.
-// Both are refused at start: one line naming the value, exit 2, before any Envoy starts.
+// An Envoy argument after `--` that clashes with lastcall's own, or an `--envoy` that is not
+// Envoy, is refused at start: one line naming the value, exit 2, before any Envoy starts.
 import { execFile } from "node:child_process";
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";

@@ -1,8 +1,5 @@
-// The promise on every path users hit: lastcall stops an Envoy only when it has nothing in
-// flight, or at the deadline, and says truthfully how many it cut. Real Envoy, real clients,
-// real signals; each case is one that cut requests before (docs/reliability.md lists them).
-// Tests wait on lastcall's events and assert their order, never durations (except "before the
-// deadline", which is the behaviour under test).
+// Every path users hit: Envoy is stopped only with nothing in flight or at the deadline, and what
+// was cut is said truthfully.
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -12,6 +9,7 @@ import { http1, type Outcome } from "../filter/clients.ts";
 import { localCluster, waitFor } from "../support/envoy.ts";
 import { freePort, inboundConfig, isAlive, lastcallCommand, type LastcallEvent, startLastcall, type TestLastcall, writeConfig } from "../support/lastcall.ts";
 import { agentSees, heldAcrossSigterm, agentState, serving, upstreamForFile } from "../support/serving.ts";
+import type { Json } from "../support/json.ts";
 
 const app = upstreamForFile();
 
@@ -297,7 +295,7 @@ describe("a hostile neighbour on the status port", () => {
 
 describe("a log reader that goes away", () => {
   it("lastcall's stdout closed (EPIPE) mid-run: the drain still waits for the held request", async () => {
-    const config = inboundConfig({ upstreamPort: app.port }) as { static_resources: { listeners: Array<Record<string, any>> } };
+    const config = inboundConfig({ upstreamPort: app.port }) as { static_resources: { listeners: Array<Json> } };
     const port = await freePort();
     config.static_resources.listeners[0].address.socket_address.port_value = port;
     const [command, ...prefix] = lastcallCommand("bundle");

@@ -1,9 +1,5 @@
-// Issue 15: the count is exact across workers. Through `lastcall run` (real Envoy, real filter),
-// many requests held upstream are ended in random order, by their responses or by the client,
-// during a drain; at every step, once Envoy is quiescent, three counts agree with the number
-// still held: Envoy's own `downstream_rq_active`, the filter's process-wide gauge, and the
-// agent's count. The drain ends on the last of them, never before. The random order comes from a
-// seeded PRNG: the seed is printed when a test fails (`TEST_SEED=<seed>` replays it).
+// The count is exact across workers: Envoy's, the filter's and the agent's counts agree at every
+// step of a random drain.
 import { writeFileSync } from "node:fs";
 import { connect, type ClientHttp2Session } from "node:http2";
 import { describe, expect, it, onTestFailed } from "vitest";
@@ -14,6 +10,7 @@ import { type HeldClient, heldId, holdHttp1, holdHttp2 } from "../support/held-c
 import { freePort, inboundConfig, isAlive, type LastcallEvent, startLastcall, type TestLastcall, writeConfig } from "../support/lastcall.ts";
 import { randomBatches, type Random, seededRandom, shuffled, testSeed } from "../support/seeded-random.ts";
 import { agentState, serving, upstreamForFile } from "../support/serving.ts";
+import type { Json } from "../support/json.ts";
 
 const app = upstreamForFile();
 
@@ -224,8 +221,8 @@ describe("client aborts and resets during a drain", () => {
  * address), adding `x-served-by: <tag>` to every request it forwards: the app then knows which
  * Envoy process holds each request.
  */
-function taggedConfig(port: number, tag: string): Record<string, any> {
-  const config = inboundConfig({ upstreamPort: app.port }) as Record<string, any>;
+function taggedConfig(port: number, tag: string): Json {
+  const config = inboundConfig({ upstreamPort: app.port }) as Json;
   const listener = config.static_resources.listeners[0];
   listener.address.socket_address.port_value = port;
   listener.filter_chains[0].filters[0].typed_config.route_config.request_headers_to_add = [

@@ -1,11 +1,5 @@
-// Issue 16 item 5: Envoy Gateway's shutdown pair (v1.9.1, internal/cmd/envoy/shutdown_manager.go
-// and the proxy containers of internal/infrastructure/kubernetes/proxy/resource.go), run the way
-// Envoy Gateway's pods run it: `envoy-gateway envoy shutdown-manager [--ready-timeout=…]` and
-// the preStop `envoy-gateway envoy shutdown --drain-timeout=… --min-drain-duration=…
-// [--health-check-failure-delay=…]`, here through a link named envoy-gateway to lastcall's single
-// executable, against a real Envoy with the filter. Its endpoints: `:19002/healthz`,
-// `:19002/shutdown/ready` (the Envoy container's preStop), ready file `/tmp/shutdown-ready`,
-// Envoy's admin on `localhost:19000`.
+// Envoy Gateway's shutdown pair run as its pods run it (`envoy-gateway envoy …`, through a link),
+// against a real Envoy with the filter.
 import { existsSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";

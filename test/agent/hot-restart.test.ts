@@ -1,4 +1,4 @@
-// Issue 4, reloads with a real Envoy 1.40: a watched config change starts the next epoch while
+// Reloads with a real Envoy 1.40: a watched config change starts the next epoch while
 // the old one drains and exits, failing no request under load; a config Envoy rejects leaves the
 // old epoch serving; `--no-hot-restart` restarts cold.
 import { writeFileSync } from "node:fs";
@@ -7,6 +7,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { inboundConfig, isAlive, type LastcallEvent, startLastcall, stopAllLastcalls, writeConfig, freePort } from "../support/lastcall.ts";
 import { waitFor } from "../support/envoy.ts";
 import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
+import type { Json } from "../support/json.ts";
 
 let app: UpstreamApp;
 beforeAll(async () => (app = await startUpstreamApp()));
@@ -19,8 +20,8 @@ afterEach(stopAllLastcalls);
  * child by address, so port 0 would give the child another port), tagging responses with
  * `x-config: <version>`.
  */
-function taggedConfig(port: number, version: string): Record<string, any> {
-  const config = inboundConfig({ upstreamPort: app.port }) as Record<string, any>;
+function taggedConfig(port: number, version: string): Json {
+  const config = inboundConfig({ upstreamPort: app.port }) as Json;
   const listener = config.static_resources.listeners[0];
   listener.address.socket_address.port_value = port;
   const hcm = listener.filter_chains[0].filters[0].typed_config;

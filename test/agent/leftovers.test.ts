@@ -1,8 +1,4 @@
-// `lastcall run` leaves nothing in the temp folder after any exit: its run folder and the
-// private folder of an xDS socket whose path would not fit in the run folder are removed on a
-// clean stop, on a refused config, when the restart budget is spent. Only SIGKILL leaves the
-// run folder (nothing can run then), and nothing else. Each lastcall here gets a temp folder
-// of its own (TMPDIR), so what it leaves is seen exactly.
+// `lastcall run` leaves nothing in the temp folder after any exit but SIGKILL.
 import { execFile } from "node:child_process";
 import { readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";

@@ -6,6 +6,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../support/envoy.ts";
 import { freePort, inboundConfig, type LastcallEvent, startLastcall, stopAllLastcalls } from "../support/lastcall.ts";
 import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
+import type { Json } from "../support/json.ts";
 
 let app: UpstreamApp;
 beforeAll(async () => (app = await startUpstreamApp()));
@@ -70,7 +71,7 @@ function getOnce(port: number, path: string, agent: Agent, bytesPerSecond: numbe
 describe("hot reloads under load", () => {
   it("a pooled connection idle in a finished parent carries no download into the next reload", async () => {
     const port = await freePort();
-    const config = inboundConfig({ upstreamPort: app.port }) as Record<string, any>;
+    const config = inboundConfig({ upstreamPort: app.port }) as Json;
     config.static_resources.listeners[0].address.socket_address.port_value = port; // a hot restart hands sockets over by address
     const lc = startLastcall(config, {});
     const first = await lc.event("ready");
@@ -93,7 +94,7 @@ describe("hot reloads under load", () => {
 
   it("12 SIGHUPs 1.5 s apart under fast, slow and slow-reading keep-alive clients: 0 failed, every body whole", async () => {
     const port = await freePort();
-    const config = inboundConfig({ upstreamPort: app.port }) as Record<string, any>;
+    const config = inboundConfig({ upstreamPort: app.port }) as Json;
     config.static_resources.listeners[0].address.socket_address.port_value = port; // a hot restart hands sockets over by address
     const lc = startLastcall(config, {});
     await lc.event("ready");

@@ -1,13 +1,11 @@
-// Reloads never cut: the old Envoy of a reload is stopped by lastcall once it has finished what
-// it serves (its filter's confirmed zero, every response byte delivered), not by Envoy's own
-// parent-shutdown timer (10 s in Envoy's default; Istio sets 60 s), and not after --drain-time.
-// A 12 s request is held across SIGHUP, on lastcall's defaults.
+// Reloads never cut: the old Envoy is stopped once it has finished what it serves, not by a timer.
 import { connect } from "node:net";
 import { describe, expect, it } from "vitest";
 import { http1 } from "../filter/clients.ts";
 import { localCluster } from "../support/envoy.ts";
 import { freePort, inboundConfig, isAlive, startLastcall } from "../support/lastcall.ts";
 import { agentSees, serving, upstreamForFile } from "../support/serving.ts";
+import type { Json } from "../support/json.ts";
 
 const app = upstreamForFile();
 const LONG_MS = 12_000;
@@ -59,7 +57,7 @@ describe("a long request across a reload", () => {
 
   it("an app's pooled connection through an OUTBOUND tcp_proxy does not hold a hot parent", async () => {
     const [port, egressPort] = [await freePort(), await freePort()];
-    const config = inboundConfig({ upstreamPort: app.port }) as Record<string, any>;
+    const config = inboundConfig({ upstreamPort: app.port }) as Json;
     config.static_resources.listeners[0].address.socket_address.port_value = port;
     config.static_resources.listeners.push({
       name: "egress_db",

@@ -1,9 +1,5 @@
-// The report token is a secret of lastcall and its Envoys (issue 14, row 18). At Envoy's
-// default log level (info) neither lastcall nor Envoy prints it, through start, reports, a
-// drain and the stop. At `-l debug` Envoy prints it, as docs/operations.md says: in the plugin
-// configuration it dumps while loading each listener, and in the headers of every report
-// ("router decoding headers"); the second test holds Envoy to that description (and proves the
-// token is read right, so the first cannot pass by looking for the wrong string).
+// The report token stays secret at Envoy's default log level, and appears at `-l debug` where
+// docs/operations.md says.
 import { describe, expect, it } from "vitest";
 import { agentSees, heldAcrossSigterm, reportToken, serving, upstreamForFile } from "../support/serving.ts";
 

@@ -1,7 +1,4 @@
-// Issue 14, row 13: a --run-dir reused after lastcall was SIGKILLed, with --admin-port 0. The
-// stale admin address file used to be read (admin "unreachable" for good while Envoy served,
-// then SIGTERM cut a request: `envoy_not_ready`), and a file already there kept its mode (0666
-// with the report token inside). Now the run folder is made fresh at every start.
+// A `--run-dir` reused after a SIGKILL: the run folder is made fresh at every start.
 import { execFile } from "node:child_process";
 import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";

@@ -1,8 +1,5 @@
-// Every signal does something documented and safe (docs/operations.md, "Signals"), in `run`,
-// `exec`, `wait` and `shutdown-manager`, as PID 1 and not. Before, SIGQUIT and SIGUSR2 killed
-// lastcall (its Envoy stopped by the watchdog, a request cut, no `terminated` line), SIGUSR1
-// opened Node's inspector on 127.0.0.1:9229 (code run inside lastcall by any container of the
-// pod), and `exec` as PID 1 dropped SIGTERM while it waited for readiness.
+// Every signal does something documented and safe in `run`, `exec`, `wait` and `shutdown-manager`,
+// as PID 1 and not.
 import { spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { constants, tmpdir } from "node:os";

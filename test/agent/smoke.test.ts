@@ -1,4 +1,4 @@
-// Issue 2's loop, end to end, in each way lastcall ships: run → wait → request → SIGTERM →
+// The whole loop, end to end, in each way lastcall ships: run → wait → request → SIGTERM →
 // exit 0 with Envoy gone. Real Envoy, real sockets, real signals.
 import { execFile } from "node:child_process";
 import { mkdtempSync, rmSync } from "node:fs";

@@ -1,10 +1,5 @@
-// Issue 18: `npm start` as an operator uses it in a terminal. A second Ctrl-C was logged as
-// `terminate_ignored` although the README says it stops at once (the first was sent to lastcall
-// as SIGTERM, the second as two SIGINTs that arrive as one); closing the terminal (SIGHUP) left
-// lastcall running, orphaned, holding its ports. Here `npm start` runs as a terminal's job: its
-// own process group, signals sent to the whole group (so npm forwards each Ctrl-C once more, as
-// in a terminal), in a network namespace of its own, so its fixed ports (10000, 15000, 15020,
-// 8080) are free and afterwards it can be told exactly what is left in it.
+// `npm start` as a terminal runs it: Ctrl-C drains, a second stops at once, closing the terminal
+// drains, nothing is left behind.
 import { type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { resolve } from "node:path";

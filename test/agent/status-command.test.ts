@@ -1,7 +1,5 @@
-// `lastcall status` (issue 17): the real bundle asks a status server for `/v1/state` and prints it
-// for people or, with --json, as it was answered; it says in one line, exit 1, when no lastcall
-// answers there, and refuses a bad flag with exit 2. A stand-in status server serves the drain
-// states a real lastcall shows only for a moment; one test asks a real `lastcall run`.
+// `lastcall status` through the real bundle: for people or as JSON, one line and exit 1 when
+// nothing answers, exit 2 on a bad flag.
 import { spawn } from "node:child_process";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";

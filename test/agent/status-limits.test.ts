@@ -1,7 +1,5 @@
-// Every body the status server takes is capped: a 200 MB POST /v1/app once grew lastcall's RSS
-// from 61 to 848 MB (issue 14, row 10), an OOM kill in a limited sidecar. A real lastcall on its
-// defaults gets 200 MB bodies, with content-length and chunked, on each route that reads one:
-// 413 with one JSON line, its memory stays put, and it still serves and drains.
+// Every body the status server takes is capped: 200 MB bodies get 413, memory stays put, and
+// lastcall still serves and drains.
 import { readFileSync } from "node:fs";
 import { connect } from "node:net";
 import { describe, expect, it } from "vitest";

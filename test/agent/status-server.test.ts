@@ -1,7 +1,5 @@
-// The status server bound to 0.0.0.0 (for kubelet probes) on a real socket: a caller inside the
-// pod (loopback) can stop or drain it. Callers from other addresses are refused by the peer
-// address of the connection: shown in test/unit/status-app.test.ts with the peer set, since
-// tests here send traffic to loopback addresses only.
+// The status server on 0.0.0.0 on a real socket: a caller inside the pod (loopback) can stop or
+// drain it.
 import { request } from "node:http";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { createStatusApp, REPORT_MAX_BYTES, type StatusControls } from "../../agent/status/routes.ts";
@@ -13,11 +11,11 @@ const TOKEN = "0123456789abcdef-status-server";
 /** Controls whose "Envoys" are `envoyPids`: who made each connection is read from the real /proc. */
 function fakeControls(envoyPids: number[] = []) {
   return {
-    readiness: vi.fn(async () => ({ ready: true, reason: "running" })),
+    readiness: vi.fn(() => Promise.resolve({ ready: true, reason: "running" })),
     state: vi.fn(() => ({ phase: "running", epochs: [], restarts: 0, hotRestarts: 0, reloadsRejected: 0, inflight: 0, filter: "reporting" }) as ReturnType<StatusControls["state"]>),
-    metrics: vi.fn(async () => ""),
+    metrics: vi.fn(() => Promise.resolve("")),
     reportToken: TOKEN,
-    report: vi.fn(async () => ({ draining: true, probe: 5 })),
+    report: vi.fn(() => Promise.resolve({ draining: true, probe: 5 })),
     quit: vi.fn(),
     drain: vi.fn(),
     connectionMaker: vi.fn((ports: { clientPort: number; serverPort: number }) => connectionMaker(ports, envoyPids)),

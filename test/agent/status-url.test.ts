@@ -1,8 +1,5 @@
-// Issue 18, "Docs that work when pasted": `wait`, `drain`, `status` and `exec` read
-// `--status-url` / LASTCALL_STATUS_URL the same way (one parser, statusUrlArg), so the value one
-// takes the others take; and every line they fail with names the URL they asked. Before,
-// `LASTCALL_STATUS_URL=http://127.0.0.1:15020` made `wait` ask `/` and fail with `status 404`,
-// naming nothing, while `drain` took the same value.
+// `wait`, `drain`, `status` and `exec` read `--status-url` the same way, and every failure names
+// the URL asked.
 import { spawn } from "node:child_process";
 import { createServer, type Server } from "node:http";
 import fc from "fast-check";

@@ -1,4 +1,4 @@
-// Issue 4, supervision with a real Envoy 1.40: start → ready, `lastcall wait`, crash restarts
+// Supervision with a real Envoy 1.40: start → ready, `lastcall wait`, crash restarts
 // with backoff and a budget, and no orphan Envoy when lastcall itself is killed.
 import { execFile } from "node:child_process";
 import { createServer, type Server } from "node:net";
@@ -6,6 +6,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { localCluster, waitFor } from "../support/envoy.ts";
 import { inboundConfig, isAlive, lastcallCommand, startLastcall, stopAllLastcalls, freePort } from "../support/lastcall.ts";
 import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
+import type { Json } from "../support/json.ts";
 
 let app: UpstreamApp;
 beforeAll(async () => (app = await startUpstreamApp()));
@@ -176,7 +177,7 @@ describe("crash restarts", () => {
     await new Promise<void>((done) => blocker.listen(0, "127.0.0.1", done));
     const port = (blocker.address() as { port: number }).port;
     try {
-      const config = inboundConfig({ upstreamPort: app.port }) as { static_resources: { listeners: Array<Record<string, any>> } };
+      const config = inboundConfig({ upstreamPort: app.port }) as { static_resources: { listeners: Array<Json> } };
       if (which === "listener") {
         const listener = config.static_resources.listeners[0];
         listener.address.socket_address.port_value = port;

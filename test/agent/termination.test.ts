@@ -1,4 +1,4 @@
-// Issue 5's termination sequence against the real thing: lastcall supervising a real Envoy with
+// The termination sequence against the real thing: lastcall supervising a real Envoy with
 // the in-flight filter, real HTTP clients, real signals. Tests wait on lastcall's events and on
 // what the agent reports (`/v1/state`), never on sleeps, and assert the order of what happened.
 import { Agent as HttpAgent, request } from "node:http";
@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { closeWebSocket, http1, openWebSocket, type Outcome } from "../filter/clients.ts";
 import { waitFor } from "../support/envoy.ts";
 import { inboundConfig, isAlive, type LastcallEvent, startLastcall, type TestLastcall } from "../support/lastcall.ts";
-import { agentSees, agentState, type Serving, serving as servingAt, type ServingOptions, upstreamForFile } from "../support/serving.ts";
+import { agentSees, type Serving, serving as servingAt, type ServingOptions, upstreamForFile } from "../support/serving.ts";
 
 const app = upstreamForFile();
 

@@ -1,7 +1,5 @@
-// A listener without `traffic_direction` beside one marked INBOUND is counted and drained like
-// the INBOUND one, static or from an LDS file: its request held across SIGTERM, on lastcall's
-// defaults, past the floor, gets its 200, and the drain ends on the confirmed zero after it.
-// (It used to get no filter: its request was cut at the end of the floor, `inflight_at_stop 0`.)
+// A listener without `traffic_direction` is counted and drained like an INBOUND one, static or from
+// an LDS file.
 import { writeFileSync } from "node:fs";
 import { request } from "node:http";
 import { join } from "node:path";

@@ -1,9 +1,5 @@
-// `lastcall inject --mode classic` of a Deployment, played by podman: the app of
-// examples/k8s/caller.yaml keeps calling its backend through Envoy's outbound listener for 8 s
-// after SIGTERM, longer than lastcall's default --min-drain. Both containers get SIGTERM at once
-// (`podman pod stop`); inject ran the app under `lastcall exec --no-quit`, so lastcall must keep
-// Envoy up until the app has exited: every call gets its 200, and the sidecar exits right after
-// the app. The backend runs in the pod's network namespace, outside the pod's containers.
+// `lastcall inject --mode classic` played by podman: the app's outbound calls after SIGTERM all get
+// their answer.
 import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join, resolve } from "node:path";

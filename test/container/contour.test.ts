@@ -1,9 +1,5 @@
-// Contour's Envoy pod shape with lastcall's image swapped in (examples/k8s/contour-envoy.yaml),
-// played by podman: a shutdown-manager container and an envoy container sharing /admin (Envoy's
-// admin socket and the ready file). podman 4.3 runs no lifecycle hooks, so the test runs the
-// pod's termination as the kubelet does: both preStop hooks at once (`lastcall shutdown` in the
-// shutdown-manager, GET :8090/shutdown for envoy), then SIGTERM to each container once its hook
-// returned, SIGKILL at the grace period. Requests in flight must all be answered.
+// Contour's Envoy pod shape with lastcall's image, played by podman with the kubelet's termination
+// order: nothing in flight is lost.
 import { readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";

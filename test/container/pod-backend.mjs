@@ -1,8 +1,5 @@
-// A backend beside the pod: another service the app calls, or the upstream a proxy forwards to.
-// It runs on the host's Node inside the pod's network namespace (`nsenter --net`) at
-// 127.0.0.1:9090, so it outlives the pod's containers, as a real backend does. `?ms=N` answers
-// after N ms (else 50 ms) with "hello from the backend (PATH, after N ms)". One JSON line per
-// request on stdout, { event: "request", path, t } (epoch ms), and { event: "listening" }.
+// A backend beside the pod, in its network namespace at 127.0.0.1:9090; one JSON line per request
+// on stdout.
 import { createServer } from "node:http";
 
 const server = createServer((req, res) => {

@@ -1,12 +1,5 @@
-// The pod test's client. It runs on the host's Node inside the pod's network namespace
-// (`nsenter --net`), so every request goes to the pod's own loopback. One JSON line per event
-// on stdout, times in epoch ms:
-//   ready      lastcall's /healthz/ready answered 200
-//   short      a quick request answered (before the long ones)
-//   inflight   lastcall's filter counts every long request in flight: stop the pod now
-//   response   one long request ended (status, body, or the error)
-//   done       every long request ended; `failed` counts the ones without a full 200
-// Argument: JSON { listener, status, longMs: [ms…], shortCount, timeoutMs }.
+// The pod test's client, run in the pod's network namespace; one JSON line per event on stdout
+// (ready, short, inflight, response, done).
 const { listener, status, longMs, shortCount, timeoutMs } = JSON.parse(process.argv[2]);
 const deadline = Date.now() + timeoutMs;
 const emit = (event, fields = {}) => console.log(JSON.stringify({ event, t: Date.now(), ...fields }));

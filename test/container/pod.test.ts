@@ -1,10 +1,5 @@
-// The image in a real container runtime. Podman plays examples/k8s/pod-demo.yaml (the demo app
-// and lastcall's sidecar, classic layout) from images built by build/image.mjs out of the
-// repository's Dockerfile; long requests go in through the sidecar's listener; then
-// `podman pod stop -t 30` sends SIGTERM to both containers at once, SIGKILL after 30 s. Every
-// request must get its answer, and the sidecar must exit right after the last one, long before
-// the grace period. The run's timeline goes to .cache/container/pod-timeline.json
-// (`node build/pod-timeline.mjs` draws docs/pod-timeline.svg from it).
+// The image in a real container runtime: podman plays the demo pod, stops it, and every request
+// gets its answer.
 import { readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";

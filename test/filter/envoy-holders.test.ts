@@ -1,13 +1,5 @@
-// The holders of a drain in real Envoy 1.40 (docs/filter-protocol.md, "Holders"): asked with
-// `x-lastcall-holders: 32` during a drain, each worker VM names its live requests, oldest first,
-// with what Envoy knows of them, read through the effective context only then; every report
-// carries its VM's id. What Envoy 1.40 gives through the effective context of a live stream whose
-// request headers went by: `request.time` (8-byte little-endian int64, unix ns, µs resolution),
-// `destination.address`, `request.protocol` and `xds.cluster_name` (`xds.route_name` is empty for
-// an unnamed route: left out); NOT `request.method` nor `request.url_path` (Envoy keeps the
-// request headers for a wasm context only during its header callback), so those are left out,
-// unless the plugin has `holder_paths`: then each request's method and path (query cut) were kept
-// at its headers, and are named.
+// The holders of a drain in real Envoy 1.40: each worker VM names its live requests, oldest first,
+// with what Envoy knows of them.
 import { connect } from "node:net";
 import { afterEach, expect, test } from "vitest";
 import { httpBootstrap, startEnvoy, stopAllEnvoys, waitFor } from "../support/envoy.ts";

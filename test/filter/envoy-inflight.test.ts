@@ -1,7 +1,5 @@
-// The count under real load in Envoy 1.40: HTTP/1.1, HTTP/2, client resets, a WebSocket, several
-// workers. At quiescent instants the gauge equals Envoy's own count of active requests and what
-// is really open; a probe is answered with it; every VM acks the drain once; the drain ends on a
-// zero pushed after the last response.
+// The count under real load in Envoy 1.40 (HTTP/1.1, HTTP/2, resets, WebSocket, several workers)
+// equals Envoy's own.
 import { afterEach, describe, expect, test } from "vitest";
 import { type TestEnvoy, httpBootstrap, startEnvoy, stopAllEnvoys, waitFor } from "../support/envoy.ts";
 import { type UpstreamApp, startUpstreamApp } from "../support/upstream-app.ts";

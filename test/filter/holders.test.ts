@@ -1,7 +1,5 @@
-// The holders of a drain, in the in-process host (docs/filter-protocol.md, "Holders"): the VM id
-// on every report, the table of live stream ids (live.ts: 16384 direct-mapped slots), the
-// `x-lastcall-holders` parser, and the holders report (holders.ts) with its JSON escaping and cap.
-// Real Envoy: envoy-holders.test.ts.
+// The holders of a drain in the in-process host: VM ids, the live table, the header parser and the
+// report.
 import fc from "fast-check";
 import { describe, expect, test } from "vitest";
 import { type FilterVm, type HttpCall, ProxyWasmHost } from "../support/proxy-wasm-host.ts";

@@ -1,7 +1,5 @@
-// The agent's side of docs/filter-protocol.md for tests: records every `POST /v1/inflight` and
-// answers 200 with `x-lastcall-draining: 1|0` (and a JSON body for humans), `x-lastcall-probe: <id>`
-// once per asked probe, `x-lastcall-holders: <n>` on the answers the test picks, as the test
-// decides. (This is the agent, not Envoy: a stand-in is fair.)
+// The agent's side of docs/filter-protocol.md for tests: records every report and answers as the
+// test decides.
 import { EventEmitter } from "node:events";
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";

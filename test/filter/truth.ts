@@ -1,12 +1,5 @@
-// The true in-flight count of an in-process "Envoy", kept by the test itself, and the check that
-// the filter's gauge equals it after every host call (docs/filter-protocol.md, "Counting").
-//
-// The test says, before each callback it drives, how that callback must move the count (+1 for a
-// new stream, −1 for the end of a counted stream or an excluded path's headers, 0 otherwise).
-// The callback must then move the gauge exactly once by exactly that much (one
-// `proxy_increment_metric` on the gauge, from that VM, during that callback) and not otherwise:
-// so after every host call of any VM the gauge is the number of counted streams in flight, the
-// stream being created or deleted included from (excluded after) the filter's own move.
+// The true in-flight count of an in-process "Envoy", and the check that the filter's gauge equals
+// it after every host call.
 import type { FilterVm, HostCallPoint, ProxyWasmHost } from "../support/proxy-wasm-host.ts";
 
 /** The gauge's Envoy name for a restart epoch and the plugin's `gauge` key: one name per epoch parity. */

@@ -8,6 +8,7 @@ import { injectManifest } from "../../agent/k8s/inject.ts";
 import { SIDECAR_DEFAULTS } from "../../agent/k8s/sidecar.ts";
 import { formatFlagDuration, goDurationMs } from "../../agent/k8s/timing.ts";
 import { KINDS, manifest, workload } from "./workloads.ts";
+import type { Json } from "../support/json.ts";
 
 const fixture = (name: string) => readFileSync(new URL(`fixtures/${name}`, import.meta.url), "utf8");
 const lines = (text: string) => checkManifest(text).map((f) => `${f.ref}: ${f.message}`);
@@ -33,7 +34,7 @@ const deployment = (spec: Record<string, unknown>, annotations?: Record<string, 
   return manifest(object);
 };
 /** The Contour fixture with its shutdown preStop and Envoy preStop replaced. */
-const contour = (edit: (containers: Record<string, any>[]) => void) => {
+const contour = (edit: (containers: Json[]) => void) => {
   const object = YAML.parse(fixture("contour-envoy.yaml"));
   edit(object.spec.template.spec.containers);
   return manifest(object);
@@ -125,28 +126,28 @@ describe("Contour's Envoy DaemonSet", () => {
   it.each([
     {
       name: "the Envoy container without its preStop",
-      edit: (c: Record<string, any>[]) => delete c[1].lifecycle,
+      edit: (c: Json[]) => delete c[1].lifecycle,
       findings: [
         "daemonset/envoy: shutdown-manager: no container's preStop calls GET :8090/shutdown: Envoy gets SIGTERM at once and exits without draining; add lifecycle.preStop.httpGet {path: /shutdown, port: 8090} to the Envoy container",
       ],
     },
     {
       name: "the preStop on the wrong port",
-      edit: (c: Record<string, any>[]) => (c[1].lifecycle.preStop.httpGet.port = 8091),
+      edit: (c: Json[]) => (c[1].lifecycle.preStop.httpGet.port = 8091),
       findings: [
         "daemonset/envoy: envoy: preStop GET /shutdown goes to port 8091, but shutdown-manager serves --serve-port 8090: the hook fails at once and Envoy exits without draining; use port 8090",
       ],
     },
     {
       name: "the shutdown-manager without its shutdown preStop",
-      edit: (c: Record<string, any>[]) => delete c[0].lifecycle,
+      edit: (c: Json[]) => delete c[0].lifecycle,
       findings: [
         "daemonset/envoy: shutdown-manager: no preStop runs `shutdown`: nobody writes the ready file, so Envoy's preStop GET /shutdown blocks until the kubelet kills the pod; add lifecycle.preStop.exec.command: [/bin/contour, envoy, shutdown] to shutdown-manager",
       ],
     },
     {
       name: "checks that start after the grace period",
-      edit: (c: Record<string, any>[]) => c[0].lifecycle.preStop.exec.command.push("--drain-delay=10s", "--check-delay", "5m"),
+      edit: (c: Json[]) => c[0].lifecycle.preStop.exec.command.push("--drain-delay=10s", "--check-delay", "5m"),
       findings: [
         "daemonset/envoy: envoy contour envoy shutdown --drain-delay 10s + --check-delay 5m + --check-interval 5s is longer than terminationGracePeriodSeconds 300: the kubelet kills the proxy first; set terminationGracePeriodSeconds ≥ 315",
       ],

@@ -6,6 +6,7 @@ import YAML from "yaml";
 import { type InjectOptions, injectManifest } from "../../agent/k8s/inject.ts";
 import { SIDECAR_DEFAULTS } from "../../agent/k8s/sidecar.ts";
 import { manifest, objects, podSpec, specOf, workload } from "./workloads.ts";
+import type { Json } from "../support/json.ts";
 
 const native: InjectOptions = SIDECAR_DEFAULTS;
 const classic: InjectOptions = { ...SIDECAR_DEFAULTS, mode: "classic" };
@@ -14,9 +15,9 @@ const injected = (text: string, options: InjectOptions) => {
   const result = injectManifest(text, options);
   return { result, spec: specOf(objects(result.text)[0]) };
 };
-const sidecarOf = (spec: Record<string, any>) => [...(spec.initContainers ?? []), ...spec.containers].find((c) => c.name === "lastcall");
+const sidecarOf = (spec: Json) => [...(spec.initContainers ?? []), ...spec.containers].find((c) => c.name === "lastcall");
 /** The user's ConfigMap of the generated name, holding what inject writes (inbound only), edited. */
-function ownConfigMap(edit: (config: Record<string, any>) => void = () => {}): string {
+function ownConfigMap(edit: (config: Json) => void = () => {}): string {
   const generated = objects(injectManifest(manifest(workload("Deployment")), native).text)[1];
   const config = YAML.parse(generated.data["envoy.yaml"]);
   edit(config);
@@ -34,7 +35,7 @@ describe("the app's preStop", () => {
     const spec = podSpec({ containers: [...podSpec().containers, { name: "worker", image: "example/worker:1", lifecycle: { postStart: { exec: { command: ["warm"] } } } }] });
     const { spec: out } = injected(manifest(workload("Deployment", spec)), options);
     const apps = out.containers.filter((c: { name: string }) => c.name !== "lastcall");
-    expect(apps.map((c: Record<string, any>) => c.lifecycle)).toEqual([
+    expect(apps.map((c: Json) => c.lifecycle)).toEqual([
       { preStop: appStop() },
       { postStart: { exec: { command: ["warm"] } }, preStop: appStop() },
     ]);

@@ -8,6 +8,7 @@ import { injectManifest } from "../../agent/k8s/inject.ts";
 import { SIDECAR_DEFAULTS } from "../../agent/k8s/sidecar.ts";
 import { validateWorkload } from "./schema.ts";
 import { KINDS, objects, specOf, workload } from "./workloads.ts";
+import type { Json } from "../support/json.ts";
 
 const word = fc.stringMatching(/^[a-z][a-z0-9-]{0,8}$/);
 /** Command-line words, YAML-hostile ones included (`: `, `#`, quotes, `---`, newlines). */
@@ -73,12 +74,12 @@ describe("inject on generated workloads", () => {
           validateWorkload(object);
           const spec = specOf(object);
           const original = specOf(before[i]);
-          const named = (s: Record<string, any>) => [...s.containers, ...(s.initContainers ?? [])].filter((c) => c.name === "lastcall");
+          const named = (s: Json) => [...s.containers, ...(s.initContainers ?? [])].filter((c) => c.name === "lastcall");
           // Already has a sidecar, too short a grace period for one, or no port to wire: left as is.
-          const ported = original.containers.some((c: any) => c.ports?.length);
+          const ported = original.containers.some((c: Json) => c.ports?.length);
           if (named(original).length || (original.terminationGracePeriodSeconds ?? 30) < 8 || !ported) return expect(object).toEqual(before[i]);
           expect(named(spec)).toHaveLength(1);
-          const apps = (s: Record<string, any>) => s.containers.filter((c: any) => c.name !== "lastcall").map((c: any) => [c.name, c.image, c.args]);
+          const apps = (s: Json) => s.containers.filter((c: Json) => c.name !== "lastcall").map((c: Json) => [c.name, c.image, c.args]);
           expect(apps(spec)).toEqual(apps(original));
         });
       }),

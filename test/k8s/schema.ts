@@ -1,15 +1,14 @@
-// Validates workloads against the Kubernetes schemas of kubernetes-models. Its validator
-// accepts unknown fields (the schemas have no additionalProperties: false) and has one
-// Container schema for regular and init containers, so `restartPolicy` is checked as a string
-// only; `knownContainerFields` closes the first gap for the containers lastcall adds.
+// Validates workloads against the Kubernetes schemas of kubernetes-models, closing its gap on
+// unknown container fields.
 import { CronJob } from "kubernetes-models/batch/v1/CronJob";
 import { Job } from "kubernetes-models/batch/v1/Job";
 import { DaemonSet } from "kubernetes-models/apps/v1/DaemonSet";
 import { Deployment } from "kubernetes-models/apps/v1/Deployment";
 import { StatefulSet } from "kubernetes-models/apps/v1/StatefulSet";
 import { Pod } from "kubernetes-models/v1/Pod";
+import type { Json } from "../support/json.ts";
 
-const MODELS: Record<string, new (data: any) => { validate(): void }> = { Pod, Deployment, StatefulSet, DaemonSet, Job, CronJob };
+const MODELS: Record<string, new (data: Json) => { validate(): void }> = { Pod, Deployment, StatefulSet, DaemonSet, Job, CronJob };
 
 /** Throws with the schema's complaint when `object` is not a valid workload of its kind. */
 export function validateWorkload(object: Record<string, unknown>): void {
@@ -31,7 +30,7 @@ export const PROBE_FIELDS = new Set([
 ]);
 
 /** Names of fields of a container (and its probes and hooks) that the Kubernetes API does not know. */
-export function unknownContainerFields(container: Record<string, any>): string[] {
+export function unknownContainerFields(container: Json): string[] {
   const unknown = Object.keys(container).filter((k) => !CONTAINER_FIELDS.has(k));
   for (const probe of ["startupProbe", "readinessProbe", "livenessProbe"]) {
     if (container[probe]) unknown.push(...Object.keys(container[probe]).filter((k) => !PROBE_FIELDS.has(k)).map((k) => `${probe}.${k}`));

@@ -8,6 +8,7 @@ import { planWires, readWires } from "../../agent/k8s/envoy-wiring.ts";
 import { injectManifest } from "../../agent/k8s/inject.ts";
 import { SIDECAR_DEFAULTS } from "../../agent/k8s/sidecar.ts";
 import { manifest, objects, specOf, workload } from "./workloads.ts";
+import type { Json } from "../support/json.ts";
 
 const inject = (text: string, options = SIDECAR_DEFAULTS) => injectManifest(text, options);
 const shop = (extra: Record<string, unknown> = {}) =>
@@ -26,7 +27,7 @@ const service = (name: string, ports: Record<string, unknown>[], extra: Record<s
   metadata: { name, ...extra },
   spec: { selector: { app: "shop" }, ports },
 });
-const configOf = (object: Record<string, any>) => YAML.parse(object.data["envoy.yaml"]);
+const configOf = (object: Json) => YAML.parse(object.data["envoy.yaml"]);
 
 describe("inject of a workload with declared ports", () => {
   const text = manifest(
@@ -164,7 +165,7 @@ describe("the input's format", () => {
   it("a List: the ConfigMap is the item after the workload", () => {
     const text = YAML.stringify({ apiVersion: "v1", kind: "List", items: [shop(), service("shop", [{ port: 80, targetPort: 8080 }])] });
     const [list] = objects(inject(text).text);
-    expect(list.items.map((o: Record<string, any>) => o.kind)).toEqual(["Deployment", "ConfigMap", "Service"]);
+    expect(list.items.map((o: Json) => o.kind)).toEqual(["Deployment", "ConfigMap", "Service"]);
     expect(list.items[2].spec.ports).toEqual([{ port: 80, targetPort: 18080 }]);
   });
 });

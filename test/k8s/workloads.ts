@@ -1,5 +1,6 @@
 // Minimal valid workloads of each kind, for the inject and check tests.
 import YAML from "yaml";
+import type { Json } from "../support/json.ts";
 
 /** A pod spec with one app container, on port 8080. */
 export const podSpec = (extra: Record<string, unknown> = {}) => ({
@@ -8,7 +9,7 @@ export const podSpec = (extra: Record<string, unknown> = {}) => ({
 });
 
 /** Wraps a pod spec into a workload of `kind`. */
-export function workload(kind: string, spec: Record<string, unknown> = podSpec(), name = "web"): Record<string, any> {
+export function workload(kind: string, spec: Record<string, unknown> = podSpec(), name = "web"): Json {
   const template = { metadata: { labels: { app: name } }, spec };
   const selector = { matchLabels: { app: name } };
   const metadata = { name };
@@ -39,7 +40,7 @@ export function workload(kind: string, spec: Record<string, unknown> = podSpec()
 export const KINDS = ["Pod", "Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob"] as const;
 
 /** The pod spec inside a workload. */
-export function specOf(object: Record<string, any>): Record<string, any> {
+export function specOf(object: Json): Json {
   switch (object.kind) {
     case "Pod":
       return object.spec;
@@ -56,6 +57,6 @@ export function manifest(...objects: unknown[]): string {
 }
 
 /** Every document of a manifest as plain objects. */
-export function objects(text: string): Record<string, any>[] {
+export function objects(text: string): Json[] {
   return YAML.parseAllDocuments(text).map((d) => d.toJS());
 }

@@ -1,6 +1,5 @@
-// Issue 14, row 17: `inject` and `check` given a YAML alias bomb printed a stack trace (exit 1);
-// a Pod written with `<<:` merge keys was skipped (check passed it). Kubernetes' YAML (go-yaml)
-// honours merge keys: so does lastcall now, and a document it cannot build is one line, exit 2.
+// `inject` and `check` read YAML as Kubernetes (go-yaml) does: merge keys honoured, and a
+// document that cannot be built (an alias bomb) refused in one line, exit 2.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import YAML from "yaml";

@@ -1,16 +1,5 @@
-// Contour's Envoy DaemonSet shape (examples/k8s/contour-envoy.yaml: `lastcall shutdown-manager`
-// with preStop `lastcall shutdown`, the envoy container running `lastcall run` with preStop GET
-// :8090/shutdown) under a real kubelet (test/support/kube.ts). The example as it is, but for what
-// this cluster has no Contour for: lastcall's local image (imagePullPolicy Never), a static Envoy
-// config in a ConfigMap in place of `contour bootstrap` (the routes Contour would send: port 8080
-// to the demo app, injected by `lastcall inject` behind Service `demo`; Contour's stats-health
-// listener on 8002 with /ready and /stats from the admin socket), no certificates, and no
-// hostPorts: the cluster's CNI has no portmap plugin, and a second pod of the DaemonSet on the
-// one node would wait for the old one's host ports, so clients reach Envoy through a Service.
-// Long requests go in flight through it, the pod is deleted: every one must be answered, the
-// kubelet must hold the envoy container's SIGTERM until GET /shutdown returned (after
-// `lastcall shutdown` saw nothing in flight), and the pod must end well before its 300 s grace.
-// The timeline goes to .cache/kube/pod-timeline-contour.json.
+// Contour's Envoy DaemonSet shape under a real kubelet: every request in flight is answered when
+// the pod is deleted.
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { request } from "node:http";
 import { dirname, join, resolve } from "node:path";

@@ -1,12 +1,5 @@
-// lastcall under a real kubelet (test/support/kube.ts: a single-node Kubernetes v1.34.4 built
-// here). The demo app as apps are written (0.0.0.0:8080, no preStop) as a Deployment behind a
-// Service, injected by `lastcall inject` (dist/lastcall.mjs) with its defaults, as a user runs
-// it; a client at a constant rate through the Service's ClusterIP (keep-alive pools with idle
-// sockets, new connections, 3 s requests, slow readers) during `kubectl rollout restart`: no
-// request may fail. The kubelet runs the real hooks (preStop `lastcall drain`, the app's preStop
-// `GET /v1/app-stop`) and the real termination order. One pod's termination timeline (the
-// kubelet's events and log, the API's watch, lastcall's and the app's event lines) goes to
-// .cache/kube/pod-timeline.json.
+// lastcall under a real kubelet: an injected Deployment rolled out under constant load, with no
+// failed request.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";

@@ -1,9 +1,5 @@
-// The code blocks of README.md and docs/*.md, as a reader pastes them: every ```yaml block parsed
-// (the project's yaml library) and recognised (a Kubernetes object, a pod spec, a container, an
-// Envoy bootstrap or filter list), each completed into what it is part of (a Pod, a bootstrap),
-// and the lastcall command lines of the ```sh / ```console blocks. test/agent/docs-pasted.test.ts
-// checks them; `docsKubernetesObjects()` is the hook for validating every Kubernetes object of the
-// docs with the API server (test/support/kube-api.ts).
+// The code blocks of README.md and docs/*.md as a reader pastes them: YAML blocks recognised and
+// completed, and lastcall command lines.
 import { readdirSync, readFileSync } from "node:fs";
 import { basename, join, resolve } from "node:path";
 import YAML from "yaml";

@@ -2,8 +2,8 @@
 // test, its JSON event lines followed as they come, so a test waits on `healthcheck_failed` or
 // `drained` rather than on a sleep, and reads the order and times of the steps from them.
 import { type ChildProcess, spawn } from "node:child_process";
-import { createInterface } from "node:readline";
 import { afterEach } from "vitest";
+import { followJsonEvents } from "./json-events.ts";
 import { type LastcallEvent, lastcallCommand } from "./lastcall.ts";
 
 /** A running hook command. */
@@ -44,24 +44,22 @@ export function startHook(args: string[], options: HookOptions = {}): HookComman
   const command = options.executable ? [options.executable] : lastcallCommand();
   const child = spawn(command[0], [...command.slice(1), ...args], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...options.env } });
   running.add(child);
-  const events: LastcallEvent[] = [];
-  const waiters = new Set<() => void>();
   let stderr = "";
   child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
-  createInterface({ input: child.stdout! }).on("line", (line) => {
-    try {
-      events.push(JSON.parse(line) as LastcallEvent);
-    } catch {
-      events.push({ ts: new Date().toISOString(), event: "not_json", line });
-    }
-    for (const check of waiters) check();
+  const follow = followJsonEvents<LastcallEvent>(child.stdout!, {
+    parse: (line) => {
+      try {
+        return JSON.parse(line) as LastcallEvent;
+      } catch {
+        return { ts: new Date().toISOString(), event: "not_json", line };
+      }
+    },
   });
-  let ended = false;
+  const events = follow.events;
   const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((done) =>
     child.once("close", (code, signal) => {
       running.delete(child);
-      ended = true;
-      for (const check of waiters) check();
+      follow.end();
       done({ code, signal });
     })
   );
@@ -69,21 +67,10 @@ export function startHook(args: string[], options: HookOptions = {}): HookComman
     child,
     events,
     event: (name, timeoutMs = 30_000) =>
-      new Promise((done, fail) => {
-        const timer = setTimeout(() => finish(new Error(`no ${name} event after ${timeoutMs} ms; events: ${JSON.stringify(events)}\n${stderr}`)), timeoutMs);
-        const finish = (error?: Error, event?: LastcallEvent) => {
-          clearTimeout(timer);
-          waiters.delete(check);
-          if (error) fail(error);
-          else done(event!);
-        };
-        const check = () => {
-          const found = events.find((e) => e.event === name);
-          if (found) return finish(undefined, found);
-          if (ended) finish(new Error(`exited without a ${name} event; events: ${JSON.stringify(events)}\n${stderr}`));
-        };
-        waiters.add(check);
-        check();
+      follow.next(name, {
+        timeoutMs,
+        ended: () => new Error(`exited without a ${name} event; events: ${JSON.stringify(events)}\n${stderr}`),
+        timedOut: () => new Error(`no ${name} event after ${timeoutMs} ms; events: ${JSON.stringify(events)}\n${stderr}`),
       }),
     stderr: () => stderr,
     exited,

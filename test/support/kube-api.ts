@@ -1,8 +1,5 @@
-// A real Kubernetes API server for tests: etcd and kube-apiserver v1.34.4 (build/kube.mjs builds
-// them into a cache outside the clone) on 127.0.0.1 with free ports, in a temp folder of their
-// own, from wiped state; one admin token, AlwaysAllow. `validate()` asks the server itself,
-// with a server-side dry run and strict field validation, whether each object would be accepted.
-// test/support/kube.ts starts the same control plane on a bridge address for the full cluster.
+// A real Kubernetes API server for tests (etcd and kube-apiserver v1.34.4), and server-side
+// validation of objects.
 import { generateKeyPairSync, randomBytes } from "node:crypto";
 import { existsSync, mkdirSync, rmSync, writeFileSync } from "node:fs";
 import { request } from "node:https";

@@ -1,12 +1,5 @@
-// The one client at a constant rate through a Kubernetes Service, for rollouts (the real-kubelet
-// tests, test/kube/, and the rollout benchmark, bench/rollout.ts), whatever the answers take.
-// Four kinds of request against the demo app (examples/demo-app.mjs): keep-alive (`/` on a pool
-// of 4 connections), new connection (`/`, `connection: close`), long (`/slow?ms=N`) and slow
-// reader (`/download?mb=N` read at a fixed byte rate, so the response is still flowing when its
-// pod is told to stop; off unless `slowEveryMs` is set). Every answer must be a 200 with the
-// whole expected body; each one that is not is kept with its class (refused, reset, 5xx,
-// truncated: a 200 whose body ended short, timeout, other), its times and its local port (the
-// benchmark finds the pod it reached in conntrack's table with it).
+// The one client at a constant rate through a Kubernetes Service, for rollouts; every answer that
+// is not a whole 200 is kept.
 import { Agent, type IncomingMessage, request } from "node:http";
 
 /** The kinds of request the client sends. */

@@ -1,7 +1,5 @@
-// What the real-kubelet tests run in the test cluster (test/support/kube.ts): the podman-built
-// images imported into containerd, the demo app (examples/k8s/pod-demo.yaml's app and Envoy
-// config) as a Deployment or Job injected by `lastcall inject` as a user runs it, API watches
-// with millisecond receive times, and a pod's termination timeline from the kubelet's events.
+// What the real-kubelet tests run: images imported into containerd, the injected demo app, API
+// watches, termination timelines.
 import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync } from "node:fs";
 import { request } from "node:https";

@@ -1,10 +1,5 @@
-// A real single-node Kubernetes for tests (recipe: docs from ../shared/briefs/kubernetes-here):
-// etcd, kube-apiserver, controller-manager, scheduler, containerd (own root, state and socket),
-// kubelet and kube-proxy, all children of the test process, from wiped state in a temp folder.
-// Everything listens on 127.0.0.1 or on the bridge this file makes (BRIDGE, NODE_IP); pods get
-// 10.246.0.x on it, Services 10.246.128.x. stop() leaves no process, mount, netns, bridge,
-// iptables chain, cgroup or changed sysctl behind. One cluster per machine at a time (a lock in
-// the kube cache): kube-proxy's iptables chains and the kubelet's cgroups are machine-wide.
+// A real single-node Kubernetes for tests, all children of the test process, that leaves nothing
+// behind when stopped.
 import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { KT_IMAGE, KUBE_PACKAGES, kubePaths, missingArtifacts, onPath } from "../../build/kube.mjs";

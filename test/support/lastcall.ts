@@ -4,11 +4,12 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { createServer } from "node:net";
-import { createInterface } from "node:readline";
 import { fileURLToPath } from "node:url";
 import { resolveDeno } from "../../build/deno.mjs";
 import { localCluster } from "./envoy.ts";
 import { tempDir } from "./temp.ts";
+import type { Json } from "./json.ts";
+import { followJsonEvents } from "./json-events.ts";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 
@@ -106,21 +107,19 @@ export function startLastcall(config: unknown, options: StartOptions = {}): Test
     stdio: ["ignore", "pipe", "pipe"],
     env: { ...process.env, ...options.env },
   });
-  const events: LastcallEvent[] = [];
   let output = "";
-  const waiters = new Set<() => void>();
-  const notify = () => {
-    for (const w of waiters) w();
-  };
-  createInterface({ input: child.stdout! }).on("line", (line) => {
-    output += `${line}\n`;
-    if (line.startsWith("{")) {
+  const follow = followJsonEvents<LastcallEvent>(child.stdout!, {
+    onLine: (line) => (output += `${line}\n`),
+    parse: (line) => {
+      if (!line.startsWith("{")) return undefined;
       try {
-        events.push(JSON.parse(line) as LastcallEvent);
-      } catch { /* Envoy output that happens to start with { */ }
-    }
-    notify();
+        return JSON.parse(line) as LastcallEvent;
+      } catch {
+        return undefined; // Envoy output that happens to start with {
+      }
+    },
   });
+  const events = follow.events;
   child.stderr!.on("data", (chunk) => (output += String(chunk)));
   const exited = new Promise<{ code: number | null; signal: string | null }>((done) => {
     child.once("exit", (code, signal) => {
@@ -128,7 +127,7 @@ export function startLastcall(config: unknown, options: StartOptions = {}): Test
       // Let the last lines be read before anyone looks.
       setImmediate(() => {
         hasExited = true;
-        notify();
+        follow.end();
         done({ code, signal });
       });
     });
@@ -137,27 +136,11 @@ export function startLastcall(config: unknown, options: StartOptions = {}): Test
   exited.then(() => (hasExited = true));
 
   const event = (name: string, match: (e: LastcallEvent) => boolean = () => true, timeoutMs = 30_000) =>
-    new Promise<LastcallEvent>((resolve, reject) => {
-      const check = () => {
-        const found = events.find((e) => e.event === name && match(e));
-        if (found) {
-          cleanup();
-          resolve(found);
-        } else if (hasExited) {
-          cleanup();
-          reject(new Error(`lastcall exited before event "${name}":\n${output.slice(-4000)}`));
-        }
-      };
-      const timer = setTimeout(() => {
-        cleanup();
-        reject(new Error(`Timed out after ${timeoutMs} ms waiting for event "${name}":\n${output.slice(-4000)}`));
-      }, timeoutMs);
-      const cleanup = () => {
-        clearTimeout(timer);
-        waiters.delete(check);
-      };
-      waiters.add(check);
-      check();
+    follow.next(name, {
+      match,
+      timeoutMs,
+      ended: () => new Error(`lastcall exited before event "${name}":\n${output.slice(-4000)}`),
+      timedOut: () => new Error(`Timed out after ${timeoutMs} ms waiting for event "${name}":\n${output.slice(-4000)}`),
     });
 
   const handle: TestLastcall = {
@@ -219,7 +202,7 @@ export interface InboundConfigOptions {
  */
 export function podConfig(appPort: number): Record<string, unknown> {
   const config = inboundConfig({ upstreamPort: appPort }) as {
-    static_resources: { listeners: Array<Record<string, any>> };
+    static_resources: { listeners: Array<Json> };
   };
   const egress = structuredClone(config.static_resources.listeners[0]);
   egress.name = "egress";

@@ -1,8 +1,5 @@
-// A network namespace of its own (`ip netns`), for tests of things that take fixed ports as
-// they ship (`npm start`'s 10000, 15000, 15020 and 8080; Envoy Gateway's 19000 and 19002): in it
-// they are free whatever else runs on the machine, and afterwards one can tell exactly which
-// processes were left in it and which ports are still held. Loopback is up; `podLink` gives it
-// a pod's IP, reached from the test as the kubelet reaches a pod.
+// A network namespace of its own (`ip netns`) for tests of fixed ports, and what is left in it
+// afterwards.
 import { type ChildProcess, spawn, type SpawnOptions, spawnSync } from "node:child_process";
 import { afterEach } from "vitest";
 

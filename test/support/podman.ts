@@ -5,8 +5,8 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { accessSync, constants, mkdirSync, writeFileSync } from "node:fs";
 import { delimiter, dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { createInterface } from "node:readline";
 import { INSTALL_COMMAND, missingTools, podman as runPodman } from "../../build/image.mjs";
+import { followJsonEvents } from "./json-events.ts";
 
 /** Runs podman with the project's settings; resolves with its standard output. */
 export const podman: (args: string[]) => Promise<string> = runPodman;
@@ -118,34 +118,16 @@ export interface PodScript {
  */
 export function runInPod(netns: string, script: string, config: object = {}): PodScript {
   const child = spawn("nsenter", [`--net=${netns}`, process.execPath, script, JSON.stringify(config)], { stdio: ["ignore", "pipe", "pipe"] });
-  const events: PodScriptEvent[] = [];
   let stderr = "";
-  let closed = false;
-  const checks = new Set<() => void>();
-  const changed = () => checks.forEach((check) => check());
   child.stderr?.on("data", (chunk) => (stderr += chunk));
-  createInterface({ input: child.stdout! }).on("line", (line) => {
-    events.push(JSON.parse(line));
-    changed();
-  });
-  child.once("close", () => {
-    closed = true;
-    changed();
-  });
-  const next = (event: string, timeoutMs: number) => new Promise<PodScriptEvent>((done, fail) => {
-    const finish = (settle: () => void) => {
-      clearTimeout(timer);
-      checks.delete(check);
-      settle();
-    };
-    const check = () => {
-      const found = events.find((e) => e.event === event);
-      if (found) finish(() => done(found));
-      else if (closed) finish(() => fail(new Error(`${script} exited before ${event}: ${stderr || JSON.stringify(events)}`)));
-    };
-    const timer = setTimeout(() => finish(() => fail(new Error(`${script}: no ${event} within ${timeoutMs} ms; stderr: ${stderr}`))), timeoutMs);
-    checks.add(check);
-    check();
-  });
+  const follow = followJsonEvents<PodScriptEvent>(child.stdout!);
+  const events = follow.events;
+  child.once("close", () => follow.end());
+  const next = (event: string, timeoutMs: number) =>
+    follow.next(event, {
+      timeoutMs,
+      ended: () => new Error(`${script} exited before ${event}: ${stderr || JSON.stringify(events)}`),
+      timedOut: () => new Error(`${script}: no ${event} within ${timeoutMs} ms; stderr: ${stderr}`),
+    });
   return { events, next, child };
 }

@@ -1,7 +1,5 @@
-// Helpers for the signal tests: lastcall's short-lived commands (`wait`, `exec`,
-// `shutdown-manager`) as real processes, optionally as PID 1 of a new PID namespace; a stand-in
-// for the agent's status server that counts probes and app reports; and a look at Node's
-// inspector port.
+// Helpers for the signal tests: lastcall's short-lived commands as real processes (optionally PID
+// 1), and a stand-in status server.
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from "node:http";

@@ -1,5 +1,5 @@
 // Answers of `GET /v1/state` in the shape lastcall gives them (agent/status/serve.ts; the `drain`
-// object of issue 17, agent/drain/waiting.ts), for `lastcall status` tests that need a state a
+// object, agent/drain/waiting.ts), for `lastcall status` tests that need a state a
 // real lastcall shows only for a moment, and exact numbers in it.
 
 /** The moment the drain of {@linkcode drainingState} began. */

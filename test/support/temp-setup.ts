@@ -1,7 +1,5 @@
-// Each test file writes its temporary files in a folder of its own (test/support/temp.ts),
-// removed after its tests, once every lastcall it started is stopped (a lastcall killed by
-// SIGKILL leaves its run folder there). With LASTCALL_TEST_TMP_REPORT=<file>, what each test
-// file left in its folder (what it would leave in /tmp without this) is appended to <file>.
+// Each test file writes its temporary files in a folder of its own, removed after its tests (see
+// temp.ts).
 import { appendFileSync, readdirSync } from "node:fs";
 import { relative } from "node:path";
 import { afterAll } from "vitest";
@@ -10,6 +8,7 @@ import { removeTempDirs, useFileTempDir } from "./temp.ts";
 
 const dir = useFileTempDir();
 
+// deno-lint-ignore no-empty-pattern -- vitest passes the suite second, after an unused context
 afterAll(async ({}, suite) => {
   await stopAllLastcalls();
   const report = process.env.LASTCALL_TEST_TMP_REPORT;

@@ -1,13 +1,5 @@
-// Temporary folders of the tests: the run leaves the system's temp folder as it found it.
-//
-// The global setup makes one root for the run (`lastcall-t-XXXXXX` in the system's temp folder)
-// and points TMPDIR at it; each test file then gets its own folder in it (`f-XXXXXX`), and
-// TMPDIR points there while the file runs. Whatever writes to "the temp folder" — the tests'
-// own mkdtemp calls, lastcall's run folders (also those of a lastcall killed by SIGKILL, which
-// cannot remove its own), its xDS sockets, Envoy, shell scripts — writes inside it: child
-// processes inherit TMPDIR. The file's folder is removed after its tests (every lastcall it
-// started stopped first), the root when the run ends. Names stay short: Unix socket paths in
-// a lastcall run folder must fit in 108 bytes.
+// Temporary folders of the tests: one root per run, one folder per test file, so the run leaves the
+// system's temp folder as it found it.
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";

@@ -1,10 +1,5 @@
-// An upstream app that knows the truth: how many requests it is serving right now.
-//   GET /delay?ms=N                  answers after N ms
-//   GET /hold, /hold/…               answers only when the test calls release()
-//   GET /stream?chunks=N&interval=ms streams N chunks, one every interval
-//   GET /bytes?n=N                   N bytes (content-length), as fast as the reader takes them
-//   WebSocket upgrade on any path    echo; in flight while the socket is open
-//   anything else                    200 "ok" at once
+// An upstream app that knows how many requests it is serving right now (delay, hold, stream, bytes,
+// WebSocket echo).
 import { EventEmitter } from "node:events";
 import { type IncomingMessage, type ServerResponse, createServer } from "node:http";
 import type { AddressInfo } from "node:net";

@@ -1,8 +1,8 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { AGENT_CLUSTER, BootstrapError, deriveBootstrap, FILTER_NAME } from "../../agent/envoy/bootstrap.ts";
+import type { Json } from "../support/json.ts";
 
-type Json = Record<string, any>;
 
 const router = { name: "envoy.filters.http.router", typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router" } };
 

@@ -1,18 +1,5 @@
-// A property-based test of the agent's side of the drain: the REAL InflightTracker and ReportDesk
-// (fake timers are the clock of both: the desk's holds and the tracker's `now`) against a model of
-// the filter and the network. Each Envoy process has several worker VMs moving one process-wide
-// atomic gauge; a hot-restart parent and child (epochs 0 and 1) run side by side, and the parent
-// may exit mid-drain. Streams start and end on random VMs; a VM learns of the drain only from the
-// answer to one of its own reports (some learn late, some VMs never report at all), reads the
-// gauge after its own +1/-1 while it knows (another VM may move the gauge in between), and pushes
-// busy/zero. Reports are lost, late, duplicated and reordered; answers (probes, drain news) lost.
-//
-// Safety: a zero wait never resolves unless every live process's true count was 0 at some instant
-// after the wait began, and the pulled answer it ended on read exactly that (checked against the
-// model's history of true counts and the instants of the reads); a pull resolves with the sum of
-// reads made after it began. Liveness: once every stream has ended and the network stops losing
-// messages, both waits resolve within one heartbeat period: each VM's heartbeat saying 0 is a zero
-// hint answered with a probe, and the second wait's pull takes a held report (the long poll).
+// A property-based test of the agent's side of the drain: the real tracker and report desk against
+// a model of the filter and network.
 import { setMaxListeners } from "node:events";
 import fc from "fast-check";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";

@@ -58,7 +58,7 @@ describe("parseHolders / parseReport", () => {
 describe("HolderBook", () => {
   let now = 1_000_000;
   const clock = () => now;
-  const named = (instance: string, address: string) => (address.endsWith(":8080") ? "inbound" : undefined);
+  const named = (_instance: string, address: string) => (address.endsWith(":8080") ? "inbound" : undefined);
 
   it("shows every VM's holders, oldest first, with ages that grow, and listeners by name or address", () => {
     const book = new HolderBook({ now: clock });

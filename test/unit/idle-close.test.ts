@@ -2,8 +2,8 @@ import { createServer } from "node:net";
 import { describe, expect, it } from "vitest";
 import { deriveBootstrap } from "../../agent/envoy/bootstrap.ts";
 import { PRESSURE_MONITOR, REDUCE_TIMEOUTS, stillListening } from "../../agent/envoy/idle-close.ts";
+import type { Json } from "../support/json.ts";
 
-type Json = Record<string, any>;
 const options = { adminPort: 0, statusAddress: "127.0.0.1", statusPort: 15020, idlePressureFile: "/run/lc/envoy-g1-epoch0.idle" };
 const names = (list: Json[]) => list.map((x) => x.name);
 

@@ -159,6 +159,11 @@ describe("Istio's variables", () => {
     );
   });
 
+  it("reads the durations as pilot-agent does (Go's spellings), and lastcall's", () => {
+    expect(runOptions([], { MINIMUM_DRAIN_DURATION: "10s500ms" }).minDrainMs).toBe(10_500);
+    expect(runOptions([], { TERMINATION_DRAIN_DURATION_SECONDS: "20" }).terminationDrainMs).toBe(20_000);
+  });
+
   it("names TERMINATION_DRAIN_DURATION_SECONDS when that is the variable used", () => {
     expect(() => runOptions([], { TERMINATION_DRAIN_DURATION_SECONDS: "soon" })).toThrow('Invalid TERMINATION_DRAIN_DURATION_SECONDS: "soon"');
   });

@@ -9,14 +9,14 @@ import { createStatusApp, READY_WAIT_MAX_MS, type StatusControls } from "../../a
 function controlsAnswering(...answers: { ready: boolean; reason: string }[]) {
   let call = 0;
   return {
-    readiness: vi.fn(async () => answers[Math.min(call++, answers.length - 1)]),
+    readiness: vi.fn(() => Promise.resolve(answers[Math.min(call++, answers.length - 1)])),
     state: vi.fn(() => ({}) as ReturnType<StatusControls["state"]>),
-    metrics: vi.fn(async () => ""),
+    metrics: vi.fn(() => Promise.resolve("")),
     reportToken: "t".repeat(32),
-    report: vi.fn(async () => ({ draining: false })),
+    report: vi.fn(() => Promise.resolve({ draining: false })),
     quit: vi.fn(),
     drain: vi.fn(),
-    connectionMaker: vi.fn(async () => ({ kind: "other" }) as const),
+    connectionMaker: vi.fn(() => Promise.resolve(({ kind: "other" }) as const)),
   } satisfies StatusControls;
 }
 

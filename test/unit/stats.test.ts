@@ -1,10 +1,4 @@
-// Parsers of Envoy's admin output, on output captured from Envoy 1.40:
-//   stats-rq-active.json  GET /stats?format=json&usedonly&filter=downstream_rq_active$
-//   stats-cx-active.json  GET /stats?format=json&usedonly&filter=downstream_cx_active$
-// taken with listener `ingress` (INBOUND, 127.0.0.1:18123, stat_prefix ingress) holding two
-// requests, listener `egress` (OUTBOUND, port 0, listener stat_prefix egress_listener, HCM
-// stat_prefix egress) holding one request plus one idle keep-alive connection, two workers,
-// and the admin request that fetched the stats.
+// Parsers of Envoy's admin stats, on output captured from Envoy 1.40 (test/fixtures/stats-*.json).
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { activeConnections, activeRequests, parseStatsJson } from "../../agent/envoy/stats.ts";

@@ -11,15 +11,15 @@ const TOKEN = "s3cret-token-0123456789abcdef";
 
 function fakeControls(answer: ReportAnswer = { draining: false }) {
   return {
-    readiness: vi.fn(async () => ({ ready: true, reason: "running" })),
+    readiness: vi.fn(() => Promise.resolve({ ready: true, reason: "running" })),
     state: vi.fn(() => ({ phase: "running", epochs: [], restarts: 0, hotRestarts: 0, reloadsRejected: 0, inflight: 0, filter: "reporting" }) as ReturnType<StatusControls["state"]>),
-    metrics: vi.fn(async () => "lastcall_ready 1\n"),
+    metrics: vi.fn(() => Promise.resolve("lastcall_ready 1\n")),
     reportToken: TOKEN,
-    report: vi.fn(async () => answer),
+    report: vi.fn(() => Promise.resolve(answer)),
     quit: vi.fn(),
     drain: vi.fn(),
     // A caller that is not Envoy (test/unit/status-control.test.ts covers the others).
-    connectionMaker: vi.fn(async () => ({ kind: "other" }) as const),
+    connectionMaker: vi.fn(() => Promise.resolve(({ kind: "other" }) as const)),
   } satisfies StatusControls;
 }
 

@@ -1,7 +1,5 @@
-// The control routes refuse what an Envoy of the agent carries (a user's route to the status
-// port), told from /proc, and every body the status server takes is capped. connectionMaker runs
-// against a fake /proc tree (the kernel's table format, fds as `socket:[inode]` links); the routes
-// through app.request() with the peer handed in as @hono/node-server's bindings.
+// The control routes refuse what an Envoy of the agent carries (told from a fake /proc), and every
+// body is capped.
 import fc from "fast-check";
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -15,15 +13,15 @@ const STATUS_PORT = 15020;
 
 function fakeControls(maker: ConnectionMaker = { kind: "other" }) {
   return {
-    readiness: vi.fn(async () => ({ ready: true, reason: "running" })),
+    readiness: vi.fn(() => Promise.resolve({ ready: true, reason: "running" })),
     state: vi.fn(() => ({ phase: "running", epochs: [], restarts: 0, hotRestarts: 0, reloadsRejected: 0, inflight: 0, filter: "reporting" }) as ReturnType<StatusControls["state"]>),
-    metrics: vi.fn(async () => "lastcall_ready 1\n"),
+    metrics: vi.fn(() => Promise.resolve("lastcall_ready 1\n")),
     reportToken: TOKEN,
-    report: vi.fn(async () => ({ draining: false })),
+    report: vi.fn(() => Promise.resolve({ draining: false })),
     quit: vi.fn(),
     drain: vi.fn(),
     app: vi.fn(() => true),
-    connectionMaker: vi.fn(async () => maker),
+    connectionMaker: vi.fn(() => Promise.resolve(maker)),
   } satisfies StatusControls;
 }
 
@@ -92,7 +90,7 @@ describe("control routes refuse connections an Envoy of the agent made", () => {
 
   it("GET /v1/app-stop (an httpGet preStop, sent by the kubelet to the pod's IP) is open to any peer and only asks the agent to wait", async () => {
     const answer = { reason: "no_drain" as const, inbound_closed: false, waited_ms: 1000 };
-    const controls = { ...fakeControls({ kind: "envoy", pid: 4242 }), appStop: vi.fn(async () => answer) };
+    const controls = { ...fakeControls({ kind: "envoy", pid: 4242 }), appStop: vi.fn(() => Promise.resolve(answer)) };
     const remote = { incoming: { socket: { remoteAddress: "10.0.0.7", remotePort: 40000, localPort: STATUS_PORT, remoteFamily: "IPv4" } } };
     const res = await createStatusApp(controls).request("/v1/app-stop", {}, remote);
     expect([res.status, await res.json()]).toEqual([200, answer]);

@@ -1,8 +1,5 @@
-// `--status-url` / LASTCALL_STATUS_URL has one parser (statusUrlArg, options.ts) for `status`,
-// `wait`, `exec` and `drain`: whatever form the value takes (a base URL, wait's old
-// `.../healthz/ready`, any URL of the server, `host:port`), it means the server's origin. Before,
-// `wait` took the value as the readiness URL itself, so `LASTCALL_STATUS_URL=http://127.0.0.1:15020`
-// (what `drain` and `status` take) made it ask `/` and fail with "status 404", naming no URL.
+// `--status-url` has one parser for `status`, `wait`, `exec` and `drain`: whatever form the value
+// takes, it means the server's origin.
 import { InvalidArgumentError } from "commander";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";

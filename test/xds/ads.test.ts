@@ -48,7 +48,7 @@ describe.each<[XdsService, XdsVariant]>([["ads", "sotw"], ["ads", "delta"], ["ld
     lc.signal("SIGTERM");
     await lc.event("drain_start");
     // The filter's reports for this LDS listener are expected: the drain waits on them.
-    await waitFor(async () => (lc.events.some((e) => e.event === "drain_fallback") ? "fallback" : app.held === 1 ? "holding" : undefined), { what: "the drain to hold" });
+    await waitFor(() => (lc.events.some((e) => e.event === "drain_fallback") ? "fallback" : app.held === 1 ? "holding" : undefined), { what: "the drain to hold" });
     app.release();
     expect((await held).status).toBe(200);
     const terminated = await lc.event("terminated");

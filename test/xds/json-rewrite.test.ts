@@ -6,8 +6,8 @@ import { wasmFilter } from "../../agent/envoy/bootstrap.ts";
 import { rewriteFile } from "../../agent/xds/file-lds.ts";
 import { insertIntoListener } from "../../agent/xds/listener-json.ts";
 import { encodeFilters } from "../../agent/xds/proxy.ts";
+import type { Json } from "../support/json.ts";
 
-type Json = Record<string, any>;
 const filter = { wasmPath: "/x/filter.wasm", pluginConfig: { instance: "7-1-0", token: "t" } };
 const filters = { http: wasmFilter(filter), tcp: wasmFilter(filter, true) };
 const encoded = encodeFilters({ socketPath: "", token: "", files: [], relayed: [], unseen: [], filters });

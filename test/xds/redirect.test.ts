@@ -8,13 +8,13 @@ import { dirname } from "node:path";
 import { xdsRedirectFor } from "../../agent/xds/per-envoy.ts";
 import { XDS_CLUSTER, XDS_TOKEN_HEADER } from "../../agent/xds/redirect.ts";
 import { xdsBootstrap } from "./resources.ts";
+import type { Json } from "../support/json.ts";
 
 const options = {
   adminPort: 0, statusAddress: "127.0.0.1", statusPort: 15020,
   filter: { wasmPath: "/f.wasm", pluginConfig: { instance: "1-1-0" } },
   xds: { socketPath: "/run/lc/envoy.xds.sock", token: "secret", fileBase: "/run/lc/envoy-g1-epoch0-lds" },
 };
-type Json = Record<string, any>;
 
 describe("deriveBootstrap with an xDS proxy", () => {
   it("sends ADS to lastcall's cluster with the token, and relays to the original cluster", () => {

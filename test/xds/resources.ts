@@ -2,6 +2,7 @@
 // serves and what a user's bootstrap says. None of them carries the filter: lastcall adds it.
 import { request } from "node:http";
 import { localCluster } from "../support/envoy.ts";
+import type { Json } from "../support/json.ts";
 
 const HCM = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const ROUTER = { name: "envoy.filters.http.router", typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router" } };
@@ -137,7 +138,6 @@ export async function envoyStat(adminUrl: string, name: string): Promise<number>
   return body.stats.find((s) => s.name === name)?.value ?? 0;
 }
 
-type Json = Record<string, any>;
 
 /** The http_filters of every HTTP connection manager of a dynamic listener, from Envoy's config dump. */
 export async function dumpedHttpFilters(adminUrl: string, listener: string): Promise<Json[][]> {
