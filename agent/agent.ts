@@ -129,8 +129,13 @@ export class Agent {
     ];
     try {
       const run = this.#run = await prepareRun({
-        options: this.#options, log: this.#log, envoyBinary: this.#envoyBinary, state: this.#state,
-        tracker: this.#tracker, app: this.#app, closing: this.#closing.signal,
+        options: this.#options,
+        log: this.#log,
+        envoyBinary: this.#envoyBinary,
+        state: this.#state,
+        tracker: this.#tracker,
+        app: this.#app,
+        closing: this.#closing.signal,
       }, this);
       // As a drain begins (the termination, or POST /drain), readiness fails.
       void run.drainer.began.then((plan) => {
@@ -138,7 +143,9 @@ export class Agent {
         this.#state.phase = "draining";
       });
       watchHealth(() => run.envoys.all(), this.#log, this.#closing.signal);
-      this.#tasks.run((signal) => this.#startEnvoy("start", false, signal).then(() => {}), { fatal: true });
+      this.#tasks.run((signal) => this.#startEnvoy("start", false, signal).then(() => {}), {
+        fatal: true,
+      });
       for (;;) {
         const event = await this.#events.next();
         const terminating = this.#termination.began;
@@ -147,12 +154,19 @@ export class Agent {
             this.#onExit(event.instance, event.exit);
             break;
           case "restart_due":
-            if (!terminating && this.#state.phase === "restarting") this.#tasks.run((s) => this.#crashes.restart(s));
+            if (!terminating && this.#state.phase === "restarting") {
+              this.#tasks.run((s) => this.#crashes.restart(s));
+            }
             break;
           case "reload":
-            if (terminating) this.#log("reload_skipped", { reason: event.reason, why: "terminating" });
-            // One reload waiting its turn reads the config when it starts: later ones join it.
-            else if (!this.#tasks.run((s) => reload(this.#reloadContext(run), event.reason, s), { key: "reload" })) {
+            if (terminating) {
+              this.#log("reload_skipped", { reason: event.reason, why: "terminating" });
+            } // One reload waiting its turn reads the config when it starts: later ones join it.
+            else if (
+              !this.#tasks.run((s) => reload(this.#reloadContext(run), event.reason, s), {
+                key: "reload",
+              })
+            ) {
               this.#log("reload_coalesced", { reason: event.reason });
             }
             break;
@@ -178,7 +192,11 @@ export class Agent {
   // ---- epochs: start, ready, exit ----------------------------------------------------------
 
   /** Starts Envoy: epoch 0 of a new generation, or (hot) the next epoch of the current one. */
-  async #startEnvoy(why: "start" | "restart" | "reload", hot: boolean, signal: AbortSignal): Promise<Epoch> {
+  async #startEnvoy(
+    why: "start" | "restart" | "reload",
+    hot: boolean,
+    signal: AbortSignal,
+  ): Promise<Epoch> {
     const run = this.#run!;
     const { live, configChanged } = await run.envoys.start({
       hot,
@@ -192,9 +210,16 @@ export class Agent {
     if (configChanged) this.#crashes.refill();
     for (const id of live.reporters) this.#tracker.expect(id);
     this.#syncState();
-    if (this.#state.phase !== "draining" && this.#state.phase !== "stopping") this.#state.phase = "starting";
-    live.process.exited.then((exit) => this.#events.push({ type: "exited", instance: live.info.instance, exit }));
-    this.#log(why === "reload" ? "epoch" : why, { ...startFields(live, run.filterWasm !== undefined), status_port: run.server.port });
+    if (this.#state.phase !== "draining" && this.#state.phase !== "stopping") {
+      this.#state.phase = "starting";
+    }
+    live.process.exited.then((exit) =>
+      this.#events.push({ type: "exited", instance: live.info.instance, exit })
+    );
+    this.#log(why === "reload" ? "epoch" : why, {
+      ...startFields(live, run.filterWasm !== undefined),
+      status_port: run.server.port,
+    });
     live.whenReady.then((ok) => ok && this.#onReady(live));
     return live;
   }
@@ -202,15 +227,25 @@ export class Agent {
   #onReady(live: Epoch): void {
     const { envoys, drainer, epochs, old } = this.#run!;
     void undeliveredBy([live]); // learns its listening ports while they are open
-    this.#log("ready", { epoch: live.info.epoch, pid: live.info.pid, ms: Date.now() - live.startedAt, admin: live.info.adminUrl });
+    this.#log("ready", {
+      epoch: live.info.epoch,
+      pid: live.info.pid,
+      ms: Date.now() - live.startedAt,
+      admin: live.info.adminUrl,
+    });
     this.#syncState();
     if (envoys.newest() === live && this.#state.phase === "starting") this.#state.phase = "running";
     // An epoch that starts during a drain (a crash restart after POST /drain) is drained too.
     if (drainer.plan) epochs.drainListeners(drainer.plan, [live]);
     // A hot restart's child serves: its parents finish what they have, then lastcall stops them.
-    const parents = envoys.all().filter((l) => l !== live && l.info.generation === live.info.generation && l.info.epoch < live.info.epoch && l.process.running);
+    const parents = envoys.all().filter((l) =>
+      l !== live && l.info.generation === live.info.generation && l.info.epoch < live.info.epoch &&
+      l.process.running
+    );
     if (parents.length > 0 && !this.#termination.began) {
-      old.finish(parents, "hot", this.#closing.signal).catch((error) => this.#log("epoch_drain_failed", { error: String(error) }));
+      old.finish(parents, "hot", this.#closing.signal).catch((error) =>
+        this.#log("epoch_drain_failed", { error: String(error) })
+      );
     }
   }
 
@@ -229,7 +264,12 @@ export class Agent {
     const inflightBefore = this.#tracker.inflight(live?.reporters ?? []);
     for (const id of live?.reporters ?? []) desk.retire(id);
     this.#syncState();
-    const fields = { epoch: live?.info.epoch, pid: live?.info.pid, exit: describeExit(exit), ...live?.drained };
+    const fields = {
+      epoch: live?.info.epoch,
+      pid: live?.info.pid,
+      exit: describeExit(exit),
+      ...live?.drained,
+    };
     const asked = live?.stopAsked === true;
     if (!asked && this.#termination.began) {
       // Killed under the drain (the OOM killer, a kill -9): what it held is lost, and said so.
@@ -237,7 +277,10 @@ export class Agent {
       return;
     }
     if (asked || !wasNewest) {
-      this.#log("epoch_exit", { ...fields, ...(!asked && inflightBefore > 0 ? { inflight_at_exit: inflightBefore } : {}) });
+      this.#log("epoch_exit", {
+        ...fields,
+        ...(!asked && inflightBefore > 0 ? { inflight_at_exit: inflightBefore } : {}),
+      });
       return;
     }
     this.#state.lastExitReason = `Envoy exited with ${describeExit(exit)}`;
@@ -246,12 +289,18 @@ export class Agent {
     if (serving) {
       // The child of a hot restart died; its parent still serves the last good config.
       this.#state.reloadsRejected++;
-      this.#log("reload_rejected", { epoch: live?.info.epoch, reason: "new epoch exited", serving_epoch: serving.info.epoch });
+      this.#log("reload_rejected", {
+        epoch: live?.info.epoch,
+        reason: "new epoch exited",
+        serving_epoch: serving.info.epoch,
+      });
       return;
     }
     const bind = live && !live.ready ? bindFailure(live.process.recentOutput()) : undefined;
     if (bind) {
-      const error = new StartError(`Envoy cannot listen on ${bind.address} (is the port taken?); Envoy said: ${bind.line}`);
+      const error = new StartError(
+        `Envoy cannot listen on ${bind.address} (is the port taken?); Envoy said: ${bind.line}`,
+      );
       this.#events.push({ type: "fatal", error });
       return;
     }
@@ -267,13 +316,20 @@ export class Agent {
       state: this.#state,
       envoys: run.envoys,
       draining: () => run.drainer.plan !== undefined,
-      finishOld: (old, kind, signal) => run.old.finish(old, kind, AbortSignal.any([signal, this.#closing.signal])),
+      finishOld: (old, kind, signal) =>
+        run.old.finish(old, kind, AbortSignal.any([signal, this.#closing.signal])),
       oldFinished: () => run.old.finished(),
       start: (hot, signal) => this.#startEnvoy("reload", hot, signal),
       validate: (signal) =>
         prepareBootstrap(this.#envoyBinary, this.#options, {
-          runDir: run.runDir.path, name: "validate", epoch: 0, instance: "validate", statusPort: run.server.port,
-          filterWasm: run.filterWasm, reportToken: run.reportToken, signal,
+          runDir: run.runDir.path,
+          name: "validate",
+          epoch: 0,
+          instance: "validate",
+          statusPort: run.server.port,
+          filterWasm: run.filterWasm,
+          reportToken: run.reportToken,
+          signal,
         }).then(() => {}),
     };
   }
@@ -285,7 +341,8 @@ export class Agent {
     const { plan, ended } = waiting;
     const metered = run.drainMetrics.started("drain", () => plan.deadline);
     ended.then(
-      (reason) => metered.ended({ reason, drainMs: Date.now() - plan.startedAt, inflightAtStop: 0 }),
+      (reason) =>
+        metered.ended({ reason, drainMs: Date.now() - plan.startedAt, inflightAtStop: 0 }),
       () => metered.ended(),
     );
   }
@@ -319,9 +376,14 @@ export class Agent {
     void this.#tasks.preempt();
     const run = this.#run;
     run?.unwatch?.();
-    await Promise.all(run?.envoys.all().filter((l) => l.process.running).map((l) => stopEnvoy(l.process, 2000)) ?? []);
+    await Promise.all(
+      run?.envoys.all().filter((l) => l.process.running).map((l) => stopEnvoy(l.process, 2000)) ??
+        [],
+    );
     await run?.envoys.close();
     await run?.server.close();
-    if (run?.runDir.own) await rm(run.runDir.path, { recursive: true, force: true }).catch(() => {});
+    if (run?.runDir.own) {
+      await rm(run.runDir.path, { recursive: true, force: true }).catch(() => {});
+    }
   }
 }

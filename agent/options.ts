@@ -1,7 +1,12 @@
 // Every option of every command in one table: flag, default, environment variable, validation.
 // Commander does the parsing; the parsers here refuse bad values with the flag and the value.
 import { type Command, InvalidArgumentError, Option } from "commander";
-import { DurationTooLongError, formatDuration, MAX_DURATION_TEXT, parseDuration } from "./lib/duration.ts";
+import {
+  DurationTooLongError,
+  formatDuration,
+  MAX_DURATION_TEXT,
+  parseDuration,
+} from "./lib/duration.ts";
 
 /** How the termination sequence decides that draining is over. */
 export type DrainMode = "inflight" | "requests" | "connections" | "sleep";
@@ -90,7 +95,9 @@ export function durationArg(value: string): number {
   try {
     return parseDuration(value);
   } catch (error) {
-    if (error instanceof DurationTooLongError) return invalid(`Expected at most ${MAX_DURATION_TEXT}: a timer cannot hold more.`);
+    if (error instanceof DurationTooLongError) {
+      return invalid(`Expected at most ${MAX_DURATION_TEXT}: a timer cannot hold more.`);
+    }
     return invalid("Expected a duration such as 500ms, 5s or 2m.");
   }
 }
@@ -99,14 +106,20 @@ export function durationArg(value: string): number {
 export function integerArg(min: number, max: number): (value: string) => number {
   return (value) => {
     const n = Number(value);
-    if (!/^\s*\d+\s*$/.test(value) || n < min || n > max) invalid(`Expected a whole number from ${min} to ${max}.`);
+    if (!/^\s*\d+\s*$/.test(value) || n < min || n > max) {
+      invalid(`Expected a whole number from ${min} to ${max}.`);
+    }
     return n;
   };
 }
 
 /** Returns a parser that accepts one of `choices`. */
 export function choiceArg<T extends string>(choices: readonly T[]): (value: string) => T {
-  return (value) => (choices.includes(value as T) ? (value as T) : invalid(`Expected one of: ${choices.join(", ")}.`));
+  return (
+    value,
+  ) => (choices.includes(value as T)
+    ? (value as T)
+    : invalid(`Expected one of: ${choices.join(", ")}.`));
 }
 
 /**
@@ -126,7 +139,9 @@ export function statusUrlArg(value: string): string {
   let url: URL | undefined;
   try {
     // Without a scheme only `host`, `host:port` or `[v6]:port` (then anything): `unix:/x` is no host.
-    if (withScheme || /^(\[[^\]]*\]|[^\s/:?#[\]]+)(:\d+)?([/?#]|$)/.test(text)) url = new URL(withScheme ? text : `http://${text}`);
+    if (withScheme || /^(\[[^\]]*\]|[^\s/:?#[\]]+)(:\d+)?([/?#]|$)/.test(text)) {
+      url = new URL(withScheme ? text : `http://${text}`);
+    }
   } catch { /* refused below */ }
   if (!url || (url.protocol !== "http:" && url.protocol !== "https:") || !url.hostname) {
     invalid("Expected the status server's http URL, such as http://127.0.0.1:15020.");
@@ -151,7 +166,9 @@ const BOOLEAN_VALUES = new Map([["true", true], ["1", true], ["false", false], [
  */
 export function parseBoolean(name: string, value: string): boolean {
   const parsed = BOOLEAN_VALUES.get(value.toLowerCase());
-  if (parsed === undefined) throw new RangeError(`${name} must be true, false, 1 or 0, not ${JSON.stringify(value)}`);
+  if (parsed === undefined) {
+    throw new RangeError(`${name} must be true, false, 1 or 0, not ${JSON.stringify(value)}`);
+  }
   return parsed;
 }
 
@@ -170,7 +187,10 @@ export function parseBoolean(name: string, value: string): boolean {
  * @param command A command whose options were made with {@linkcode option}
  * @param env The environment to read
  */
-export function strictBooleanEnvironment(command: Command, env: () => Record<string, string | undefined>): void {
+export function strictBooleanEnvironment(
+  command: Command,
+  env: () => Record<string, string | undefined>,
+): void {
   const groups = new Map<string, Option[]>();
   for (const opt of command.options) {
     if (opt.required || opt.optional || !opt.envVar) continue;
@@ -190,7 +210,9 @@ export function strictBooleanEnvironment(command: Command, env: () => Record<str
         const on = parseBoolean(opt.envVar!, text);
         const meant = opt.negate ? (on ? false : undefined) : on;
         if (meant === undefined) continue;
-        if (value !== undefined && value !== meant) throw new RangeError(`${from} contradicts ${opt.envVar}=${text}`);
+        if (value !== undefined && value !== meant) {
+          throw new RangeError(`${from} contradicts ${opt.envVar}=${text}`);
+        }
         value = meant;
         from = `${opt.envVar}=${text}`;
       }
@@ -247,33 +269,119 @@ export function runOptionList(): Option[] {
   return [
     option("-c, --config <file>", "the Envoy config (YAML or JSON) to run").makeOptionMandatory(),
     option("--envoy <path>", "Envoy binary (default: $ENVOY_BIN, else envoy on PATH)"),
-    option("--admin-port <port>", "Envoy admin port on 127.0.0.1 (0: any free port)").default(15000).argParser(integerArg(0, 65535)),
-    option("--admin-socket <path>", "serve Envoy's admin on this Unix socket instead (a config's own admin pipe is used as it is)"),
-    option("--status-port <port>", "status server port (0: any free port)").default(15020).argParser(integerArg(0, 65535)),
-    option("--status-address <address>", "status server address; 0.0.0.0 for kubelet probes (POST /quitquitquit and /drain still answer loopback only)").default("127.0.0.1"),
+    option("--admin-port <port>", "Envoy admin port on 127.0.0.1 (0: any free port)").default(15000)
+      .argParser(integerArg(0, 65535)),
+    option(
+      "--admin-socket <path>",
+      "serve Envoy's admin on this Unix socket instead (a config's own admin pipe is used as it is)",
+    ),
+    option("--status-port <port>", "status server port (0: any free port)").default(15020)
+      .argParser(integerArg(0, 65535)),
+    option(
+      "--status-address <address>",
+      "status server address; 0.0.0.0 for kubelet probes (POST /quitquitquit and /drain still answer loopback only)",
+    ).default("127.0.0.1"),
     option("--concurrency <n>", "Envoy worker threads").default(2).argParser(integerArg(1, 256)),
-    option("--watch <path>", "reload Envoy when this file changes (repeatable or comma-separated)").default([]).argParser(listArg),
-    option("--no-hot-restart", "reload (SIGHUP, --watch) by a cold restart: no shared memory needed"),
-    option("--restart-budget <n>", "crash restarts allowed per config (refilled by a config change or 60s of running)").default(10).argParser(integerArg(0, 1000)),
-    option("--log-format <format>", "json | text: lastcall's own event lines").default("json").argParser(choiceArg(["json", "text"] as const)),
+    option("--watch <path>", "reload Envoy when this file changes (repeatable or comma-separated)")
+      .default([]).argParser(listArg),
+    option(
+      "--no-hot-restart",
+      "reload (SIGHUP, --watch) by a cold restart: no shared memory needed",
+    ),
+    option(
+      "--restart-budget <n>",
+      "crash restarts allowed per config (refilled by a config change or 60s of running)",
+    ).default(10).argParser(integerArg(0, 1000)),
+    option("--log-format <format>", "json | text: lastcall's own event lines").default("json")
+      .argParser(choiceArg(["json", "text"] as const)),
     option("--no-filter", "do not insert the in-flight filter"),
-    option("--filter-wasm <path>", "the in-flight filter module (default: the one shipped with lastcall)"),
-    option("--exclude-path <path>", "request path the filter does not count; '*' suffix for a prefix (repeatable or comma-separated)").default([]).argParser(listArg),
-    durationDefault(option("--heartbeat <duration>", "filter heartbeat period"), RUN_DEFAULTS.heartbeatMs).argParser(durationArg),
-    option("--holder-paths", "name the method and path of the requests a drain waits for (costs two header reads per request)"),
-    option("--run-dir <dir>", "folder for generated bootstraps, lastcall's alone: made fresh (0700) at start (default: a new temporary folder)"),
-    durationDefault(option("--drain-time <duration>", "Envoy --drain-time-s, rounded up to whole seconds: how long draining listeners still accept (left at its default, raised to cover --min-drain)"), RUN_DEFAULTS.drainTimeMs).argParser(durationArg),
-    durationDefault(option("--parent-shutdown <duration>", "the longest the old Envoy of a reload may finish its requests and deliveries; what is left then is cut and said"), RUN_DEFAULTS.parentShutdownMs).argParser(durationArg),
-    option("--role <role>", "sidecar or gateway: gateway defaults --fail-healthcheck on and --drain-scope all").default("sidecar").argParser(choiceArg(["sidecar", "gateway"] as const)),
-    durationDefault(option("--grace <duration>", "the pod's terminationGracePeriodSeconds: the drain ends --stop-margin before it"), RUN_DEFAULTS.graceMs).argParser(durationArg),
-    option("--drain-mode <mode>", "inflight | requests | connections | sleep: what ends the drain").default("inflight").argParser(choiceArg(["inflight", "requests", "connections", "sleep"] as const)),
-    durationDefault(option("--drain-delay <duration>", "wait before draining listeners, for load balancers to notice (at or above the default --min-drain, the floor becomes this plus 5s)"), RUN_DEFAULTS.drainDelayMs).argParser(durationArg),
-    durationDefault(option("--min-drain <duration>", "never stop Envoy sooner after the signal (Istio: MINIMUM_DRAIN_DURATION)"), RUN_DEFAULTS.minDrainMs).argParser(durationArg),
-    durationDefault(option("--termination-drain <duration>", "how long --drain-mode sleep sleeps (Istio: TERMINATION_DRAIN_DURATION)"), RUN_DEFAULTS.terminationDrainMs).argParser(durationArg),
-    option("--drain-scope <scope>", "inbound | all (default: inbound; all with --role gateway)").argParser(choiceArg(["inbound", "all"] as const)),
-    option("--fail-healthcheck", "POST /healthcheck/fail before draining (default with --role gateway)"),
-    option("--no-fail-healthcheck", "do not fail Envoy's health check filter, even with --role gateway"),
-    option("--app-port <port>", "the app's port on 127.0.0.1: on termination Envoy is kept (for the app's outbound calls) until it stops accepting connections").argParser(integerArg(1, 65535)),
-    durationDefault(option("--stop-margin <duration>", "time kept back from --grace to stop Envoy"), RUN_DEFAULTS.stopMarginMs).argParser(durationArg),
+    option(
+      "--filter-wasm <path>",
+      "the in-flight filter module (default: the one shipped with lastcall)",
+    ),
+    option(
+      "--exclude-path <path>",
+      "request path the filter does not count; '*' suffix for a prefix (repeatable or comma-separated)",
+    ).default([]).argParser(listArg),
+    durationDefault(
+      option("--heartbeat <duration>", "filter heartbeat period"),
+      RUN_DEFAULTS.heartbeatMs,
+    ).argParser(durationArg),
+    option(
+      "--holder-paths",
+      "name the method and path of the requests a drain waits for (costs two header reads per request)",
+    ),
+    option(
+      "--run-dir <dir>",
+      "folder for generated bootstraps, lastcall's alone: made fresh (0700) at start (default: a new temporary folder)",
+    ),
+    durationDefault(
+      option(
+        "--drain-time <duration>",
+        "Envoy --drain-time-s, rounded up to whole seconds: how long draining listeners still accept (left at its default, raised to cover --min-drain)",
+      ),
+      RUN_DEFAULTS.drainTimeMs,
+    ).argParser(durationArg),
+    durationDefault(
+      option(
+        "--parent-shutdown <duration>",
+        "the longest the old Envoy of a reload may finish its requests and deliveries; what is left then is cut and said",
+      ),
+      RUN_DEFAULTS.parentShutdownMs,
+    ).argParser(durationArg),
+    option(
+      "--role <role>",
+      "sidecar or gateway: gateway defaults --fail-healthcheck on and --drain-scope all",
+    ).default("sidecar").argParser(choiceArg(["sidecar", "gateway"] as const)),
+    durationDefault(
+      option(
+        "--grace <duration>",
+        "the pod's terminationGracePeriodSeconds: the drain ends --stop-margin before it",
+      ),
+      RUN_DEFAULTS.graceMs,
+    ).argParser(durationArg),
+    option("--drain-mode <mode>", "inflight | requests | connections | sleep: what ends the drain")
+      .default("inflight").argParser(
+        choiceArg(["inflight", "requests", "connections", "sleep"] as const),
+      ),
+    durationDefault(
+      option(
+        "--drain-delay <duration>",
+        "wait before draining listeners, for load balancers to notice (at or above the default --min-drain, the floor becomes this plus 5s)",
+      ),
+      RUN_DEFAULTS.drainDelayMs,
+    ).argParser(durationArg),
+    durationDefault(
+      option(
+        "--min-drain <duration>",
+        "never stop Envoy sooner after the signal (Istio: MINIMUM_DRAIN_DURATION)",
+      ),
+      RUN_DEFAULTS.minDrainMs,
+    ).argParser(durationArg),
+    durationDefault(
+      option(
+        "--termination-drain <duration>",
+        "how long --drain-mode sleep sleeps (Istio: TERMINATION_DRAIN_DURATION)",
+      ),
+      RUN_DEFAULTS.terminationDrainMs,
+    ).argParser(durationArg),
+    option("--drain-scope <scope>", "inbound | all (default: inbound; all with --role gateway)")
+      .argParser(choiceArg(["inbound", "all"] as const)),
+    option(
+      "--fail-healthcheck",
+      "POST /healthcheck/fail before draining (default with --role gateway)",
+    ),
+    option(
+      "--no-fail-healthcheck",
+      "do not fail Envoy's health check filter, even with --role gateway",
+    ),
+    option(
+      "--app-port <port>",
+      "the app's port on 127.0.0.1: on termination Envoy is kept (for the app's outbound calls) until it stops accepting connections",
+    ).argParser(integerArg(1, 65535)),
+    durationDefault(
+      option("--stop-margin <duration>", "time kept back from --grace to stop Envoy"),
+      RUN_DEFAULTS.stopMarginMs,
+    ).argParser(durationArg),
   ];
 }

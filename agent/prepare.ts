@@ -85,16 +85,31 @@ export async function prepareRun(a: AgentParts, controls: AgentControls): Promis
   identified.catch(() => {}); // awaited by Envoys.start; prepareRun may fail before that
   // A given folder is made fresh (an earlier lastcall's files removed, 0700): see run-dir.ts.
   if (o.runDir !== undefined) await prepareRunDir(o.runDir);
-  const runDir = { path: o.runDir ?? await mkdtemp(join(tmpdir(), "lastcall-")), own: o.runDir === undefined };
+  const runDir = {
+    path: o.runDir ?? await mkdtemp(join(tmpdir(), "lastcall-")),
+    own: o.runDir === undefined,
+  };
   try {
     const envoys = new Envoys(o, envoyBinary, runDir.path);
     const filterWasm = o.filter ? await filterWasmPath(o.filterWasm, runDir.path) : undefined;
     const epochs = new LiveEpochs({ options: o, log, envoys, tracker, closing });
     /** What the filters' VMs said holds a drain. */
     const holders = new HolderBook();
-    const drainer = new Drainer({ options: o, log, epochs, app, watch: new DrainWatch({ envoys, tracker, holders, app, log }) });
+    const drainer = new Drainer({
+      options: o,
+      log,
+      epochs,
+      app,
+      watch: new DrainWatch({ envoys, tracker, holders, app, log }),
+    });
     const drainMetrics = new DrainMetrics();
-    const old = new OldEpochs({ options: o, log, epochs, drainMetrics, tellFilters: () => desk.drainStarted() });
+    const old = new OldEpochs({
+      options: o,
+      log,
+      epochs,
+      drainMetrics,
+      tellFilters: () => desk.drainStarted(),
+    });
     const desk = new ReportDesk(tracker, {
       heartbeatMs: o.heartbeatMs,
       draining: (instance) => drainer.plan !== undefined || old.isDraining(instance),
@@ -114,7 +129,13 @@ export async function prepareRun(a: AgentParts, controls: AgentControls): Promis
     });
     const reportToken = createReportToken();
     const server = await serveStatus(o.statusAddress, o.statusPort, {
-      view: () => ({ state: a.state, envoys, tracker, filtered: filterWasm !== undefined, drain: () => drainer.view() }),
+      view: () => ({
+        state: a.state,
+        envoys,
+        tracker,
+        filtered: filterWasm !== undefined,
+        drain: () => drainer.view(),
+      }),
       desk,
       app,
       reportToken,
@@ -123,9 +144,26 @@ export async function prepareRun(a: AgentParts, controls: AgentControls): Promis
       appStop: () => appStop.answer(),
       drainMetrics,
     });
-    const run: Running = { runDir, reportToken, filterWasm, identified, desk, envoys, epochs, drainer, old, drainMetrics, server };
+    const run: Running = {
+      runDir,
+      reportToken,
+      filterWasm,
+      identified,
+      desk,
+      envoys,
+      epochs,
+      drainer,
+      old,
+      drainMetrics,
+      server,
+    };
     try {
-      if (o.watch.length > 0) run.unwatch = await watchFiles(o.watch, (paths) => controls.reload(`changed: ${paths.join(", ")}`));
+      if (o.watch.length > 0) {
+        run.unwatch = await watchFiles(
+          o.watch,
+          (paths) => controls.reload(`changed: ${paths.join(", ")}`),
+        );
+      }
     } catch (error) {
       await server.close();
       throw error;

@@ -4,7 +4,7 @@ import { execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { type FilterVm, ProxyWasmHost } from "../test/support/proxy-wasm-host.ts";
-import { QUICK, ROOT, progress, writeResult } from "./lib/context.ts";
+import { progress, QUICK, ROOT, writeResult } from "./lib/context.ts";
 import { round } from "./lib/stats.ts";
 
 const LIVE = [0, 10, 1000, 4000]; // 0: every request moves the count to and from zero (low load)
@@ -28,7 +28,15 @@ function buildStock(): Uint8Array {
   mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, "sdk-stock.ts"), STOCK_SOURCE);
   execFileSync(join(ROOT, "node_modules/.bin/asc"), [
-    join(dir, "sdk-stock.ts"), "-b", join(dir, "sdk-stock.wasm"), "--use", "abort=abort_proc_exit", "-O3", "--noAssert", "--runtime", "half",
+    join(dir, "sdk-stock.ts"),
+    "-b",
+    join(dir, "sdk-stock.wasm"),
+    "--use",
+    "abort=abort_proc_exit",
+    "-O3",
+    "--noAssert",
+    "--runtime",
+    "half",
   ], { cwd: ROOT, stdio: "pipe" });
   return readFileSync(join(dir, "sdk-stock.wasm"));
 }
@@ -37,17 +45,25 @@ const beforePath = join(ROOT, "dist/bench/filter-before.wasm");
 const noRequestHeadersPath = join(ROOT, "dist/bench/filter-no-request-headers.wasm");
 const MODULES: { id: string; wasm: Uint8Array | undefined }[] = [
   { id: "lastcall", wasm: undefined },
-  ...(existsSync(noRequestHeadersPath) ? [{ id: "no-rqh", wasm: readFileSync(noRequestHeadersPath) }] : []),
+  ...(existsSync(noRequestHeadersPath)
+    ? [{ id: "no-rqh", wasm: readFileSync(noRequestHeadersPath) }]
+    : []),
   ...(existsSync(beforePath) ? [{ id: "before", wasm: readFileSync(beforePath) }] : []),
   { id: "sdk_stock", wasm: buildStock() },
 ];
 
 // One VM with `live` streams open (headers seen), as a worker in the middle of its traffic.
-function loaded(wasm: Uint8Array | undefined, live: number, configuration = '{"heartbeat_ms":0}'): { host: ProxyWasmHost; vm: FilterVm } {
+function loaded(
+  wasm: Uint8Array | undefined,
+  live: number,
+  configuration = '{"heartbeat_ms":0}',
+): { host: ProxyWasmHost; vm: FilterVm } {
   const host = new ProxyWasmHost({ wasm, logLevel: 2 });
   const vm = host.createVm({ configuration });
   if (!vm.configured) throw new Error("Cannot configure the benchmark VM");
-  for (let i = 0; i < live; i++) vm.requestHeaders(vm.createStream(), { ":path": "/live", ":method": "GET" });
+  for (let i = 0; i < live; i++) {
+    vm.requestHeaders(vm.createStream(), { ":path": "/live", ":method": "GET" });
+  }
   return { host, vm };
 }
 
@@ -66,7 +82,10 @@ function microsPerRequest(vm: FilterVm): number {
 }
 
 /** Counts every import call of the VMs instantiated inside {@linkcode metered} while `on`. */
-interface Meter { on: boolean; counts: Record<string, number> }
+interface Meter {
+  on: boolean;
+  counts: Record<string, number>;
+}
 
 /**
  * Runs `create` with every wasm import of the instances it makes wrapped in a counter: all host
@@ -81,8 +100,16 @@ function metered<T>(meter: Meter, create: () => T): T {
   const Metered = function (module: WebAssembly.Module, imports: WebAssembly.Imports = {}) {
     const wrapped: WebAssembly.Imports = {};
     for (const [space, entries] of Object.entries(imports)) {
-      wrapped[space] = Object.fromEntries(Object.entries(entries).map(([name, value]) =>
-        [name, typeof value === "function" ? count(name, value as (...args: unknown[]) => unknown) : value]));
+      wrapped[space] = Object.fromEntries(
+        Object.entries(entries).map((
+          [name, value],
+        ) => [
+          name,
+          typeof value === "function"
+            ? count(name, value as (...args: unknown[]) => unknown)
+            : value,
+        ]),
+      );
     }
     return new Original(module, wrapped);
   } as unknown as typeof WebAssembly.Instance;
@@ -108,17 +135,32 @@ function hostCalls(wasm: Uint8Array | undefined, configuration?: string): Record
   meter.on = true;
   for (let i = 0; i < COUNTED_REQUESTS; i++) request(vm);
   meter.on = false;
-  return Object.fromEntries(Object.entries(meter.counts).sort().map(([name, n]) => [name, round(n / COUNTED_REQUESTS, 2)]));
+  return Object.fromEntries(
+    Object.entries(meter.counts).sort().map(([name, n]) => [name, round(n / COUNTED_REQUESTS, 2)]),
+  );
 }
 
 // The callbacks Envoy runs for a GET whose response has a body; it enters the VM only for those the module exports.
-const PER_REQUEST_CALLBACKS = ["proxy_on_context_create", "proxy_on_request_headers", "proxy_on_response_headers", "proxy_on_response_body", "proxy_on_log", "proxy_on_done", "proxy_on_delete"];
+const PER_REQUEST_CALLBACKS = [
+  "proxy_on_context_create",
+  "proxy_on_request_headers",
+  "proxy_on_response_headers",
+  "proxy_on_response_body",
+  "proxy_on_log",
+  "proxy_on_done",
+  "proxy_on_delete",
+];
 function vmEntries(wasm: Uint8Array | undefined): number {
-  const exported = new Set(WebAssembly.Module.exports(new WebAssembly.Module(new Uint8Array(wasm ?? readFileSync(join(ROOT, "dist/filter.wasm"))))).map((e) => e.name));
+  const exported = new Set(
+    WebAssembly.Module.exports(
+      new WebAssembly.Module(new Uint8Array(wasm ?? readFileSync(join(ROOT, "dist/filter.wasm")))),
+    ).map((e) => e.name),
+  );
   return PER_REQUEST_CALLBACKS.filter((name) => exported.has(name)).length;
 }
 
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+const median = (values: number[]) =>
+  [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 
 const cells = LIVE.map((live) => {
   const vms = MODULES.map((m) => ({ id: m.id, vm: loaded(m.wasm, live).vm, runs: [] as number[] }));
@@ -129,16 +171,22 @@ const cells = LIVE.map((live) => {
   return { live, us_per_request: us };
 });
 
-const calls: Record<string, Record<string, number>> = Object.fromEntries(MODULES.filter((m) => m.id !== "sdk_stock").map((m) => [m.id, hostCalls(m.wasm)]));
+const calls: Record<string, Record<string, number>> = Object.fromEntries(
+  MODULES.filter((m) => m.id !== "sdk_stock").map((m) => [m.id, hostCalls(m.wasm)]),
+);
 calls["lastcall, exclude_paths set"] = hostCalls(undefined, EXCLUDING);
-for (const [id, c] of Object.entries(calls)) progress("filter-cost", `host calls per request, ${id}: ${JSON.stringify(c)}`);
+for (const [id, c] of Object.entries(calls)) {
+  progress("filter-cost", `host calls per request, ${id}: ${JSON.stringify(c)}`);
+}
 
 writeResult("filter-cost", {
-  what: "µs per request (create, request headers, response headers, log, done, delete) in the in-process proxy-wasm host, and host calls per request outside a drain by import",
+  what:
+    "µs per request (create, request headers, response headers, log, done, delete) in the in-process proxy-wasm host, and host calls per request outside a drain by import",
   rounds: ROUNDS,
   requests_per_round: REQUESTS_PER_ROUND,
   modules: MODULES.map((m) => m.id),
-  host_calls_counted_over: `${COUNTED_REQUESTS} requests outside a drain, nothing else live (0 → 1 → 0 each); every wasm import call`,
+  host_calls_counted_over:
+    `${COUNTED_REQUESTS} requests outside a drain, nothing else live (0 → 1 → 0 each); every wasm import call`,
   exclude_paths_configuration: EXCLUDING,
   host_calls_per_request: calls,
   vm_entries_per_request: Object.fromEntries(MODULES.map((m) => [m.id, vmEntries(m.wasm)])),

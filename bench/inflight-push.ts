@@ -3,10 +3,15 @@
 import { execFileSync } from "node:child_process";
 import { Agent as HttpAgent, request } from "node:http";
 import { waitFor } from "../test/support/envoy.ts";
-import { inboundConfig, type LastcallEvent, startLastcall, type TestLastcall } from "../test/support/lastcall.ts";
+import {
+  inboundConfig,
+  type LastcallEvent,
+  startLastcall,
+  type TestLastcall,
+} from "../test/support/lastcall.ts";
 import { removeTempDirs } from "../test/support/temp.ts";
 import { startUpstreamApp, type UpstreamApp } from "../test/support/upstream-app.ts";
-import { QUICK, progress, sleep, writeResult } from "./lib/context.ts";
+import { progress, QUICK, sleep, writeResult } from "./lib/context.ts";
 import { summarize } from "./lib/stats.ts";
 import { exitedSince, startTime } from "./lib/proc.ts";
 
@@ -20,17 +25,30 @@ const CONCURRENCY = 2;
 const HEARTBEAT_MS = 1000;
 
 const ARGS = [
-  "--concurrency", String(CONCURRENCY), "--heartbeat", `${HEARTBEAT_MS}ms`, "--min-drain", "0s", "--grace", "30s", "--no-hot-restart",
+  "--concurrency",
+  String(CONCURRENCY),
+  "--heartbeat",
+  `${HEARTBEAT_MS}ms`,
+  "--min-drain",
+  "0s",
+  "--grace",
+  "30s",
+  "--no-hot-restart",
 ];
 
 async function state(lc: TestLastcall): Promise<{ inflight: number; filter: string }> {
-  return await (await fetch(`${await lc.statusUrl()}/v1/state`)).json() as { inflight: number; filter: string };
+  return await (await fetch(`${await lc.statusUrl()}/v1/state`)).json() as {
+    inflight: number;
+    filter: string;
+  };
 }
 
 async function reporting(app: UpstreamApp): Promise<{ lc: TestLastcall; port: number }> {
   const lc = startLastcall(inboundConfig({ upstreamPort: app.port }), { args: ARGS });
   await lc.event("ready");
-  await waitFor(async () => ((await state(lc)).filter === "reporting" ? true : undefined), { what: "the filter's first report" });
+  await waitFor(async () => ((await state(lc)).filter === "reporting" ? true : undefined), {
+    what: "the filter's first report",
+  });
   return { lc, port: await lc.listenerPort("ingress") };
 }
 
@@ -47,14 +65,18 @@ function completedAt(port: number, path: string): Promise<number> {
 }
 
 /** One drain: requests held across SIGTERM, released at once; ms from the last response to the decision and to Envoy gone. */
-async function pushDelayTrial(app: UpstreamApp): Promise<{ decided_ms: number; quit_ms: number; gone_ms: number }> {
+async function pushDelayTrial(
+  app: UpstreamApp,
+): Promise<{ decided_ms: number; quit_ms: number; gone_ms: number }> {
   const { lc, port } = await reporting(app);
   try {
     const envoyPid = Number((await lc.event("ready")).pid);
     const envoyStarted = startTime(envoyPid);
     const responses = Array.from({ length: HELD_PER_TRIAL }, () => completedAt(port, "/hold"));
     await app.until((a) => a.held === HELD_PER_TRIAL);
-    await waitFor(async () => ((await state(lc)).inflight === HELD_PER_TRIAL ? true : undefined), { what: "the agent to see the held requests" });
+    await waitFor(async () => ((await state(lc)).inflight === HELD_PER_TRIAL ? true : undefined), {
+      what: "the agent to see the held requests",
+    });
     lc.signal("SIGTERM");
     await lc.event("listeners_draining");
     app.release();
@@ -62,10 +84,16 @@ async function pushDelayTrial(app: UpstreamApp): Promise<{ decided_ms: number; q
     while (!exitedSince(envoyPid, envoyStarted)) await sleep(2);
     const gone = Date.now();
     const done: LastcallEvent = await lc.event("drain_wait_done");
-    if (done.reason !== "inflight_zero") throw new Error(`Drain ended with ${String(done.reason)}, not inflight_zero`);
+    if (done.reason !== "inflight_zero") {
+      throw new Error(`Drain ended with ${String(done.reason)}, not inflight_zero`);
+    }
     const quit: LastcallEvent = await lc.event("envoy_quit_requested");
     await lc.exited;
-    return { decided_ms: Date.parse(done.ts) - lastResponse, quit_ms: Date.parse(quit.ts) - lastResponse, gone_ms: gone - lastResponse };
+    return {
+      decided_ms: Date.parse(done.ts) - lastResponse,
+      quit_ms: Date.parse(quit.ts) - lastResponse,
+      gone_ms: gone - lastResponse,
+    };
   } finally {
     await lc.stop("SIGKILL");
   }
@@ -79,10 +107,18 @@ async function promValue(lc: TestLastcall, name: string): Promise<number> {
 }
 
 async function envoyStats(lc: TestLastcall): Promise<Record<string, number>> {
-  const body = await (await fetch(`${lc.adminUrl()}/stats?format=json&filter=${encodeURIComponent("lastcall_agent.upstream_rq_total$|lastcall_reports_sent$|lastcall_inflight$|ingress.downstream_rq_total$")}`)).json() as {
+  const body = await (await fetch(
+    `${lc.adminUrl()}/stats?format=json&filter=${
+      encodeURIComponent(
+        "lastcall_agent.upstream_rq_total$|lastcall_reports_sent$|lastcall_inflight$|ingress.downstream_rq_total$",
+      )
+    }`,
+  )).json() as {
     stats: Array<{ name: string; value?: number }>;
   };
-  return Object.fromEntries(body.stats.filter((s) => typeof s.value === "number").map((s) => [s.name, s.value!]));
+  return Object.fromEntries(
+    body.stats.filter((s) => typeof s.value === "number").map((s) => [s.name, s.value!]),
+  );
 }
 
 /** Sequential requests on one keep-alive connection; report calls counted around them. */
@@ -99,11 +135,17 @@ async function steadyState(app: UpstreamApp) {
         req.on("error", fail);
         req.end();
       });
-    const before = { accepted: await promValue(lc, "lastcall_filter_reports_total"), envoy: await envoyStats(lc) };
+    const before = {
+      accepted: await promValue(lc, "lastcall_filter_reports_total"),
+      envoy: await envoyStats(lc),
+    };
     const started = performance.now();
     for (let i = 0; i < STEADY_REQUESTS; i++) await get();
     const elapsedMs = performance.now() - started;
-    const after = { accepted: await promValue(lc, "lastcall_filter_reports_total"), envoy: await envoyStats(lc) };
+    const after = {
+      accepted: await promValue(lc, "lastcall_filter_reports_total"),
+      envoy: await envoyStats(lc),
+    };
     agent.destroy();
     const delta = (name: string) => (after.envoy[name] ?? 0) - (before.envoy[name] ?? 0);
     const accepted = after.accepted - before.accepted;
@@ -115,10 +157,17 @@ async function steadyState(app: UpstreamApp) {
       requests: STEADY_REQUESTS,
       served_by_envoy: served,
       elapsed_ms: Math.round(elapsedMs),
-      report_calls: { accepted_by_agent: accepted, sent_by_filter: sent, envoy_agent_cluster_rq: upstream },
+      report_calls: {
+        accepted_by_agent: accepted,
+        sent_by_filter: sent,
+        envoy_agent_cluster_rq: upstream,
+      },
       calls_per_request: round(upstream / STEADY_REQUESTS, 4),
       heartbeat_calls_per_second: round(upstream / (elapsedMs / 1000), 2),
-      count_after: { filter_gauge: after.envoy["wasmcustom.lastcall_inflight"] ?? 0, agent: count.inflight },
+      count_after: {
+        filter_gauge: after.envoy["wasmcustom.lastcall_inflight"] ?? 0,
+        agent: count.inflight,
+      },
     };
   } finally {
     await lc.stop("SIGTERM");
@@ -130,7 +179,6 @@ function round(value: number, digits = 1): number {
   return Math.round(value * f) / f;
 }
 
-
 const app = await startUpstreamApp();
 const trials: { decided_ms: number; quit_ms: number; gone_ms: number }[] = [];
 for (let i = 0; i < TRIALS; i++) trials.push(await pushDelayTrial(app));
@@ -139,16 +187,19 @@ await app.close();
 
 const envoyBin = process.env.ENVOY_BIN ?? "envoy";
 const results = {
-  what: "Real Envoy under lastcall: push delay while draining, and report calls per request in steady state",
+  what:
+    "Real Envoy under lastcall: push delay while draining, and report calls per request in steady state",
   environment: {
-    envoy: /\/(\d+\.\d+\.\d+)\//.exec(execFileSync(envoyBin, ["--version"], { encoding: "utf8" }))?.[1] ?? "unknown",
+    envoy: /\/(\d+\.\d+\.\d+)\//.exec(execFileSync(envoyBin, ["--version"], { encoding: "utf8" }))
+      ?.[1] ?? "unknown",
     node: process.version,
     concurrency: CONCURRENCY,
     heartbeat_ms: HEARTBEAT_MS,
     cpus: (await import("node:os")).cpus().length,
   },
   push_delay: {
-    what: "ms from the client receiving the last response's last byte to lastcall's drain_wait_done (inflight_zero: the pushed zero, confirmed by a probe), to its envoy_quit_requested (after the final count read) and to Envoy's process gone",
+    what:
+      "ms from the client receiving the last response's last byte to lastcall's drain_wait_done (inflight_zero: the pushed zero, confirmed by a probe), to its envoy_quit_requested (after the final count read) and to Envoy's process gone",
     trials: TRIALS,
     held_requests_per_trial: HELD_PER_TRIAL,
     decided_ms: summarize(trials.map((t) => t.decided_ms), 0),
@@ -159,4 +210,7 @@ const results = {
   steady_state: steady,
 };
 writeResult("inflight-push", results);
-progress("inflight-push", `last response → decision ${results.push_delay.decided_ms.median} ms, → quit requested ${results.push_delay.quit_requested_ms.median} ms, → Envoy gone ${results.push_delay.gone_ms.median} ms (medians); ${steady.calls_per_request} report calls per request`);
+progress(
+  "inflight-push",
+  `last response → decision ${results.push_delay.decided_ms.median} ms, → quit requested ${results.push_delay.quit_requested_ms.median} ms, → Envoy gone ${results.push_delay.gone_ms.median} ms (medians); ${steady.calls_per_request} report calls per request`,
+);

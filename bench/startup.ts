@@ -5,7 +5,12 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseAllDocuments } from "yaml";
 import { quantile } from "./lib/stats.ts";
-import { inject, plainDeployment, startDemoCluster, watchApi } from "../test/support/kube-workload.ts";
+import {
+  inject,
+  plainDeployment,
+  startDemoCluster,
+  watchApi,
+} from "../test/support/kube-workload.ts";
 import { kubeClusterSkipReason } from "../test/support/kube.ts";
 import type { Json } from "../test/support/json.ts";
 
@@ -18,14 +23,25 @@ function podOf(manifest: string, name: string): Record<string, unknown>[] {
   const objects = parseAllDocuments(manifest).map((d) => d.toJS());
   return objects.filter((o) => o?.kind !== "Service").map((o) => {
     if (o.kind !== "Deployment") return o;
-    return { apiVersion: "v1", kind: "Pod", metadata: { name, labels: { bench: "startup" } }, spec: o.spec.template.spec };
+    return {
+      apiVersion: "v1",
+      kind: "Pod",
+      metadata: { name, labels: { bench: "startup" } },
+      spec: o.spec.template.spec,
+    };
   });
 }
 
 /** Adds a native sidecar that only sleeps (no probes) to a pod spec. */
 function withSleeper(objects: Json[]): Json[] {
   for (const o of objects.filter((o) => o.kind === "Pod")) {
-    o.spec.initContainers = [{ name: "sleeper", image: o.spec.containers[0].image, imagePullPolicy: "Never", restartPolicy: "Always", command: ["sleep", "infinity"] }];
+    o.spec.initContainers = [{
+      name: "sleeper",
+      image: o.spec.containers[0].image,
+      imagePullPolicy: "Never",
+      restartPolicy: "Always",
+      command: ["sleep", "infinity"],
+    }];
   }
   return objects;
 }
@@ -42,32 +58,65 @@ try {
   const variants: Record<string, (name: string) => Promise<Json[]>> = {
     bare: (name) => Promise.resolve(podOf(plain, name)),
     "native floor (sleep sidecar)": (name) => Promise.resolve(withSleeper(podOf(plain, name))),
-    "lastcall native (default)": async (name) => podOf(await inject(plain, ["--image", images.lastcall]), name),
-    "lastcall classic (default)": async (name) => podOf(await inject(plain, ["--image", images.lastcall, "--mode", "classic"]), name),
+    "lastcall native (default)": async (name) =>
+      podOf(await inject(plain, ["--image", images.lastcall]), name),
+    "lastcall classic (default)": async (name) =>
+      podOf(await inject(plain, ["--image", images.lastcall, "--mode", "classic"]), name),
     // What the hold costs where it is kept (a config that carries the app's calls out).
-    "lastcall native, held": async (name) => podOf(await inject(plain, ["--image", images.lastcall, "--hold-app", "always"]), name),
-    "lastcall classic, held": async (name) => podOf(await inject(plain, ["--image", images.lastcall, "--mode", "classic", "--hold-app", "always"]), name),
+    "lastcall native, held": async (name) =>
+      podOf(await inject(plain, ["--image", images.lastcall, "--hold-app", "always"]), name),
+    "lastcall classic, held": async (name) =>
+      podOf(
+        await inject(plain, [
+          "--image",
+          images.lastcall,
+          "--mode",
+          "classic",
+          "--hold-app",
+          "always",
+        ]),
+        name,
+      ),
   };
   const ms: Record<string, number[]> = {};
   for (let round = 0; round < ROUNDS; round++) {
     for (const [variant, make] of Object.entries(variants)) {
       const name = `startup-${round}-${Object.keys(variants).indexOf(variant)}`;
       const objects = await make(name);
-      const watch = watchApi(cluster, `/api/v1/namespaces/default/pods?fieldSelector=metadata.name%3D${name}`);
+      const watch = watchApi(
+        cluster,
+        `/api/v1/namespaces/default/pods?fieldSelector=metadata.name%3D${name}`,
+      );
       await cluster.kubectl(["apply", "-f", "-"], objects.map((o) => JSON.stringify(o)).join("\n"));
       await cluster.kubectl(["wait", "--for=condition=Ready", `pod/${name}`, "--timeout=120s"]);
       const added = watch.events.find((e) => e.type === "ADDED")!.at;
-      const ready = watch.events.find((e) => (e.object.status?.conditions ?? []).some((c: { type: string; status: string }) => c.type === "Ready" && c.status === "True"))!.at;
+      const ready = watch.events.find((e) =>
+        (e.object.status?.conditions ?? []).some((c: { type: string; status: string }) =>
+          c.type === "Ready" && c.status === "True"
+        )
+      )!.at;
       watch.stop();
       (ms[variant] ??= []).push(ready - added);
       console.log(`${variant} round ${round + 1}: ${ready - added} ms`);
-      await cluster.kubectl(["delete", "pod", name, "--wait=true", "--grace-period=1", "--timeout=60s"]);
+      await cluster.kubectl([
+        "delete",
+        "pod",
+        name,
+        "--wait=true",
+        "--grace-period=1",
+        "--timeout=60s",
+      ]);
     }
   }
   const medians = Object.fromEntries(Object.entries(ms).map(([k, v]) => [k, quantile(v, 0.5)]));
   console.log(JSON.stringify({ medians, ms }, null, 2));
   mkdirSync(results, { recursive: true });
-  writeFileSync(join(results, "startup.json"), `${JSON.stringify({ kubernetes: "v1.34.4", rounds: ROUNDS, medians_ms: medians, ms }, null, 2)}\n`);
+  writeFileSync(
+    join(results, "startup.json"),
+    `${
+      JSON.stringify({ kubernetes: "v1.34.4", rounds: ROUNDS, medians_ms: medians, ms }, null, 2)
+    }\n`,
+  );
 } finally {
   await cluster.stop();
 }

@@ -2,7 +2,7 @@
 // upstream and client workload.
 import { startUpstreamApp } from "../test/support/upstream-app.ts";
 import { CONTENDERS, type Parity, type Running } from "./lib/contenders.ts";
-import { QUICK, progress, sleep, writeResult } from "./lib/context.ts";
+import { progress, QUICK, sleep, writeResult } from "./lib/context.ts";
 import { exitedSince, startTime } from "./lib/proc.ts";
 import { round, summarize } from "./lib/stats.ts";
 import { Workload } from "./lib/workload.ts";
@@ -10,7 +10,9 @@ import { Workload } from "./lib/workload.ts";
 const ROUNDS = QUICK ? 1 : 5;
 // LASTCALL_BENCH_CONTENDERS=id,id runs a subset (while working on the harness).
 const PICKED = process.env.LASTCALL_BENCH_CONTENDERS?.split(",");
-const ACTIVE = CONTENDERS.map((_, i) => i).filter((i) => !PICKED || PICKED.includes(CONTENDERS[i]!.id));
+const ACTIVE = CONTENDERS.map((_, i) => i).filter((i) =>
+  !PICKED || PICKED.includes(CONTENDERS[i]!.id)
+);
 const PARITY: Omit<Parity, "clusters"> = { graceMs: 10_000, lagMs: 2000, concurrency: 2 };
 const SMALL_CLUSTERS = 100;
 const LARGE_CLUSTERS = 5000;
@@ -22,11 +24,31 @@ const STREAM_CHUNKS = 30; // 3 s of chunks, started 0.5 s before the signal
 // seconds after Envoy has finished the stream (they wait in Envoy's and the kernel's buffers).
 const SLOW_READER_BYTES = 12_000_000;
 const SLOW_READER_RATE = 3_000_000;
-const BUSY = "mixed keep-alive HTTP/1.1 (10 ms–3 s), HTTP/2, a streaming response, a WebSocket, a slow reader (12 MB at 3 MB/s), late arrivals";
-const WORKLOADS: { id: string; idle: number; clusters: number; contenders?: string[]; what: string }[] = [
+const BUSY =
+  "mixed keep-alive HTTP/1.1 (10 ms–3 s), HTTP/2, a streaming response, a WebSocket, a slow reader (12 MB at 3 MB/s), late arrivals";
+const WORKLOADS: {
+  id: string;
+  idle: number;
+  clusters: number;
+  contenders?: string[];
+  what: string;
+}[] = [
   { id: "busy", idle: 0, clusters: SMALL_CLUSTERS, what: BUSY },
-  { id: "idle", idle: 6, clusters: SMALL_CLUSTERS, what: "the same plus 6 idle keep-alive connections" },
-  { id: `busy-${LARGE_CLUSTERS}`, idle: 0, clusters: LARGE_CLUSTERS, contenders: LARGE_CONTENDERS, what: `workload \`busy\` on a configuration of ${LARGE_CLUSTERS.toLocaleString("en-US")} clusters` },
+  {
+    id: "idle",
+    idle: 6,
+    clusters: SMALL_CLUSTERS,
+    what: "the same plus 6 idle keep-alive connections",
+  },
+  {
+    id: `busy-${LARGE_CLUSTERS}`,
+    idle: 0,
+    clusters: LARGE_CLUSTERS,
+    contenders: LARGE_CONTENDERS,
+    what: `workload \`busy\` on a configuration of ${
+      LARGE_CLUSTERS.toLocaleString("en-US")
+    } clusters`,
+  },
 ];
 
 interface Run {
@@ -59,16 +81,33 @@ interface Run {
 }
 
 /** ms from the client's last good response to lastcall's first event `name` (both Date.now() clocks); NaN when absent. */
-function sinceLastGood(events: Record<string, unknown>[], name: string, lastGoodWallMs: number): number {
+function sinceLastGood(
+  events: Record<string, unknown>[],
+  name: string,
+  lastGoodWallMs: number,
+): number {
   const event = events.find((e) => e.event === name);
   return event ? round2(Date.parse(String(event.ts)) - lastGoodWallMs) : Number.NaN;
 }
 
-async function oneRun(contenderIndex: number, workload: (typeof WORKLOADS)[number], round: number, upstreamPort: number): Promise<Run> {
+async function oneRun(
+  contenderIndex: number,
+  workload: (typeof WORKLOADS)[number],
+  round: number,
+  upstreamPort: number,
+): Promise<Run> {
   const contender = CONTENDERS[contenderIndex]!;
-  const running: Running = await contender.start(upstreamPort, { ...PARITY, clusters: workload.clusters });
+  const running: Running = await contender.start(upstreamPort, {
+    ...PARITY,
+    clusters: workload.clusters,
+  });
   const envoyStarted = startTime(running.envoyPid);
-  const clients = new Workload({ port: running.port, lagMs: PARITY.lagMs, idle: workload.idle, seed: 1000 * round + contenderIndex });
+  const clients = new Workload({
+    port: running.port,
+    lagMs: PARITY.lagMs,
+    idle: workload.idle,
+    seed: 1000 * round + contenderIndex,
+  });
   let gone = 0;
   let killed = false;
   try {
@@ -92,7 +131,10 @@ async function oneRun(contenderIndex: number, workload: (typeof WORKLOADS)[numbe
     gone = performance.now();
     await clients.settled();
     // The agent's own exit (it cleans up after Envoy): waited for, not cut short, unless hung.
-    const exitedInTime = await Promise.race([running.exited.then(() => true), sleep(Math.max(5000, graceEnd - performance.now())).then(() => false)]);
+    const exitedInTime = await Promise.race([
+      running.exited.then(() => true),
+      sleep(Math.max(5000, graceEnd - performance.now())).then(() => false),
+    ]);
     if (!exitedInTime) running.kill();
     await running.exited;
     const outcome = clients.outcome;
@@ -120,7 +162,8 @@ async function oneRun(contenderIndex: number, workload: (typeof WORKLOADS)[numbe
         told_ms: round2((running.quitReceivedAt?.() ?? Number.NaN) - outcome.lastGoodWallMs),
         quit_requested_ms: sinceLastGood(events, "envoy_quit_requested", outcome.lastGoodWallMs),
         // The minimum drain runs from the drain's start (just before `listeners_draining`).
-        after_floor: !(sinceLastGood(events, "listeners_draining", outcome.lastGoodWallMs) > -PARITY.lagMs),
+        after_floor:
+          !(sinceLastGood(events, "listeners_draining", outcome.lastGoodWallMs) > -PARITY.lagMs),
       },
       failures: clients.failures,
     };
@@ -146,7 +189,9 @@ const began = performance.now();
 for (const workload of WORKLOADS) {
   for (let r = 0; r < ROUNDS; r++) {
     // Contenders alternate within a round; the order rotates from round to round.
-    const active = ACTIVE.filter((i) => !workload.contenders || workload.contenders.includes(CONTENDERS[i]!.id));
+    const active = ACTIVE.filter((i) =>
+      !workload.contenders || workload.contenders.includes(CONTENDERS[i]!.id)
+    );
     for (let k = 0; k < active.length; k++) {
       const index = active[(k + r) % active.length]!;
       let run: Run;
@@ -154,14 +199,33 @@ for (const workload of WORKLOADS) {
         run = await oneRun(index, workload, r, app.port);
       } catch (error) {
         // One broken run (a contender that did not start) is recorded and the rest goes on.
-        errors.push({ workload: workload.id, contender: CONTENDERS[index]!.id, round: r, error: String(error).slice(0, 2000) });
-        progress("termination", `${workload.id} round ${r + 1}/${ROUNDS} ${CONTENDERS[index]!.id}: ERROR ${String(error).split("\n")[0]}`);
+        errors.push({
+          workload: workload.id,
+          contender: CONTENDERS[index]!.id,
+          round: r,
+          error: String(error).slice(0, 2000),
+        });
+        progress(
+          "termination",
+          `${workload.id} round ${r + 1}/${ROUNDS} ${CONTENDERS[index]!.id}: ERROR ${
+            String(error).split("\n")[0]
+          }`,
+        );
         continue;
       }
       runs.push(run);
       save(false);
-      const share = run.lastcall_share ? `, lastcall's share ${run.lastcall_share.told_ms} ms (decided ${run.lastcall_share.decided_ms} ms, quit answered ${run.lastcall_share.quit_requested_ms} ms)` : "";
-      progress("termination", `${workload.id} round ${r + 1}/${ROUNDS} ${run.contender}: failed ${run.failed}, tail ${run.tail_ms} ms, total ${run.total_ms} ms${share}${run.killed_at_grace ? " (killed at grace)" : ""}${run.leftover_run_dir ? ` LEFTOVER ${run.leftover_run_dir}` : ""}`);
+      const share = run.lastcall_share
+        ? `, lastcall's share ${run.lastcall_share.told_ms} ms (decided ${run.lastcall_share.decided_ms} ms, quit answered ${run.lastcall_share.quit_requested_ms} ms)`
+        : "";
+      progress(
+        "termination",
+        `${workload.id} round ${
+          r + 1
+        }/${ROUNDS} ${run.contender}: failed ${run.failed}, tail ${run.tail_ms} ms, total ${run.total_ms} ms${share}${
+          run.killed_at_grace ? " (killed at grace)" : ""
+        }${run.leftover_run_dir ? ` LEFTOVER ${run.leftover_run_dir}` : ""}`,
+      );
       if (run.failed > 0) progress("termination", `  ${run.failures.slice(0, 3).join("; ")}`);
     }
   }
@@ -185,30 +249,56 @@ function save(complete: boolean): void {
         total_ms: summarize(mine.map((run) => run.total_ms), 1),
         killed_at_grace: mine.filter((run) => run.killed_at_grace).length,
         runs: mine.length,
-        ...(c.id.startsWith("lastcall") ? {
-          // Its own share of the tail, from runs whose last good response came after the minimum
-          // drain (before it, the share would be the floor's wait, not lastcall's).
-          lastcall_share_ms: summarize(mine.filter(afterFloor).map((run) => run.lastcall_share?.told_ms ?? Number.NaN), 1),
-          lastcall_decided_ms: summarize(mine.filter(afterFloor).map((run) => run.lastcall_share?.decided_ms ?? Number.NaN), 1),
-          lastcall_quit_answered_ms: summarize(mine.filter(afterFloor).map((run) => run.lastcall_share?.quit_requested_ms ?? Number.NaN), 1),
-          // The rest of the tail: Envoy told to quit → its process gone (Envoy's own shutdown).
-          envoy_exit_ms: summarize(mine.map((run) => run.tail_ms - (run.lastcall_share?.told_ms ?? Number.NaN)), 1),
-          runs_ended_in_floor: mine.filter((run) => !afterFloor(run)).length,
-        } : {}),
+        ...(c.id.startsWith("lastcall")
+          ? {
+            // Its own share of the tail, from runs whose last good response came after the minimum
+            // drain (before it, the share would be the floor's wait, not lastcall's).
+            lastcall_share_ms: summarize(
+              mine.filter(afterFloor).map((run) => run.lastcall_share?.told_ms ?? Number.NaN),
+              1,
+            ),
+            lastcall_decided_ms: summarize(
+              mine.filter(afterFloor).map((run) => run.lastcall_share?.decided_ms ?? Number.NaN),
+              1,
+            ),
+            lastcall_quit_answered_ms: summarize(
+              mine.filter(afterFloor).map((run) =>
+                run.lastcall_share?.quit_requested_ms ?? Number.NaN
+              ),
+              1,
+            ),
+            // The rest of the tail: Envoy told to quit → its process gone (Envoy's own shutdown).
+            envoy_exit_ms: summarize(
+              mine.map((run) => run.tail_ms - (run.lastcall_share?.told_ms ?? Number.NaN)),
+              1,
+            ),
+            runs_ended_in_floor: mine.filter((run) => !afterFloor(run)).length,
+          }
+          : {}),
       };
     }).filter((c) => c.runs > 0),
   })).filter((w) => w.contenders.length > 0);
   writeResult("termination", {
-    what: "Termination under one client workload: failed requests, tail (last good response → Envoy gone) and total (signal → Envoy gone), per contender",
+    what:
+      "Termination under one client workload: failed requests, tail (last good response → Envoy gone) and total (signal → Envoy gone), per contender",
     // Written after every run: a run cut short leaves what it measured, marked incomplete.
     complete,
-    parity: { grace_ms: PARITY.graceMs, endpoint_lag_ms: PARITY.lagMs, concurrency: PARITY.concurrency },
+    parity: {
+      grace_ms: PARITY.graceMs,
+      endpoint_lag_ms: PARITY.lagMs,
+      concurrency: PARITY.concurrency,
+    },
     clusters: { small: SMALL_CLUSTERS, large: LARGE_CLUSTERS, large_contenders: LARGE_CONTENDERS },
-    lastcall_share: "client's last good response (Date.now()) → Envoy received POST /quitquitquit (its admin access log START_TIME); decided: → lastcall's drain_wait_done ts; quit answered: → lastcall's envoy_quit_requested ts (logged after Envoy answered)",
+    lastcall_share:
+      "client's last good response (Date.now()) → Envoy received POST /quitquitquit (its admin access log START_TIME); decided: → lastcall's drain_wait_done ts; quit answered: → lastcall's envoy_quit_requested ts (logged after Envoy answered)",
     rounds: ROUNDS,
     seconds: round2((performance.now() - began) / 1000),
-    lastcall_run_dirs_left: runs.filter((run) => run.leftover_run_dir).map((run) => run.leftover_run_dir),
-    lastcall_clean_exits: runs.filter((run) => run.contender.startsWith("lastcall") && run.agent_exit === "code 0").length,
+    lastcall_run_dirs_left: runs.filter((run) => run.leftover_run_dir).map((run) =>
+      run.leftover_run_dir
+    ),
+    lastcall_clean_exits: runs.filter((run) =>
+      run.contender.startsWith("lastcall") && run.agent_exit === "code 0"
+    ).length,
     errors,
     summary,
     runs,

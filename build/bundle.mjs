@@ -19,19 +19,34 @@ if (!existsSync(wasm)) {
 // The xDS proxy (with gRPC, a megabyte of code) is a bundle of its own, loaded on first use:
 // agent/xds/load-proxy.ts becomes build/load-xds-proxy.mjs in the agent's bundle.
 await build({
-  entryPoints: [join(root, "agent/xds/proxy.ts")], bundle: true, platform: "node", target: "node20", logLevel: "warning", legalComments: "none",
-  format: "cjs", outfile: join(dist, "xds-proxy.cjs"),
+  entryPoints: [join(root, "agent/xds/proxy.ts")],
+  bundle: true,
+  platform: "node",
+  target: "node20",
+  logLevel: "warning",
+  legalComments: "none",
+  format: "cjs",
+  outfile: join(dist, "xds-proxy.cjs"),
 });
 const splitXdsProxy = {
   name: "split-xds-proxy",
   setup(b) {
-    b.onResolve({ filter: /\/load-proxy\.ts$/ }, () => ({ path: join(root, "build/load-xds-proxy.mjs") }));
+    b.onResolve(
+      { filter: /\/load-proxy\.ts$/ },
+      () => ({ path: join(root, "build/load-xds-proxy.mjs") }),
+    );
   },
 };
 // `fetch` is the loopback one of build/loopback-fetch.mjs in the Node builds (not undici's: see there).
 const common = {
-  entryPoints: [join(root, "agent/main.ts")], bundle: true, platform: "node", target: "node20", logLevel: "warning", legalComments: "none",
-  inject: [join(root, "build/loopback-fetch.mjs")], plugins: [splitXdsProxy],
+  entryPoints: [join(root, "agent/main.ts")],
+  bundle: true,
+  platform: "node",
+  target: "node20",
+  logLevel: "warning",
+  legalComments: "none",
+  inject: [join(root, "build/loopback-fetch.mjs")],
+  plugins: [splitXdsProxy],
 };
 // The ESM bundle runs with `node dist/lastcall.mjs`; createRequire lets bundled CommonJS
 // dependencies require Node built-ins.
@@ -39,21 +54,32 @@ await build({
   ...common,
   format: "esm",
   outfile: join(dist, "lastcall.mjs"),
-  banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
+  banner: {
+    js:
+      "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);",
+  },
 });
 // Single executables run CommonJS only.
-await build({ ...common, format: "cjs", outfile: join(dist, "lastcall.cjs"), define: { "import.meta.url": "__lastcall_url" },
-  banner: { js: "const __lastcall_url = require('node:url').pathToFileURL(__filename).href;" } });
+await build({
+  ...common,
+  format: "cjs",
+  outfile: join(dist, "lastcall.cjs"),
+  define: { "import.meta.url": "__lastcall_url" },
+  banner: { js: "const __lastcall_url = require('node:url').pathToFileURL(__filename).href;" },
+});
 
 const seaConfig = join(dist, "sea-config.json");
-writeFileSync(seaConfig, JSON.stringify({
-  main: join(dist, "lastcall.cjs"),
-  output: join(dist, "lastcall.blob"),
-  disableExperimentalSEAWarning: true,
-  // No `useCodeCache` (~25 ms less per start): with it, import() fails inside the executable,
-  // and filter-asset.ts reads the embedded filter through import("node:sea").
-  assets: { "filter.wasm": wasm, "xds-proxy.cjs": join(dist, "xds-proxy.cjs") },
-}));
+writeFileSync(
+  seaConfig,
+  JSON.stringify({
+    main: join(dist, "lastcall.cjs"),
+    output: join(dist, "lastcall.blob"),
+    disableExperimentalSEAWarning: true,
+    // No `useCodeCache` (~25 ms less per start): with it, import() fails inside the executable,
+    // and filter-asset.ts reads the embedded filter through import("node:sea").
+    assets: { "filter.wasm": wasm, "xds-proxy.cjs": join(dist, "xds-proxy.cjs") },
+  }),
+);
 /** Runs a build step quietly; prints its output only when it fails. */
 function step(args) {
   const result = spawnSync(process.execPath, args, { encoding: "utf8" });
@@ -70,7 +96,11 @@ const binary = join(dist, "lastcall");
 const building = `${binary}.${process.pid}.tmp`;
 copyFileSync(process.execPath, building);
 step([
-  join(root, "node_modules/postject/dist/cli.js"), building, "NODE_SEA_BLOB", join(dist, "lastcall.blob"),
-  "--sentinel-fuse", "NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2",
+  join(root, "node_modules/postject/dist/cli.js"),
+  building,
+  "NODE_SEA_BLOB",
+  join(dist, "lastcall.blob"),
+  "--sentinel-fuse",
+  "NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2",
 ]);
 renameSync(building, binary);

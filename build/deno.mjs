@@ -26,11 +26,23 @@ export function resolveDeno() {
   const staging = `${prefix}.${process.pid}`;
   rmSync(staging, { recursive: true, force: true });
   mkdirSync(staging, { recursive: true });
-  const result = spawnSync("npm", ["install", "--no-save", "--no-audit", "--no-fund", "--loglevel=error", "--prefix", staging, DENO_PACKAGE],
-    { encoding: "utf8", env: { ...process.env, npm_config_update_notifier: "false" } });
+  const result = spawnSync("npm", [
+    "install",
+    "--no-save",
+    "--no-audit",
+    "--no-fund",
+    "--loglevel=error",
+    "--prefix",
+    staging,
+    DENO_PACKAGE,
+  ], { encoding: "utf8", env: { ...process.env, npm_config_update_notifier: "false" } });
   if (result.status !== 0) {
     rmSync(staging, { recursive: true, force: true });
-    throw new Error(`Cannot install Deno: npm install ${DENO_PACKAGE} failed:\n${result.stdout ?? ""}${result.stderr ?? result.error ?? ""}`.trim());
+    throw new Error(
+      `Cannot install Deno: npm install ${DENO_PACKAGE} failed:\n${result.stdout ?? ""}${
+        result.stderr ?? result.error ?? ""
+      }`.trim(),
+    );
   }
   try {
     renameSync(staging, prefix);
@@ -39,7 +51,9 @@ export function resolveDeno() {
     rmSync(staging, { recursive: true, force: true });
     if (!isExecutable(binary)) throw error;
   }
-  if (!isExecutable(binary)) throw new Error(`Cannot install Deno: ${DENO_PACKAGE} installed but ${binary} is missing`);
+  if (!isExecutable(binary)) {
+    throw new Error(`Cannot install Deno: ${DENO_PACKAGE} installed but ${binary} is missing`);
+  }
   return binary;
 }
 

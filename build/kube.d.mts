@@ -5,4 +5,6 @@ export const KUBE_PACKAGES: string;
 export function kubePaths(): { cache: string; bin: Record<string, string>; ktImage: string };
 export function missingArtifacts(names?: string[]): string[];
 export function onPath(name: string): string | undefined;
-export function buildKube(options?: { names?: string[]; log?: (line: string) => void }): Promise<{ built: string[]; paths: ReturnType<typeof kubePaths> }>;
+export function buildKube(
+  options?: { names?: string[]; log?: (line: string) => void },
+): Promise<{ built: string[]; paths: ReturnType<typeof kubePaths> }>;

@@ -3,7 +3,16 @@
 // outside the clone, where missing.
 import { spawn } from "node:child_process";
 import { createHash } from "node:crypto";
-import { cpSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from "node:fs";
+import {
+  cpSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { homedir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -18,11 +27,19 @@ const sources = join(root, "build", "kube");
 /** The Kubernetes version the cluster runs (build/kube/k8s/go.mod requires it). */
 export const KUBE_VERSION = "1.34.4";
 /** The six Kubernetes binaries, in the order they are built (the API server and kubectl first). */
-export const K8S_BINARIES = ["kube-apiserver", "kubectl", "kubelet", "kube-controller-manager", "kube-scheduler", "kube-proxy"];
+export const K8S_BINARIES = [
+  "kube-apiserver",
+  "kubectl",
+  "kubelet",
+  "kube-controller-manager",
+  "kube-scheduler",
+  "kube-proxy",
+];
 /** The pause / test image every pod sandbox uses (containerd's sandbox_image). */
 export const KT_IMAGE = "localhost/lastcall-kt:1";
 /** The Debian packages the cluster needs besides these binaries. */
-export const KUBE_PACKAGES = "containerd runc containernetworking-plugins iptables conntrack busybox-static openssl";
+export const KUBE_PACKAGES =
+  "containerd runc containernetworking-plugins iptables conntrack busybox-static openssl";
 
 /**
  * Where everything lives: the cache folder, each binary's path, the kt image archive.
@@ -32,8 +49,13 @@ export const KUBE_PACKAGES = "containerd runc containernetworking-plugins iptabl
  * spawn(bin.kubectl, ["version", "--client"]);
  */
 export function kubePaths() {
-  const cache = resolve(process.env.LASTCALL_KUBE_CACHE ?? join(homedir(), ".cache", "lastcall", `kube-v${KUBE_VERSION}`));
-  const bin = Object.fromEntries([...K8S_BINARIES, "etcd"].map((name) => [name, join(cache, "bin", name)]));
+  const cache = resolve(
+    process.env.LASTCALL_KUBE_CACHE ??
+      join(homedir(), ".cache", "lastcall", `kube-v${KUBE_VERSION}`),
+  );
+  const bin = Object.fromEntries(
+    [...K8S_BINARIES, "etcd"].map((name) => [name, join(cache, "bin", name)]),
+  );
   return { cache, bin, ktImage: join(cache, "images", "kt.tar") };
 }
 
@@ -68,7 +90,9 @@ const readKey = (path) => {
 
 function ktKey() {
   const hash = createHash("sha256");
-  for (const name of readdirSync(join(sources, "kt")).sort()) hash.update(name).update(readFileSync(join(sources, "kt", name)));
+  for (const name of readdirSync(join(sources, "kt")).sort()) {
+    hash.update(name).update(readFileSync(join(sources, "kt", name)));
+  }
   return hash.update(KT_IMAGE).digest("hex").slice(0, 16);
 }
 
@@ -82,14 +106,24 @@ function run(command, args, { cwd = root, env = process.env } = {}) {
     child.once("error", (error) => fail(new Error(`Cannot run ${command}: ${error.message}`)));
     child.once("close", (code) => {
       if (code === 0) return done(output);
-      fail(new Error(`${command} ${args.join(" ")} failed (exit ${code}):\n${output.trim().split("\n").slice(-30).join("\n")}`));
+      fail(
+        new Error(
+          `${command} ${args.join(" ")} failed (exit ${code}):\n${
+            output.trim().split("\n").slice(-30).join("\n")
+          }`,
+        ),
+      );
     });
   });
 }
 
 function goCommand() {
   const go = onPath("go");
-  if (!go) throw new Error("Cannot build the test cluster: go (>= 1.24) is not on PATH nor in /usr/local/go/bin (https://go.dev/dl)");
+  if (!go) {
+    throw new Error(
+      "Cannot build the test cluster: go (>= 1.24) is not on PATH nor in /usr/local/go/bin (https://go.dev/dl)",
+    );
+  }
   return go;
 }
 
@@ -97,7 +131,10 @@ function goCommand() {
 async function goBuild(moduleDir, pkg, out, ldflags) {
   mkdirSync(dirname(out), { recursive: true });
   const env = { ...process.env, CGO_ENABLED: "0", GOFLAGS: "-buildvcs=false" };
-  await run(goCommand(), ["build", "-trimpath", "-ldflags", ldflags, "-o", `${out}.tmp`, pkg], { cwd: moduleDir, env });
+  await run(goCommand(), ["build", "-trimpath", "-ldflags", ldflags, "-o", `${out}.tmp`, pkg], {
+    cwd: moduleDir,
+    env,
+  });
   renameSync(`${out}.tmp`, out);
 }
 
@@ -105,8 +142,11 @@ function k8sLdflags() {
   const [major, minor] = KUBE_VERSION.split(".");
   const v = `v${KUBE_VERSION}`;
   return [
-    "-s -w", `-X k8s.io/component-base/version.gitVersion=${v}`, `-X k8s.io/component-base/version.gitMajor=${major}`,
-    `-X k8s.io/component-base/version.gitMinor=${minor}`, "-X k8s.io/component-base/version.gitTreeState=clean",
+    "-s -w",
+    `-X k8s.io/component-base/version.gitVersion=${v}`,
+    `-X k8s.io/component-base/version.gitMajor=${major}`,
+    `-X k8s.io/component-base/version.gitMinor=${minor}`,
+    "-X k8s.io/component-base/version.gitTreeState=clean",
     `-X k8s.io/client-go/pkg/version.gitVersion=${v}`,
   ].join(" ");
 }
@@ -114,15 +154,32 @@ function k8sLdflags() {
 async function buildKt(out) {
   const { podman } = await import("./image.mjs");
   const busybox = ["/bin/busybox", "/usr/bin/busybox"].find((p) => existsSync(p));
-  if (!busybox) throw new Error("Cannot build the kt image: busybox is missing (apt-get install -y busybox-static)");
+  if (!busybox) {
+    throw new Error(
+      "Cannot build the kt image: busybox is missing (apt-get install -y busybox-static)",
+    );
+  }
   const context = join(root, ".cache", "kube", "kt-image");
   rmSync(context, { recursive: true, force: true });
   mkdirSync(context, { recursive: true });
   try {
     await goBuild(join(sources, "kt"), ".", join(context, "kt"), "-s -w");
     cpSync(busybox, join(context, "busybox"));
-    writeFileSync(join(context, "Containerfile"), "FROM scratch\nCOPY kt /kt\nCOPY busybox /bin/busybox\nENTRYPOINT [\"/kt\"]\n");
-    await podman(["build", "--quiet", "--layers=false", "--pull=never", "--network", "none", "-t", KT_IMAGE, context]);
+    writeFileSync(
+      join(context, "Containerfile"),
+      'FROM scratch\nCOPY kt /kt\nCOPY busybox /bin/busybox\nENTRYPOINT ["/kt"]\n',
+    );
+    await podman([
+      "build",
+      "--quiet",
+      "--layers=false",
+      "--pull=never",
+      "--network",
+      "none",
+      "-t",
+      KT_IMAGE,
+      context,
+    ]);
     mkdirSync(dirname(out), { recursive: true });
     rmSync(`${out}.tmp`, { force: true });
     await podman(["save", "--quiet", "--format", "docker-archive", "-o", `${out}.tmp`, KT_IMAGE]);
@@ -154,7 +211,11 @@ export async function buildKube({ names, log = () => {} } = {}) {
   const all = artifacts();
   const wanted = names ?? Object.keys(all);
   const unknown = wanted.filter((name) => !(name in all));
-  if (unknown.length > 0) throw new Error(`Unknown artifact ${unknown.join(", ")} (one of ${Object.keys(all).join(", ")})`);
+  if (unknown.length > 0) {
+    throw new Error(
+      `Unknown artifact ${unknown.join(", ")} (one of ${Object.keys(all).join(", ")})`,
+    );
+  }
   const built = [];
   if (missingArtifacts(wanted).length > 0) {
     await withLock(join(kubePaths().cache, "build.lock"), async () => {
@@ -180,8 +241,17 @@ if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.ur
   }
   const started = Date.now();
   try {
-    const { built } = await buildKube({ names: names.length ? names : undefined, log: (line) => console.error(`kube: ${line}`) });
-    if (built.length) console.error(`kube: built ${built.join(", ")} in ${((Date.now() - started) / 1000).toFixed(0)} s into ${kubePaths().cache}`);
+    const { built } = await buildKube({
+      names: names.length ? names : undefined,
+      log: (line) => console.error(`kube: ${line}`),
+    });
+    if (built.length) {
+      console.error(
+        `kube: built ${built.join(", ")} in ${
+          ((Date.now() - started) / 1000).toFixed(0)
+        } s into ${kubePaths().cache}`,
+      );
+    }
   } catch (error) {
     console.error(`kube: ${error.message}`);
     process.exit(1);

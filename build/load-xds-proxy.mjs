@@ -17,7 +17,10 @@ export async function loadXdsProxy() {
   if (sea?.isSea?.()) {
     const code = sea.getAsset("xds-proxy.cjs", "utf8");
     const module = { exports: {} };
-    const wrapper = runInThisContext(`(function (exports, require, module, __filename, __dirname) {${code}\n})`, { filename: "xds-proxy.cjs" });
+    const wrapper = runInThisContext(
+      `(function (exports, require, module, __filename, __dirname) {${code}\n})`,
+      { filename: "xds-proxy.cjs" },
+    );
     wrapper(module.exports, createRequire(process.execPath), module, "xds-proxy.cjs", ".");
     loaded = module.exports;
   } else {

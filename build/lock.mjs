@@ -14,10 +14,14 @@ import { dirname, join } from "node:path";
  * @returns {Promise<T>}
  * @template T
  */
-export async function withLock(dir, task, { what = `the lock ${dir}`, waitMs = 30 * 60_000, pollMs = 250 } = {}) {
+export async function withLock(
+  dir,
+  task,
+  { what = `the lock ${dir}`, waitMs = 30 * 60_000, pollMs = 250 } = {},
+) {
   mkdirSync(dirname(dir), { recursive: true });
   const owner = join(dir, "pid");
-  for (const until = Date.now() + waitMs; ;) {
+  for (const until = Date.now() + waitMs;;) {
     try {
       mkdirSync(dir);
       writeFileSync(owner, String(process.pid));
@@ -31,8 +35,9 @@ export async function withLock(dir, task, { what = `the lock ${dir}`, waitMs = 3
         // being created or removed: look again
       }
       if (pid > 0 && !alive(pid)) rmSync(dir, { recursive: true, force: true });
-      else if (Date.now() > until) throw new Error(`Timed out waiting for ${what} ${dir} (held by pid ${pid})`);
-      else await new Promise((done) => setTimeout(done, pollMs));
+      else if (Date.now() > until) {
+        throw new Error(`Timed out waiting for ${what} ${dir} (held by pid ${pid})`);
+      } else await new Promise((done) => setTimeout(done, pollMs));
     }
   }
   try {

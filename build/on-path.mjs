@@ -12,7 +12,14 @@ import { delimiter, join } from "node:path";
  * @returns {string | undefined}
  */
 export function onPath(name) {
-  for (const dir of [...(process.env.PATH ?? "").split(delimiter), "/usr/sbin", "/sbin", "/usr/local/go/bin"]) {
+  for (
+    const dir of [
+      ...(process.env.PATH ?? "").split(delimiter),
+      "/usr/sbin",
+      "/sbin",
+      "/usr/local/go/bin",
+    ]
+  ) {
     if (!dir) continue;
     try {
       accessSync(join(dir, name), constants.X_OK);

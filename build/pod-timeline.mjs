@@ -16,13 +16,16 @@ const lastMs = Math.max(...timeline.events.map((e) => e.at_ms));
 const axisMs = Math.ceil((lastMs + 500) / 1000) * 1000;
 const x = (ms) => left + ((W - left - right) * ms) / axisMs;
 const s = (ms) => `${(ms / 1000).toFixed(2)} s`;
-const esc = (text) => String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+const esc = (text) =>
+  String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 
 const parts = [];
 let y = 64;
 const lane = (name, height) => {
   parts.push(`<text x="10" y="${y + height / 2 + 4}" class="lane">${esc(name)}</text>`);
-  parts.push(`<line x1="${left}" y1="${y + height}" x2="${W - right}" y2="${y + height}" class="sep"/>`);
+  parts.push(
+    `<line x1="${left}" y1="${y + height}" x2="${W - right}" y2="${y + height}" class="sep"/>`,
+  );
   const top = y;
   y += height;
   return top;
@@ -37,16 +40,30 @@ function markers(top, height, events, cls) {
     else groups.push([e]);
   }
   groups.forEach((group, i) => {
-    for (const e of group) parts.push(`<line x1="${x(e.at_ms)}" y1="${top + 6}" x2="${x(e.at_ms)}" y2="${top + height - 6}" class="${cls}"/>`);
+    for (const e of group) {
+      parts.push(
+        `<line x1="${x(e.at_ms)}" y1="${top + 6}" x2="${x(e.at_ms)}" y2="${
+          top + height - 6
+        }" class="${cls}"/>`,
+      );
+    }
     const from = group[0].at_ms;
     const to = group.at(-1).at_ms;
     const when = from === to ? s(from) : `${s(from)}–${s(to)}`;
     const anchor = x(from) > W - 260 ? "end" : "start";
     const tx = anchor === "end" ? x(to) - 6 : x(to) + 6;
     group.forEach((e, j) => {
-      parts.push(`<text x="${tx}" y="${top + 16 + j * 13 + (i % 2) * 0}" text-anchor="${anchor}" class="label">${esc(e.what)}</text>`);
+      parts.push(
+        `<text x="${tx}" y="${
+          top + 16 + j * 13 + (i % 2) * 0
+        }" text-anchor="${anchor}" class="label">${esc(e.what)}</text>`,
+      );
     });
-    parts.push(`<text x="${tx}" y="${top + 16 + group.length * 13}" text-anchor="${anchor}" class="time">${when}</text>`);
+    parts.push(
+      `<text x="${tx}" y="${
+        top + 16 + group.length * 13
+      }" text-anchor="${anchor}" class="time">${when}</text>`,
+    );
   });
 }
 
@@ -54,9 +71,17 @@ const byWho = (who) => timeline.events.filter((e) => e.who === who);
 
 /** A bar from `fromMs` to `toMs` labelled after its end, or inside it where the page ends. */
 function bar(top, height, fromMs, toMs, cls, text) {
-  parts.push(`<rect x="${x(fromMs)}" y="${top}" width="${x(toMs) - x(fromMs)}" height="${height}" class="${cls}"/>`);
+  parts.push(
+    `<rect x="${x(fromMs)}" y="${top}" width="${
+      x(toMs) - x(fromMs)
+    }" height="${height}" class="${cls}"/>`,
+  );
   const outside = x(toMs) + 7 * text.length < W - 4;
-  parts.push(`<text x="${outside ? x(toMs) + 4 : x(toMs) - 4}" y="${top + height - 3}" text-anchor="${outside ? "start" : "end"}" class="${outside ? "label" : "label inside"}">${esc(text)}</text>`);
+  parts.push(
+    `<text x="${outside ? x(toMs) + 4 : x(toMs) - 4}" y="${top + height - 3}" text-anchor="${
+      outside ? "start" : "end"
+    }" class="${outside ? "label" : "label inside"}">${esc(text)}</text>`,
+  );
 }
 
 // podman
@@ -69,7 +94,14 @@ function bar(top, height, fromMs, toMs, cls, text) {
   const rows = timeline.requests.length;
   const top = lane("client", 15 * rows + 10);
   timeline.requests.forEach((r, i) => {
-    bar(top + 6 + i * 15, 12, Math.max(r.started_ms, 0), r.ended_ms, "request", `GET /slow?ms=${r.ms} → ${r.status} at ${s(r.ended_ms)}`);
+    bar(
+      top + 6 + i * 15,
+      12,
+      Math.max(r.started_ms, 0),
+      r.ended_ms,
+      "request",
+      `GET /slow?ms=${r.ms} → ${r.status} at ${s(r.ended_ms)}`,
+    );
   });
 }
 // lastcall's events, with its --min-drain floor shaded
@@ -77,8 +109,16 @@ function bar(top, height, fromMs, toMs, cls, text) {
   const events = byWho("lastcall");
   const top = lane("lastcall", 20 + 13 * Math.max(4, ...[events.length]));
   const drainStart = events.find((e) => e.what === "drain_start")?.at_ms ?? 0;
-  parts.push(`<rect x="${x(drainStart)}" y="${top + 2}" width="${x(drainStart + timeline.min_drain_ms) - x(drainStart)}" height="${y - top - 4}" class="floor"/>`);
-  parts.push(`<text x="${x(drainStart + timeline.min_drain_ms) - 4}" y="${y - 8}" text-anchor="end" class="time">--min-drain ${timeline.min_drain_ms / 1000} s</text>`);
+  parts.push(
+    `<rect x="${x(drainStart)}" y="${top + 2}" width="${
+      x(drainStart + timeline.min_drain_ms) - x(drainStart)
+    }" height="${y - top - 4}" class="floor"/>`,
+  );
+  parts.push(
+    `<text x="${x(drainStart + timeline.min_drain_ms) - 4}" y="${
+      y - 8
+    }" text-anchor="end" class="time">--min-drain ${timeline.min_drain_ms / 1000} s</text>`,
+  );
   markers(top, y - top, events, "mark lastcall");
 }
 // containers: alive from the stop until their exit
@@ -93,12 +133,18 @@ const axisY = y + 6;
 const grid = [];
 for (let ms = 0; ms <= axisMs; ms += 1000) {
   grid.push(`<line x1="${x(ms)}" y1="60" x2="${x(ms)}" y2="${axisY}" class="grid"/>`);
-  grid.push(`<text x="${x(ms)}" y="${axisY + 14}" text-anchor="middle" class="time">${ms / 1000} s</text>`);
+  grid.push(
+    `<text x="${x(ms)}" y="${axisY + 14}" text-anchor="middle" class="time">${ms / 1000} s</text>`,
+  );
 }
 const H = axisY + 40;
 const sidecarExit = byWho("sidecar").at(-1).at_ms;
-const title = `Pod stop with ${timeline.requests.length} requests in flight: every answer delivered, sidecar gone at ${s(sidecarExit)} of a ${timeline.grace_ms / 1000} s grace period`;
-const svg = `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif">
+const title =
+  `Pod stop with ${timeline.requests.length} requests in flight: every answer delivered, sidecar gone at ${
+    s(sidecarExit)
+  } of a ${timeline.grace_ms / 1000} s grace period`;
+const svg =
+  `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif">
 <style>
   .lane { font-size: 12px; font-weight: bold; fill: #222 }
   .label { font-size: 11px; fill: #222 }
@@ -119,14 +165,24 @@ const svg = `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" 
 </style>
 <rect width="${W}" height="${H}" fill="#fff"/>
 <text x="10" y="20" class="title">${esc(title)}</text>
-<text x="10" y="36" class="sub">${esc(`Recorded ${timeline.recorded} by test/container/pod.test.ts (${timeline.runtime}, ${timeline.pod}). Times from podman pod stop -t ${timeline.grace_ms / 1000}:`)}</text>
-<text x="10" y="50" class="sub">SIGTERM to both containers at once, SIGKILL at ${timeline.grace_ms / 1000} s. The bars of the containers run from the stop to their exit.</text>
+<text x="10" y="36" class="sub">${
+    esc(
+      `Recorded ${timeline.recorded} by test/container/pod.test.ts (${timeline.runtime}, ${timeline.pod}). Times from podman pod stop -t ${
+        timeline.grace_ms / 1000
+      }:`,
+    )
+  }</text>
+<text x="10" y="50" class="sub">SIGTERM to both containers at once, SIGKILL at ${
+    timeline.grace_ms / 1000
+  } s. The bars of the containers run from the stop to their exit.</text>
 ${grid.join("\n")}
 ${parts.join("\n")}
 </svg>
 `;
 writeFileSync(join(root, "docs", "pod-timeline.svg"), svg);
-if (input !== join(root, "docs", "pod-timeline.json")) writeFileSync(join(root, "docs", "pod-timeline.json"), `${JSON.stringify(timeline, null, 2)}\n`);
+if (input !== join(root, "docs", "pod-timeline.json")) {
+  writeFileSync(join(root, "docs", "pod-timeline.json"), `${JSON.stringify(timeline, null, 2)}\n`);
+}
 
 console.log("| at | who | what |\n|---:|---|---|");
 for (const e of timeline.events) console.log(`| ${s(e.at_ms)} | ${e.who} | ${e.what} |`);

@@ -10,9 +10,17 @@ import { fileURLToPath } from "node:url";
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 
 function run(command, args, what) {
-  const result = spawnSync(command, args, { cwd: root, encoding: "utf8", env: { ...process.env, npm_config_update_notifier: "false" } });
+  const result = spawnSync(command, args, {
+    cwd: root,
+    encoding: "utf8",
+    env: { ...process.env, npm_config_update_notifier: "false" },
+  });
   if (result.status !== 0) {
-    console.error(`lastcall setup: ${what} failed (${command} ${args.join(" ")}):\n${result.stdout ?? ""}${result.stderr ?? result.error ?? ""}`);
+    console.error(
+      `lastcall setup: ${what} failed (${command} ${args.join(" ")}):\n${result.stdout ?? ""}${
+        result.stderr ?? result.error ?? ""
+      }`,
+    );
     process.exit(1);
   }
 }

@@ -30,11 +30,25 @@ console.log(`envoy ${version}`);
 
 // Own sessions (and process groups): a terminal's Ctrl-C and hang-up reach this script only (and
 // npm, which forwards Ctrl-C once more), so each child is told exactly once what to do.
-const app = spawn(process.execPath, [join(root, "examples/demo-app.mjs")], { stdio: "inherit", detached: true });
+const app = spawn(process.execPath, [join(root, "examples/demo-app.mjs")], {
+  stdio: "inherit",
+  detached: true,
+});
 const lastcall = spawn(join(root, "dist/lastcall"), [
-  "run", "--config", join(root, "examples/envoy.yaml"), "--log-format", "text", "--min-drain", "1s", "--", "-l", "warning",
+  "run",
+  "--config",
+  join(root, "examples/envoy.yaml"),
+  "--log-format",
+  "text",
+  "--min-drain",
+  "1s",
+  "--",
+  "-l",
+  "warning",
 ], { stdio: "inherit", detached: true, env: { ...process.env, ENVOY_BIN: envoy } });
-const ready = spawn(join(root, "dist/lastcall"), ["wait", "--timeout", "30s"], { stdio: "inherit" });
+const ready = spawn(join(root, "dist/lastcall"), ["wait", "--timeout", "30s"], {
+  stdio: "inherit",
+});
 
 const exited = (child) => child.exitCode !== null || child.signalCode !== null;
 const kill = (child, signal) => exited(child) || child.kill(signal);
@@ -79,11 +93,17 @@ function killAll() {
 }
 
 ready.on("exit", (code) => {
-  if (code === 0 && !stopping) console.log("\nlastcall: ready. Try:\n  curl http://127.0.0.1:10000/\n  curl 'http://127.0.0.1:10000/slow?ms=5000'   (then Ctrl-C: the drain waits for it)\n  curl --limit-rate 3M -o /dev/null 'http://127.0.0.1:10000/download?mb=30'   (a slow reader: the drain waits for its last byte)\n  curl http://127.0.0.1:15020/v1/state\n  curl http://127.0.0.1:15020/metrics\n");
+  if (code === 0 && !stopping) {
+    console.log(
+      "\nlastcall: ready. Try:\n  curl http://127.0.0.1:10000/\n  curl 'http://127.0.0.1:10000/slow?ms=5000'   (then Ctrl-C: the drain waits for it)\n  curl --limit-rate 3M -o /dev/null 'http://127.0.0.1:10000/download?mb=30'   (a slow reader: the drain waits for its last byte)\n  curl http://127.0.0.1:15020/v1/state\n  curl http://127.0.0.1:15020/metrics\n",
+    );
+  }
 });
 app.on("exit", (code) => {
   if (stopping || exited(lastcall)) return;
-  console.error(`lastcall start: the demo app exited (code ${code}); is port 8080 taken? Stopping.`);
+  console.error(
+    `lastcall start: the demo app exited (code ${code}); is port 8080 taken? Stopping.`,
+  );
   drain("the demo app is gone");
 });
 lastcall.on("exit", (code, signal) => {

@@ -11,8 +11,11 @@ const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const { envoy } = await setup();
 const report = join(root, ".cache", "vitest-report.json");
 const result = spawnSync(process.execPath, [
-  join(root, "node_modules/vitest/vitest.mjs"), "run",
-  "--reporter=dot", "--reporter=json", `--outputFile.json=${report}`,
+  join(root, "node_modules/vitest/vitest.mjs"),
+  "run",
+  "--reporter=dot",
+  "--reporter=json",
+  `--outputFile.json=${report}`,
   ...process.argv.slice(2),
 ], { cwd: root, stdio: "inherit", env: { ...process.env, ENVOY_BIN: envoy } });
 
@@ -22,11 +25,21 @@ try {
   const skipped = (r.numPendingTests ?? 0) + (r.numTodoTests ?? 0);
   // A file whose setup failed has no failed test (its tests count as skipped): count it failed,
   // so the closing line never says 0 failed for a run that failed.
-  const brokenFiles = (r.testResults ?? []).filter((f) => f.status === "failed" && !(f.assertionResults ?? []).some((a) => a.status === "failed")).length;
-  summary = `tests: ${r.numPassedTests} passed, ${r.numFailedTests + brokenFiles} failed, ${skipped} skipped`;
+  const brokenFiles = (r.testResults ?? []).filter((f) =>
+    f.status === "failed" && !(f.assertionResults ?? []).some((a) =>
+      a.status === "failed"
+    )
+  ).length;
+  summary = `tests: ${r.numPassedTests} passed, ${
+    r.numFailedTests + brokenFiles
+  } failed, ${skipped} skipped`;
   // A skipped test says why in its name (e.g. "container tests: needs podman: install with …"):
   // never skip silently.
-  const skippedNames = (r.testResults ?? []).flatMap((f) => (f.assertionResults ?? []).filter((a) => a.status === "skipped" || a.status === "pending" || a.status === "todo").map((a) => a.fullName));
+  const skippedNames = (r.testResults ?? []).flatMap((f) =>
+    (f.assertionResults ?? []).filter((a) =>
+      a.status === "skipped" || a.status === "pending" || a.status === "todo"
+    ).map((a) => a.fullName)
+  );
   for (const name of skippedNames) summary += `\nskipped: ${name}`;
 } catch {
   summary = "tests: no report written (vitest failed to start)";

@@ -42,7 +42,9 @@ const INLINE_PLACEHOLDER = "lastcall:inline-filter.wasm";
  */
 export async function printBootstrap(o: BootstrapCommandOptions): Promise<number> {
   const { parsed } = await readEnvoyConfig(o.config);
-  if (o.filter && o.filterWasm && !existsSync(o.filterWasm)) throw new StartError(`Filter module not found: ${o.filterWasm}`);
+  if (o.filter && o.filterWasm && !existsSync(o.filterWasm)) {
+    throw new StartError(`Filter module not found: ${o.filterWasm}`);
+  }
   let inline: string | undefined;
   if (o.filter && !o.filterWasm) {
     try {
@@ -63,7 +65,11 @@ export async function printBootstrap(o: BootstrapCommandOptions): Promise<number
         ? {
           wasmPath: o.filterWasm ?? INLINE_PLACEHOLDER,
           pluginConfig: {
-            agent_cluster: AGENT_CLUSTER, heartbeat_ms: o.heartbeatMs, epoch: 0, instance: "", exclude_paths: o.excludePath,
+            agent_cluster: AGENT_CLUSTER,
+            heartbeat_ms: o.heartbeatMs,
+            epoch: 0,
+            instance: "",
+            exclude_paths: o.excludePath,
             ...(o.holderPaths ? { holder_paths: true } : {}),
           },
         }
@@ -80,5 +86,8 @@ export async function printBootstrap(o: BootstrapCommandOptions): Promise<number
 
 /** A JSON replacer that turns the placeholder's `{ filename }` into `{ inline_bytes }`. */
 function inlineModule(base64: string): (key: string, value: unknown) => unknown {
-  return (key, value) => key === "local" && (value as { filename?: unknown } | null)?.filename === INLINE_PLACEHOLDER ? { inline_bytes: base64 } : value;
+  return (key, value) =>
+    key === "local" && (value as { filename?: unknown } | null)?.filename === INLINE_PLACEHOLDER
+      ? { inline_bytes: base64 }
+      : value;
 }

@@ -3,7 +3,14 @@
 import { delay } from "../lib/async.ts";
 import type { EventLog } from "../lib/log.ts";
 import type { StatusServer } from "../status/listen.ts";
-import { adminFor, failHealthcheckRetrying, readOpenCount, serveReadyFile, startAgentDrain, writeReadyFile } from "./drain-hooks.ts";
+import {
+  adminFor,
+  failHealthcheckRetrying,
+  readOpenCount,
+  serveReadyFile,
+  startAgentDrain,
+  writeReadyFile,
+} from "./drain-hooks.ts";
 
 /** Options of {@linkcode shutdownManager}. */
 export interface ShutdownManagerOptions {
@@ -22,9 +29,17 @@ export interface ShutdownManagerOptions {
  * const server = await shutdownManager({ servePort: 8090, readyFile: "/admin/ok" }, createEventLog("json"));
  * ```
  */
-export function shutdownManager(options: ShutdownManagerOptions, log: EventLog): Promise<StatusServer> {
+export function shutdownManager(
+  options: ShutdownManagerOptions,
+  log: EventLog,
+): Promise<StatusServer> {
   return serveReadyFile({
-    port: options.servePort, healthPath: "/healthz", healthBody: "OK", readyPath: "/shutdown", readyBody: "OK", readyFile: options.readyFile,
+    port: options.servePort,
+    healthPath: "/healthz",
+    healthBody: "OK",
+    readyPath: "/shutdown",
+    readyBody: "OK",
+    readyFile: options.readyFile,
   }, log);
 }
 

@@ -39,7 +39,10 @@ export interface ReadyFileServerOptions {
  * const server = await serveReadyFile({ port: 8090, healthPath: "/healthz", healthBody: "OK", readyPath: "/shutdown", readyBody: "OK", readyFile: "/admin/ok" }, log);
  * ```
  */
-export async function serveReadyFile(options: ReadyFileServerOptions, log: EventLog): Promise<StatusServer> {
+export async function serveReadyFile(
+  options: ReadyFileServerOptions,
+  log: EventLog,
+): Promise<StatusServer> {
   const app = new Hono();
   // Stopping: a held request checks the file once more and is answered before the server closes.
   // The kubelet stops this container right after its own preStop (`shutdown`) wrote the file,
@@ -56,7 +59,13 @@ export async function serveReadyFile(options: ReadyFileServerOptions, log: Event
       void sent.then(() => answered.delete(sent));
     }
     const exists = () => access(options.readyFile).then(() => true, () => undefined);
-    const signals = [c.req.raw.signal, stopping.signal, ...(options.readyTimeoutMs === undefined ? [] : [AbortSignal.timeout(options.readyTimeoutMs)])];
+    const signals = [
+      c.req.raw.signal,
+      stopping.signal,
+      ...(options.readyTimeoutMs === undefined
+        ? []
+        : [AbortSignal.timeout(options.readyTimeoutMs)]),
+    ];
     try {
       await pollUntil(exists, 100, AbortSignal.any(signals));
     } catch (error) {
@@ -70,7 +79,10 @@ export async function serveReadyFile(options: ReadyFileServerOptions, log: Event
         return c.body("", 503);
       }
       if ((error as Error).name !== "TimeoutError") throw error;
-      log("shutdown_ready_timeout", { ready_file: options.readyFile, timeout_ms: options.readyTimeoutMs });
+      log("shutdown_ready_timeout", {
+        ready_file: options.readyFile,
+        timeout_ms: options.readyTimeoutMs,
+      });
       return c.body("", 500);
     }
     log("shutdown_ready", { ready_file: options.readyFile });
@@ -84,7 +96,10 @@ export async function serveReadyFile(options: ReadyFileServerOptions, log: Event
       stopping.abort();
       // Held requests answer within one file check; never wait on them past a second.
       const limit = new AbortController();
-      await Promise.race([Promise.allSettled([...answered]), delay(1000, limit.signal).catch(() => {})]);
+      await Promise.race([
+        Promise.allSettled([...answered]),
+        delay(1000, limit.signal).catch(() => {}),
+      ]);
       limit.abort();
       await server.close();
     },
@@ -105,7 +120,9 @@ export async function serveReadyFile(options: ReadyFileServerOptions, log: Event
 export function adminFor(address: string, port?: number): AdminClient {
   if (address.startsWith("/")) return new AdminClient(`unix:${address}`);
   const hasPort = /^(\[[^\]]+\]|[^:]+):\d+$/.test(address);
-  return new AdminClient(`http://${hasPort || port === undefined ? address : `${address}:${port}`}`);
+  return new AdminClient(
+    `http://${hasPort || port === undefined ? address : `${address}:${port}`}`,
+  );
 }
 
 /** Starts the drain of the `lastcall run` beside Envoy (`POST /drain`), if there is one; logs what happened. */
@@ -116,7 +133,10 @@ export async function startAgentDrain(statusUrl: string, log: EventLog): Promise
     log("agent_drain", { url: String(url), status: response.status });
   } catch (error) {
     const cause = (error as { cause?: { code?: string; message?: string } }).cause;
-    log("agent_drain_skipped", { url: String(url), reason: cause?.code ?? cause?.message ?? (error as Error).message });
+    log("agent_drain_skipped", {
+      url: String(url),
+      reason: cause?.code ?? cause?.message ?? (error as Error).message,
+    });
   }
 }
 
@@ -143,20 +163,39 @@ const GATEWAY_SKIPPED = /admin|19001|19003|worker/;
  * openCount([{ name: "wasmcustom.lastcall_inflight", value: 2 }], "contour"); // { what: "inflight_requests", count: 2 }
  * ```
  */
-export function openCount(stats: Stat[], without: ConnectionCount): { what: "inflight_requests" | "http_connections" | "listener_connections"; count: number } {
+export function openCount(
+  stats: Stat[],
+  without: ConnectionCount,
+): { what: "inflight_requests" | "http_connections" | "listener_connections"; count: number } {
   const gauges = stats.filter((s) => isInflightGauge(s.name));
-  if (gauges.length > 0) return { what: "inflight_requests", count: gauges.reduce((sum, s) => sum + s.value, 0) };
+  if (gauges.length > 0) {
+    return {
+      what: "inflight_requests",
+      count: gauges.reduce((sum, s) => sum + s.value, 0),
+    };
+  }
   let count = 0;
   if (without === "gateway") {
-    for (const s of stats) if (/^listener\..*\.downstream_cx_active$/.test(s.name) && !GATEWAY_SKIPPED.test(s.name)) count += s.value;
+    for (const s of stats) {
+      if (/^listener\..*\.downstream_cx_active$/.test(s.name) && !GATEWAY_SKIPPED.test(s.name)) {
+        count += s.value;
+      }
+    }
     return { what: "listener_connections", count };
   }
-  for (const s of stats) if (/^http\.(.+)\.downstream_cx_active$/.test(s.name) && !s.name.startsWith("http.admin.")) count += s.value;
+  for (const s of stats) {
+    if (/^http\.(.+)\.downstream_cx_active$/.test(s.name) && !s.name.startsWith("http.admin.")) {
+      count += s.value;
+    }
+  }
   return { what: "http_connections", count };
 }
 
 /** Reads Envoy's stats once and counts as {@linkcode openCount}; throws when Envoy does not answer. */
-export async function readOpenCount(admin: AdminClient, without: ConnectionCount): Promise<ReturnType<typeof openCount>> {
+export async function readOpenCount(
+  admin: AdminClient,
+  without: ConnectionCount,
+): Promise<ReturnType<typeof openCount>> {
   return openCount(parseStatsJson(await admin.stats(STATS_FILTER[without])), without);
 }
 
@@ -164,12 +203,17 @@ export async function readOpenCount(admin: AdminClient, without: ConnectionCount
  * `POST /healthcheck/fail`, retried as Contour does (4 attempts, 200 ms then × 5); logs
  * `healthcheck_failed` or each `healthcheck_fail_error`. Resolves whether it worked.
  */
-export async function failHealthcheckRetrying(admin: AdminClient, log: EventLog, attempts = 4): Promise<boolean> {
+export async function failHealthcheckRetrying(
+  admin: AdminClient,
+  log: EventLog,
+  attempts = 4,
+): Promise<boolean> {
   try {
     await retry(() => admin.failHealthcheck(), {
       maxAttempts: attempts,
       delayMs: (attempt) => 200 * 5 ** (attempt - 1),
-      onError: (error, attempt) => log("healthcheck_fail_error", { attempt: attempt - 1, error: String(error) }),
+      onError: (error, attempt) =>
+        log("healthcheck_fail_error", { attempt: attempt - 1, error: String(error) }),
     });
   } catch {
     return false;
@@ -179,7 +223,11 @@ export async function failHealthcheckRetrying(admin: AdminClient, log: EventLog,
 }
 
 /** Writes the ready file the shutdown-manager waits for; logs `drained`. */
-export async function writeReadyFile(path: string, log: EventLog, fields: Record<string, unknown> = {}): Promise<void> {
+export async function writeReadyFile(
+  path: string,
+  log: EventLog,
+  fields: Record<string, unknown> = {},
+): Promise<void> {
   await writeFile(path, "ok\n");
   log("drained", { ready_file: path, ...fields });
 }

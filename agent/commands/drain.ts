@@ -23,13 +23,20 @@ export async function requestDrain(options: DrainOptions): Promise<number> {
   // exited, then also means that nothing is left to forward inbound requests to.
   const url = new URL("/drain?sidecar=native", options.statusUrl);
   try {
-    const response = await fetch(url, { method: "POST", signal: AbortSignal.timeout(options.timeoutMs) });
+    const response = await fetch(url, {
+      method: "POST",
+      signal: AbortSignal.timeout(options.timeoutMs),
+    });
     if (response.ok) return 0;
     writeErr(`lastcall drain: ${url} answered ${response.status}`);
   } catch (error) {
     // fetch says only "fetch failed"; the reason (ECONNREFUSED, …) is in its cause.
     const cause = (error as { cause?: { code?: string; message?: string } }).cause;
-    writeErr(`lastcall drain: cannot reach the agent at ${url}: ${cause?.code ?? cause?.message ?? (error as Error).message}`);
+    writeErr(
+      `lastcall drain: cannot reach the agent at ${url}: ${
+        cause?.code ?? cause?.message ?? (error as Error).message
+      }`,
+    );
   }
   return 1;
 }

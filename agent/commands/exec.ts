@@ -42,7 +42,9 @@ async function tellAgent(statusUrl: string, body: AppNews): Promise<string | und
     await response.text().catch(() => "");
     return response.ok ? undefined : `lastcall exec: ${url} answered ${response.status}`;
   } catch (error) {
-    return `lastcall exec: cannot tell the agent at ${url} that the app ${body.state === "running" ? "runs" : "exited"}: ${(error as Error).message}`;
+    return `lastcall exec: cannot tell the agent at ${url} that the app ${
+      body.state === "running" ? "runs" : "exited"
+    }: ${(error as Error).message}`;
   }
 }
 
@@ -88,13 +90,19 @@ export async function execApp(command: string[], options: ExecOptions): Promise<
     writeErr("lastcall exec: no command given (usage: lastcall exec [options] -- CMD ARGS...)");
     return 2;
   }
-  const ready = await waitReady({ statusUrl: options.statusUrl, timeoutMs: options.timeoutMs, command: "exec" });
+  const ready = await waitReady({
+    statusUrl: options.statusUrl,
+    timeoutMs: options.timeoutMs,
+    command: "exec",
+  });
   if (ready !== 0) return ready;
   const child = spawn(command[0], command.slice(1), { stdio: "inherit" });
   // From the same tick as the spawn (no signal can come between), until exec returns.
-  const off = HANDLED_SIGNALS.map((signal) => onSignal(signal, () => {
-    if (child.exitCode === null && child.signalCode === null) child.kill(signal);
-  }));
+  const off = HANDLED_SIGNALS.map((signal) =>
+    onSignal(signal, () => {
+      if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+    })
+  );
   try {
     return await runApp(command, child, options);
   } finally {
@@ -103,13 +111,21 @@ export async function execApp(command: string[], options: ExecOptions): Promise<
 }
 
 /** Tells the agent the app runs (and keeps telling it), waits for its exit, tells that too, asks the agent to quit. */
-async function runApp(command: string[], child: ChildProcess, options: ExecOptions): Promise<number> {
+async function runApp(
+  command: string[],
+  child: ChildProcess,
+  options: ExecOptions,
+): Promise<number> {
   // The agent keeps Envoy for the app's outbound calls until it hears that the app exited.
   // One id per exec: with two wrapped containers, the agent waits for both.
   const id = randomUUID();
   const running: AppNews = { state: "running", id, pid: child.pid };
-  const told = child.pid === undefined ? Promise.resolve() : tellAgent(options.statusUrl, running).then((problem) => problem && writeErr(problem));
-  const stopRenewing = child.pid === undefined ? async () => {} : renewLease(options.statusUrl, running);
+  const told = child.pid === undefined
+    ? Promise.resolve()
+    : tellAgent(options.statusUrl, running).then((problem) => problem && writeErr(problem));
+  const stopRenewing = child.pid === undefined
+    ? async () => {}
+    : renewLease(options.statusUrl, running);
   const status = await new Promise<number>((resolve) => {
     child.once("error", (error) => {
       writeErr(`lastcall exec: cannot run ${command[0]}: ${error.message}`);
@@ -118,7 +134,12 @@ async function runApp(command: string[], child: ChildProcess, options: ExecOptio
     child.once("exit", (code, signal) => resolve(exitStatus(code, signal)));
   });
   await Promise.all([told, stopRenewing()]);
-  const problem = await tellAgent(options.statusUrl, { state: "exited", id, pid: child.pid, status });
+  const problem = await tellAgent(options.statusUrl, {
+    state: "exited",
+    id,
+    pid: child.pid,
+    status,
+  });
   if (problem) writeErr(problem);
   if (options.quit) {
     const url = new URL("/quitquitquit", options.statusUrl);
@@ -126,7 +147,9 @@ async function runApp(command: string[], child: ChildProcess, options: ExecOptio
       const response = await fetch(url, { method: "POST", signal: AbortSignal.timeout(5000) });
       if (!response.ok) writeErr(`lastcall exec: ${url} answered ${response.status}`);
     } catch (error) {
-      writeErr(`lastcall exec: cannot ask the agent to quit at ${url}: ${(error as Error).message}`);
+      writeErr(
+        `lastcall exec: cannot ask the agent to quit at ${url}: ${(error as Error).message}`,
+      );
     }
   }
   return status;

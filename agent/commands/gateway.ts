@@ -10,7 +10,13 @@ import { createEventLog, type EventLog } from "../lib/log.ts";
 import { durationArg, integerArg, option } from "../options.ts";
 import { nextSignal, STOP_SIGNALS } from "../runtime/process.ts";
 import type { StatusServer } from "../status/listen.ts";
-import { adminFor, readOpenCount, serveReadyFile, startAgentDrain, writeReadyFile } from "./drain-hooks.ts";
+import {
+  adminFor,
+  readOpenCount,
+  serveReadyFile,
+  startAgentDrain,
+  writeReadyFile,
+} from "./drain-hooks.ts";
 import { DEFAULT_STATUS_BASE, optionalStatusUrlArg } from "./status.ts";
 
 /** Envoy Gateway's fixed names: `ShutdownManagerPort`, its paths, `ShutdownReadyFile`, `EnvoyAdminPort`. */
@@ -41,10 +47,18 @@ export interface GatewayShutdownManagerOptions {
  * const server = await gatewayShutdownManager({ readyTimeoutMs: 610_000, servePort: 19002, readyFile: "/tmp/shutdown-ready" }, log);
  * ```
  */
-export function gatewayShutdownManager(options: GatewayShutdownManagerOptions, log: EventLog): Promise<StatusServer> {
+export function gatewayShutdownManager(
+  options: GatewayShutdownManagerOptions,
+  log: EventLog,
+): Promise<StatusServer> {
   return serveReadyFile({
-    port: options.servePort, healthPath: GATEWAY.healthPath, healthBody: "", readyPath: GATEWAY.readyPath, readyBody: "",
-    readyFile: options.readyFile, readyTimeoutMs: options.readyTimeoutMs,
+    port: options.servePort,
+    healthPath: GATEWAY.healthPath,
+    healthBody: "",
+    readyPath: GATEWAY.readyPath,
+    readyBody: "",
+    readyFile: options.readyFile,
+    readyTimeoutMs: options.readyTimeoutMs,
   }, log);
 }
 
@@ -110,9 +124,16 @@ async function failHealthcheck(options: GatewayShutdownOptions, log: EventLog): 
  * process.exitCode = await gatewayShutdown({ healthCheckFailureDelayMs: 0, drainTimeoutMs: 60_000, minDrainDurationMs: 10_000, exitAtConnections: 0, adminAddress: "localhost:19000", checkIntervalMs: 1000, readyFile: "/tmp/shutdown-ready" }, log);
  * ```
  */
-export async function gatewayShutdown(options: GatewayShutdownOptions, log: EventLog): Promise<number> {
+export async function gatewayShutdown(
+  options: GatewayShutdownOptions,
+  log: EventLog,
+): Promise<number> {
   const started = Date.now();
-  log("drain_begin", { min_drain_ms: options.minDrainDurationMs, timeout_ms: options.drainTimeoutMs, exit_at: options.exitAtConnections });
+  log("drain_begin", {
+    min_drain_ms: options.minDrainDurationMs,
+    timeout_ms: options.drainTimeoutMs,
+    exit_at: options.exitAtConnections,
+  });
   let healthCheckPending = await beginDrain(options, log);
   if (options.statusUrl) await startAgentDrain(options.statusUrl, log);
   const admin = adminFor(options.adminAddress);
@@ -165,7 +186,11 @@ export function asInvoked(argv: string[], name: string): string[] {
 export function gatewayDurationArg(value: string): number {
   const ms = goDurationMs(value.trim());
   if (ms === undefined) return durationArg(value);
-  if (ms > MAX_DURATION_MS) throw new InvalidArgumentError(`Expected at most ${MAX_DURATION_TEXT}: a timer cannot hold more.`);
+  if (ms > MAX_DURATION_MS) {
+    throw new InvalidArgumentError(
+      `Expected at most ${MAX_DURATION_TEXT}: a timer cannot hold more.`,
+    );
+  }
   return ms;
 }
 
@@ -173,24 +198,45 @@ export function gatewayDurationArg(value: string): number {
 const seconds = (ms: number) => `${ms / 1000}s`;
 
 /** Said after each command's `--help`: the durations Envoy Gateway writes are taken too. */
-const GO_DURATIONS_HELP = "\nDurations are also taken as Envoy Gateway writes them (Go): --drain-timeout=60s, 1m30s, 1h0m0s, 0.";
+const GO_DURATIONS_HELP =
+  "\nDurations are also taken as Envoy Gateway writes them (Go): --drain-timeout=60s, 1m30s, 1h0m0s, 0.";
 
 /** Adds `gateway shutdown-manager` and `gateway shutdown`; `run` resolves each command's exit code. */
 export function addGatewayCommands(program: Command, run: (code: Promise<number>) => void): void {
   const gateway = program.command("gateway")
-    .description("Envoy Gateway-compatible shutdown-manager pair (its flags, ports, paths and ready file); as envoy-gateway, `envoy` means `gateway`")
+    .description(
+      "Envoy Gateway-compatible shutdown-manager pair (its flags, ports, paths and ready file); as envoy-gateway, `envoy` means `gateway`",
+    )
     .exitOverride();
 
   gateway.command("shutdown-manager")
-    .description("Envoy Gateway-compatible: serve GET /healthz and GET /shutdown/ready on :19002 (blocks until the drain is finished; 500 after --ready-timeout)")
-    .addOption(option("--ready-timeout <duration>", "answer 500 when the drain has not finished after").default(GATEWAY_DEFAULTS.readyTimeoutMs, seconds(GATEWAY_DEFAULTS.readyTimeoutMs)).argParser(gatewayDurationArg))
-    .addOption(option("--serve-port <port>", "port of /healthz and /shutdown/ready (fixed in Envoy Gateway)").default(GATEWAY.servePort).argParser(integerArg(0, 65535)))
-    .addOption(option("--ready-file <path>", "file written by gateway shutdown when drained (fixed in Envoy Gateway)").default(GATEWAY.readyFile))
+    .description(
+      "Envoy Gateway-compatible: serve GET /healthz and GET /shutdown/ready on :19002 (blocks until the drain is finished; 500 after --ready-timeout)",
+    )
+    .addOption(
+      option("--ready-timeout <duration>", "answer 500 when the drain has not finished after")
+        .default(GATEWAY_DEFAULTS.readyTimeoutMs, seconds(GATEWAY_DEFAULTS.readyTimeoutMs))
+        .argParser(gatewayDurationArg),
+    )
+    .addOption(
+      option("--serve-port <port>", "port of /healthz and /shutdown/ready (fixed in Envoy Gateway)")
+        .default(GATEWAY.servePort).argParser(integerArg(0, 65535)),
+    )
+    .addOption(
+      option(
+        "--ready-file <path>",
+        "file written by gateway shutdown when drained (fixed in Envoy Gateway)",
+      ).default(GATEWAY.readyFile),
+    )
     .addHelpText("after", GO_DURATIONS_HELP)
     .exitOverride()
     .action((o) =>
       run((async () => {
-        const server = await gatewayShutdownManager({ readyTimeoutMs: o.readyTimeout, servePort: o.servePort, readyFile: o.readyFile }, createEventLog("json"));
+        const server = await gatewayShutdownManager({
+          readyTimeoutMs: o.readyTimeout,
+          servePort: o.servePort,
+          readyFile: o.readyFile,
+        }, createEventLog("json"));
         // SIGTERM, SIGINT, SIGQUIT: close and exit 0; SIGHUP, SIGUSR1, SIGUSR2: ignored.
         await nextSignal(STOP_SIGNALS);
         await server.close();
@@ -199,15 +245,56 @@ export function addGatewayCommands(program: Command, run: (code: Promise<number>
     );
 
   gateway.command("shutdown")
-    .description("Envoy Gateway-compatible preStop, in its order: drain listeners and fail Envoy's health check (after --health-check-failure-delay), start the drain of a lastcall run beside it, then check every --check-interval until --min-drain-duration has passed and open requests (or connections) are at most --exit-at-connections, or --drain-timeout; write the ready file")
-    .addOption(option("--health-check-failure-delay <duration>", "drain listeners at once, fail the health check only after").default(0, "0s").argParser(gatewayDurationArg))
-    .addOption(option("--drain-timeout <duration>", "end the drain then, whatever is still open (less than the pod's grace period)").default(GATEWAY_DEFAULTS.drainTimeoutMs, seconds(GATEWAY_DEFAULTS.drainTimeoutMs)).argParser(gatewayDurationArg))
-    .addOption(option("--min-drain-duration <duration>", "never end the drain before (endpoint deprogramming)").default(GATEWAY_DEFAULTS.minDrainDurationMs, seconds(GATEWAY_DEFAULTS.minDrainDurationMs)).argParser(gatewayDurationArg))
-    .addOption(option("--exit-at-connections <n>", "after the minimum, drained at or below this count").default(0).argParser(integerArg(0, 1_000_000)))
-    .addOption(option("--admin-address <address>", "Envoy admin: host:port, or a Unix socket path (fixed in Envoy Gateway)").default(GATEWAY.adminAddress))
-    .addOption(option("--check-interval <duration>", "time between checks (1s in Envoy Gateway)").default(1000, "1s").argParser(gatewayDurationArg))
-    .addOption(option("--ready-file <path>", "file to write when drained (fixed in Envoy Gateway)").default(GATEWAY.readyFile))
-    .addOption(option("--status-url <url>", "a lastcall run beside Envoy: its drain starts with this one (\"\" for none)").default(DEFAULT_STATUS_BASE).argParser(optionalStatusUrlArg))
+    .description(
+      "Envoy Gateway-compatible preStop, in its order: drain listeners and fail Envoy's health check (after --health-check-failure-delay), start the drain of a lastcall run beside it, then check every --check-interval until --min-drain-duration has passed and open requests (or connections) are at most --exit-at-connections, or --drain-timeout; write the ready file",
+    )
+    .addOption(
+      option(
+        "--health-check-failure-delay <duration>",
+        "drain listeners at once, fail the health check only after",
+      ).default(0, "0s").argParser(gatewayDurationArg),
+    )
+    .addOption(
+      option(
+        "--drain-timeout <duration>",
+        "end the drain then, whatever is still open (less than the pod's grace period)",
+      ).default(GATEWAY_DEFAULTS.drainTimeoutMs, seconds(GATEWAY_DEFAULTS.drainTimeoutMs))
+        .argParser(gatewayDurationArg),
+    )
+    .addOption(
+      option(
+        "--min-drain-duration <duration>",
+        "never end the drain before (endpoint deprogramming)",
+      ).default(GATEWAY_DEFAULTS.minDrainDurationMs, seconds(GATEWAY_DEFAULTS.minDrainDurationMs))
+        .argParser(gatewayDurationArg),
+    )
+    .addOption(
+      option("--exit-at-connections <n>", "after the minimum, drained at or below this count")
+        .default(0).argParser(integerArg(0, 1_000_000)),
+    )
+    .addOption(
+      option(
+        "--admin-address <address>",
+        "Envoy admin: host:port, or a Unix socket path (fixed in Envoy Gateway)",
+      ).default(GATEWAY.adminAddress),
+    )
+    .addOption(
+      option("--check-interval <duration>", "time between checks (1s in Envoy Gateway)").default(
+        1000,
+        "1s",
+      ).argParser(gatewayDurationArg),
+    )
+    .addOption(
+      option("--ready-file <path>", "file to write when drained (fixed in Envoy Gateway)").default(
+        GATEWAY.readyFile,
+      ),
+    )
+    .addOption(
+      option(
+        "--status-url <url>",
+        'a lastcall run beside Envoy: its drain starts with this one ("" for none)',
+      ).default(DEFAULT_STATUS_BASE).argParser(optionalStatusUrlArg),
+    )
     .addHelpText("after", GO_DURATIONS_HELP)
     .exitOverride()
     .action((o) =>

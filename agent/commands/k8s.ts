@@ -10,30 +10,77 @@ import { injectCommand } from "./inject.ts";
 import { statusUrlOption } from "./status.ts";
 
 /** Adds `inject`, `check` and `drain` to the program; `run` resolves each command's exit code. */
-export function addKubernetesCommands(program: Command, run: (code: Promise<number>) => void): void {
+export function addKubernetesCommands(
+  program: Command,
+  run: (code: Promise<number>) => void,
+): void {
   program.command("inject")
-    .description("print a manifest (YAML or JSON) with the lastcall sidecar added to every pod template (Pod, Deployment, StatefulSet, DaemonSet, Job, CronJob, and those in a List), wired: for each app containerPort P, Envoy listens on P+10000 (−10000 above 55535; the next free port when taken) and forwards to 127.0.0.1:P; that config is a new ConfigMap <workload>-lastcall-envoy after the workload; the app port's name moves to Envoy's port (the app's becomes <name>-app, its probes follow), so Services naming it reach Envoy; the manifest's Services that select the pod get numeric targetPorts moved to the listener (one line each on stderr), and one still reaching the app is a warning. Every app container without a preStop gets one, httpGet /v1/app-stop on lastcall's status port: its SIGTERM waits until nothing is in flight to it after endpoint removal (about 1 s on a liveness restart). A pod with another proxy, hostNetwork, or no containerPort (without --config-map) is refused (exit 1, left as is); annotation lastcall/inject: \"false\" skips a workload")
-    .addOption(option("-f, --filename <file>", "the manifest (YAML, several documents allowed); - for stdin").makeOptionMandatory())
-    .addOption(option("--mode <mode>", "native: init container with restartPolicy Always (Kubernetes ≥ 1.29), stopped after the app; classic: the first container, stopped beside the app")
-      .default(SIDECAR_DEFAULTS.mode).argParser(choiceArg(["native", "classic"] as const)))
+    .description(
+      "print a manifest (YAML or JSON) with the lastcall sidecar added to every pod template (Pod, Deployment, StatefulSet, DaemonSet, Job, CronJob, and those in a List), wired: for each app containerPort P, Envoy listens on P+10000 (−10000 above 55535; the next free port when taken) and forwards to 127.0.0.1:P; that config is a new ConfigMap <workload>-lastcall-envoy after the workload; the app port's name moves to Envoy's port (the app's becomes <name>-app, its probes follow), so Services naming it reach Envoy; the manifest's Services that select the pod get numeric targetPorts moved to the listener (one line each on stderr), and one still reaching the app is a warning. Every app container without a preStop gets one, httpGet /v1/app-stop on lastcall's status port: its SIGTERM waits until nothing is in flight to it after endpoint removal (about 1 s on a liveness restart). A pod with another proxy, hostNetwork, or no containerPort (without --config-map) is refused (exit 1, left as is); annotation lastcall/inject: \"false\" skips a workload",
+    )
+    .addOption(
+      option("-f, --filename <file>", "the manifest (YAML, several documents allowed); - for stdin")
+        .makeOptionMandatory(),
+    )
+    .addOption(
+      option(
+        "--mode <mode>",
+        "native: init container with restartPolicy Always (Kubernetes ≥ 1.29), stopped after the app; classic: the first container, stopped beside the app",
+      )
+        .default(SIDECAR_DEFAULTS.mode).argParser(choiceArg(["native", "classic"] as const)),
+    )
     .addOption(option("--image <image>", "the lastcall image").default(SIDECAR_DEFAULTS.image))
-    .addOption(option("--config-map <name>", "your ConfigMap with envoy.yaml (your listeners), mounted at /etc/envoy instead of the generated one; also used when the manifest holds a ConfigMap named <workload>-lastcall-envoy; never overwritten"))
-    .addOption(option("--host-network", "also inject pods with hostNetwork: true (their sidecar takes the node's ports)"))
-    .addOption(option("--hold-app <when>", "start the app only once Envoy is ready (native: the sidecar's startupProbe; classic: its postStart `lastcall wait` and `lastcall exec` around the app). auto: only where the Envoy config may carry the app's calls out (a --config-map or ConfigMap inject cannot show to be inbound only; said on stderr once per pod), not for the generated inbound-only config: there the app starts beside the sidecar")
-      .default("auto").argParser(choiceArg(HOLD_APP_CHOICES)))
+    .addOption(
+      option(
+        "--config-map <name>",
+        "your ConfigMap with envoy.yaml (your listeners), mounted at /etc/envoy instead of the generated one; also used when the manifest holds a ConfigMap named <workload>-lastcall-envoy; never overwritten",
+      ),
+    )
+    .addOption(
+      option(
+        "--host-network",
+        "also inject pods with hostNetwork: true (their sidecar takes the node's ports)",
+      ),
+    )
+    .addOption(
+      option(
+        "--hold-app <when>",
+        "start the app only once Envoy is ready (native: the sidecar's startupProbe; classic: its postStart `lastcall wait` and `lastcall exec` around the app). auto: only where the Envoy config may carry the app's calls out (a --config-map or ConfigMap inject cannot show to be inbound only; said on stderr once per pod), not for the generated inbound-only config: there the app starts beside the sidecar",
+      )
+        .default("auto").argParser(choiceArg(HOLD_APP_CHOICES)),
+    )
     .exitOverride()
-    .action((o) => run(injectCommand(o.filename, { mode: o.mode, image: o.image, configMap: o.configMap, hostNetwork: o.hostNetwork === true, holdApp: o.holdApp })));
+    .action((o) =>
+      run(
+        injectCommand(o.filename, {
+          mode: o.mode,
+          image: o.image,
+          configMap: o.configMap,
+          hostNetwork: o.hostNetwork === true,
+          holdApp: o.holdApp,
+        }),
+      )
+    );
 
   program.command("check")
-    .description("check the termination timing of each pod template in a manifest (also in a List): one line per finding, a line where no proxy was found or its timing is not modelled, then \"N workloads, M proxies, K findings\"; exit 1 when there is a finding")
-    .addOption(option("-f, --filename <file>", "the manifest (YAML, several documents allowed); - for stdin").makeOptionMandatory())
+    .description(
+      'check the termination timing of each pod template in a manifest (also in a List): one line per finding, a line where no proxy was found or its timing is not modelled, then "N workloads, M proxies, K findings"; exit 1 when there is a finding',
+    )
+    .addOption(
+      option("-f, --filename <file>", "the manifest (YAML, several documents allowed); - for stdin")
+        .makeOptionMandatory(),
+    )
     .exitOverride()
     .action((o) => run(checkCommand(o.filename)));
 
   program.command("drain")
-    .description("ask the agent to drain without exiting (POST /drain): a native sidecar's preStop hook")
+    .description(
+      "ask the agent to drain without exiting (POST /drain): a native sidecar's preStop hook",
+    )
     .addOption(statusUrlOption())
-    .addOption(option("--timeout <duration>", "give up after").default(5000, "5s").argParser(durationArg))
+    .addOption(
+      option("--timeout <duration>", "give up after").default(5000, "5s").argParser(durationArg),
+    )
     .exitOverride()
     .action((o) => run(requestDrain({ statusUrl: o.statusUrl, timeoutMs: o.timeout })));
 }

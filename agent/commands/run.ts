@@ -4,7 +4,12 @@ import { accessSync, constants } from "node:fs";
 import { delimiter, join } from "node:path";
 import type { Command } from "commander";
 import { Agent, EXIT, StartError } from "../agent.ts";
-import { DurationTooLongError, formatDuration, MAX_DURATION_TEXT, parseAnyDuration } from "../lib/duration.ts";
+import {
+  DurationTooLongError,
+  formatDuration,
+  MAX_DURATION_TEXT,
+  parseAnyDuration,
+} from "../lib/duration.ts";
 import { refuseEnvoyArgClash } from "../envoy/arg-clash.ts";
 import { createEventLog } from "../lib/log.ts";
 import { parseBoolean, type RunOptions } from "../options.ts";
@@ -27,11 +32,17 @@ export function findEnvoy(explicit: string | undefined, env = environment()): st
   };
   for (const [source, path] of [["--envoy", explicit], ["ENVOY_BIN", env.ENVOY_BIN]] as const) {
     if (!path) continue;
-    if (!isExecutable(path)) throw new UsageError(`Envoy binary from ${source} is not executable: ${path}`);
+    if (!isExecutable(path)) {
+      throw new UsageError(`Envoy binary from ${source} is not executable: ${path}`);
+    }
     return path;
   }
-  const found = (env.PATH ?? "").split(delimiter).map((dir) => join(dir, "envoy")).find(isExecutable);
-  if (!found) throw new UsageError("Envoy not found: pass --envoy PATH, set ENVOY_BIN, or put envoy on PATH");
+  const found = (env.PATH ?? "").split(delimiter).map((dir) => join(dir, "envoy")).find(
+    isExecutable,
+  );
+  if (!found) {
+    throw new UsageError("Envoy not found: pass --envoy PATH, set ENVOY_BIN, or put envoy on PATH");
+  }
   return found;
 }
 
@@ -40,7 +51,11 @@ function istioDuration(name: string, value: string): number {
   try {
     return Math.round(parseAnyDuration(value)); // Go spellings too, as pilot-agent reads them
   } catch (error) {
-    if (error instanceof DurationTooLongError) throw new UsageError(`Invalid ${name}: "${value}" is longer than a timer can hold (${MAX_DURATION_TEXT})`);
+    if (error instanceof DurationTooLongError) {
+      throw new UsageError(
+        `Invalid ${name}: "${value}" is longer than a timer can hold (${MAX_DURATION_TEXT})`,
+      );
+    }
     throw new UsageError(`Invalid ${name}: "${value}" (use e.g. 5s)`);
   }
 }
@@ -54,19 +69,30 @@ function istioDuration(name: string, value: string): number {
  * @throws {RangeError} naming the variable and the value when `EXIT_ON_ZERO_ACTIVE_CONNECTIONS`
  * is not true, false, 1 or 0
  */
-export function applyIstioEnvironment(options: RunOptions, isDefault: (key: string) => boolean, env = environment()): string[] {
+export function applyIstioEnvironment(
+  options: RunOptions,
+  isDefault: (key: string) => boolean,
+  env = environment(),
+): string[] {
   const applied: string[] = [];
   const exitOnZero = env.EXIT_ON_ZERO_ACTIVE_CONNECTIONS;
   // Checked even when --drain-mode wins: a typo in the pod spec should not pass silently.
-  if (exitOnZero !== undefined && parseBoolean("EXIT_ON_ZERO_ACTIVE_CONNECTIONS", exitOnZero) && isDefault("drainMode")) {
+  if (
+    exitOnZero !== undefined && parseBoolean("EXIT_ON_ZERO_ACTIVE_CONNECTIONS", exitOnZero) &&
+    isDefault("drainMode")
+  ) {
     options.drainMode = "connections";
     applied.push("EXIT_ON_ZERO_ACTIVE_CONNECTIONS→--drain-mode connections");
   }
-  const terminationVar = env.TERMINATION_DRAIN_DURATION !== undefined ? "TERMINATION_DRAIN_DURATION" : "TERMINATION_DRAIN_DURATION_SECONDS";
+  const terminationVar = env.TERMINATION_DRAIN_DURATION !== undefined
+    ? "TERMINATION_DRAIN_DURATION"
+    : "TERMINATION_DRAIN_DURATION_SECONDS";
   const termination = env[terminationVar];
   if (termination !== undefined && isDefault("terminationDrainMs")) {
     options.terminationDrainMs = istioDuration(terminationVar, termination);
-    applied.push(`${terminationVar}→--termination-drain ${formatDuration(options.terminationDrainMs)}`);
+    applied.push(
+      `${terminationVar}→--termination-drain ${formatDuration(options.terminationDrainMs)}`,
+    );
     if (isDefault("drainMode") && options.drainMode === "inflight") {
       options.drainMode = "sleep";
       applied.push(`${terminationVar}→--drain-mode sleep`);
@@ -92,23 +118,42 @@ const wholeSeconds = (ms: number) => Math.max(1, Math.ceil(ms / 1000)) * 1000;
  * @returns What was raised, for the `timings_resolved` event
  * @throws {UsageError} naming both values when the user's own settings contradict each other
  */
-export function resolveTimings(o: RunOptions, explicit: (key: "minDrainMs" | "drainTimeMs") => boolean): string[] {
+export function resolveTimings(
+  o: RunOptions,
+  explicit: (key: "minDrainMs" | "drainTimeMs") => boolean,
+): string[] {
   const f = formatDuration;
   const resolved: string[] = [];
   if (o.drainDelayMs > 0 && o.drainDelayMs >= o.minDrainMs) {
     if (explicit("minDrainMs")) {
-      throw new UsageError(`--drain-delay ${f(o.drainDelayMs)} must be shorter than --min-drain ${f(o.minDrainMs)}: the drain could end before Envoy's listeners start draining`);
+      throw new UsageError(
+        `--drain-delay ${f(o.drainDelayMs)} must be shorter than --min-drain ${
+          f(o.minDrainMs)
+        }: the drain could end before Envoy's listeners start draining`,
+      );
     }
     if (o.drainDelayMs + o.minDrainMs >= o.graceMs - o.stopMarginMs) {
-      throw new UsageError(`--drain-delay ${f(o.drainDelayMs)} plus the default --min-drain ${f(o.minDrainMs)} does not fit in --grace ${f(o.graceMs)} minus --stop-margin ${f(o.stopMarginMs)}: set --min-drain above --drain-delay`);
+      throw new UsageError(
+        `--drain-delay ${f(o.drainDelayMs)} plus the default --min-drain ${
+          f(o.minDrainMs)
+        } does not fit in --grace ${f(o.graceMs)} minus --stop-margin ${
+          f(o.stopMarginMs)
+        }: set --min-drain above --drain-delay`,
+      );
     }
     o.minDrainMs = o.drainDelayMs + o.minDrainMs;
-    resolved.push(`--min-drain ${f(o.minDrainMs)} (--drain-delay ${f(o.drainDelayMs)} plus the default floor)`);
+    resolved.push(
+      `--min-drain ${f(o.minDrainMs)} (--drain-delay ${f(o.drainDelayMs)} plus the default floor)`,
+    );
   }
   const accepting = o.minDrainMs - o.drainDelayMs; // how long listeners must accept once draining
   if (o.drainTimeMs < accepting) {
     if (explicit("drainTimeMs")) {
-      throw new UsageError(`--drain-time ${f(o.drainTimeMs)} closes Envoy's listeners before --min-drain ${f(o.minDrainMs)} ends: set --drain-time to at least ${f(wholeSeconds(accepting))}`);
+      throw new UsageError(
+        `--drain-time ${f(o.drainTimeMs)} closes Envoy's listeners before --min-drain ${
+          f(o.minDrainMs)
+        } ends: set --drain-time to at least ${f(wholeSeconds(accepting))}`,
+      );
     }
     o.drainTimeMs = wholeSeconds(accepting);
     resolved.push(`--drain-time ${f(o.drainTimeMs)} (listeners accept until --min-drain ends)`);
@@ -120,15 +165,31 @@ export function resolveTimings(o: RunOptions, explicit: (key: "minDrainMs" | "dr
 export function checkTimings(o: RunOptions): void {
   const budget = o.graceMs - o.stopMarginMs;
   const f = formatDuration;
-  if (budget <= 0) throw new UsageError(`--stop-margin ${f(o.stopMarginMs)} leaves no time within --grace ${f(o.graceMs)}`);
+  if (budget <= 0) {
+    throw new UsageError(
+      `--stop-margin ${f(o.stopMarginMs)} leaves no time within --grace ${f(o.graceMs)}`,
+    );
+  }
   if (o.drainDelayMs >= budget) {
-    throw new UsageError(`--drain-delay ${f(o.drainDelayMs)} must be shorter than --grace ${f(o.graceMs)} minus --stop-margin ${f(o.stopMarginMs)}`);
+    throw new UsageError(
+      `--drain-delay ${f(o.drainDelayMs)} must be shorter than --grace ${
+        f(o.graceMs)
+      } minus --stop-margin ${f(o.stopMarginMs)}`,
+    );
   }
   if (o.minDrainMs >= budget) {
-    throw new UsageError(`--min-drain ${f(o.minDrainMs)} must be shorter than --grace ${f(o.graceMs)} minus --stop-margin ${f(o.stopMarginMs)}`);
+    throw new UsageError(
+      `--min-drain ${f(o.minDrainMs)} must be shorter than --grace ${
+        f(o.graceMs)
+      } minus --stop-margin ${f(o.stopMarginMs)}`,
+    );
   }
   if (o.drainMode === "sleep" && o.drainDelayMs + o.terminationDrainMs > budget) {
-    throw new UsageError(`--termination-drain ${f(o.terminationDrainMs)} does not fit in --grace ${f(o.graceMs)} minus --stop-margin ${f(o.stopMarginMs)}`);
+    throw new UsageError(
+      `--termination-drain ${f(o.terminationDrainMs)} does not fit in --grace ${
+        f(o.graceMs)
+      } minus --stop-margin ${f(o.stopMarginMs)}`,
+    );
   }
   // The filter's heartbeats carry the count outside a drain and the channel for probes in it.
   if (o.heartbeatMs < 100 || o.heartbeatMs > 60_000) {
@@ -177,13 +238,21 @@ export function resolveRunOptions(command: Command, envoyArgs: string[]): RunOpt
     envoyArgs,
   };
   const applied = applyIstioEnvironment(options, (key) => {
-    const flag = { drainMode: "drainMode", terminationDrainMs: "terminationDrain", minDrainMs: "minDrain" }[key] ?? key;
+    const flag = {
+      drainMode: "drainMode",
+      terminationDrainMs: "terminationDrain",
+      minDrainMs: "minDrain",
+    }[key] ?? key;
     return isDefault(flag);
   });
   if (applied.length) createEventLog(options.logFormat)("istio_environment", { applied });
   const fromIstio = (name: string) => applied.some((a) => a.startsWith(name));
-  const resolved = resolveTimings(options, (key) =>
-    key === "minDrainMs" ? !isDefault("minDrain") || fromIstio("MINIMUM_DRAIN_DURATION") : !isDefault("drainTime")
+  const resolved = resolveTimings(
+    options,
+    (key) =>
+      key === "minDrainMs"
+        ? !isDefault("minDrain") || fromIstio("MINIMUM_DRAIN_DURATION")
+        : !isDefault("drainTime"),
   );
   checkTimings(options);
   if (resolved.length) createEventLog(options.logFormat)("timings_resolved", { resolved });

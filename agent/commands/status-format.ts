@@ -21,7 +21,9 @@ type Fields = Record<string, unknown>;
 
 /** `value` as an object of fields, or undefined. */
 function fields(value: unknown): Fields | undefined {
-  return typeof value === "object" && value !== null && !Array.isArray(value) ? value as Fields : undefined;
+  return typeof value === "object" && value !== null && !Array.isArray(value)
+    ? value as Fields
+    : undefined;
 }
 
 /** A field of an object's own (a key named `constructor` or `__proto__` finds nothing inherited). */
@@ -95,7 +97,10 @@ function envoyName(envoy: Fields | undefined): string | undefined {
   const epoch = num(envoy, "epoch");
   const pid = num(envoy, "pid");
   if (epoch === undefined && pid === undefined) return undefined;
-  return [epoch !== undefined ? `epoch ${epoch}` : "epoch ?", pid !== undefined ? `(pid ${pid})` : ""].filter(Boolean).join(" ");
+  return [
+    epoch !== undefined ? `epoch ${epoch}` : "epoch ?",
+    pid !== undefined ? `(pid ${pid})` : "",
+  ].filter(Boolean).join(" ");
 }
 
 /** Cuts `text` to `room` columns, marking the cut with `…`. */
@@ -122,10 +127,15 @@ function headline(state: Fields, drain: Fields | undefined, o: FormatOptions): s
     const left = num(drain, "deadline_in_ms");
     const span = between(startedAt, str(drain, "deadline_at"));
     const since = startedAt === undefined ? NaN : Date.parse(startedAt);
-    const elapsed = span !== undefined && left !== undefined && left > 0 ? span - left
-      : o.now !== undefined && Number.isFinite(since) ? o.now - since : undefined;
+    const elapsed = span !== undefined && left !== undefined && left > 0
+      ? span - left
+      : o.now !== undefined && Number.isFinite(since)
+      ? o.now - since
+      : undefined;
     if (elapsed !== undefined) parts[0] += ` for ${formatAge(Math.max(0, elapsed))}`;
-    if (left !== undefined) parts.push(left > 0 ? `deadline in ${formatAge(left)}` : "deadline passed");
+    if (left !== undefined) {
+      parts.push(left > 0 ? `deadline in ${formatAge(left)}` : "deadline passed");
+    }
     const mode = str(drain, "mode");
     if (mode) parts.push(`mode ${mode}`);
     return parts.join(", ");
@@ -157,11 +167,16 @@ function envoyLines(state: Fields, o: FormatOptions): string[] {
   if (rejected) tallies.push(count(rejected, "reload") + " rejected");
   if (tallies.length) line += `; ${tallies.join(", ")}`;
   const lines = [line];
-  const others = list(state, "epochs").map(fields).filter((e) => e && envoyName(e) !== currentName).map(envoyName).filter(Boolean);
+  const others = list(state, "epochs").map(fields).filter((e) => e && envoyName(e) !== currentName)
+    .map(envoyName).filter(Boolean);
   if (others.length) lines.push(`  also running: ${others.join(", ")}`);
   const since = num(state, "unresponsiveSince");
   if (since !== undefined) {
-    lines.push(`  admin not answering${o.now !== undefined ? ` for ${formatAge(Math.max(0, o.now - since))}` : ""}`);
+    lines.push(
+      `  admin not answering${
+        o.now !== undefined ? ` for ${formatAge(Math.max(0, o.now - since))}` : ""
+      }`,
+    );
   }
   const lastExit = str(state, "lastExitReason");
   if (lastExit) lines.push(`  last exit: ${lastExit}`);
@@ -186,11 +201,14 @@ function inflightLine(state: Fields, drain: Fields | undefined): string {
  * the filter after their callback) where it went: `HTTP/1.1 to app (route r1)`.
  */
 function request(holder: Fields): string {
-  const text = [str(holder, "method"), str(holder, "path")].filter((s) => s !== undefined && s !== "").join(" ");
+  const text = [str(holder, "method"), str(holder, "path")].filter((s) =>
+    s !== undefined && s !== ""
+  ).join(" ");
   if (text) return text;
   const cluster = str(holder, "cluster");
   const route = str(holder, "route");
-  const where = [str(holder, "protocol"), cluster && `to ${cluster}`, route && `(route ${route})`].filter((s) => s).join(" ");
+  const where = [str(holder, "protocol"), cluster && `to ${cluster}`, route && `(route ${route})`]
+    .filter((s) => s).join(" ");
   return where || "(method and path not known)";
 }
 
@@ -216,7 +234,11 @@ function drainLines(drain: Fields, width: number): string[] {
     const listenerWidth = Math.max(...rows.map((r) => r.listener.length));
     lines.push("waiting for, oldest first:");
     for (const r of rows) {
-      const head = [`   ${r.age.padStart(ageWidth)}`, r.epoch?.padEnd(epochWidth), r.listener.padEnd(listenerWidth)]
+      const head = [
+        `   ${r.age.padStart(ageWidth)}`,
+        r.epoch?.padEnd(epochWidth),
+        r.listener.padEnd(listenerWidth),
+      ]
         .filter((s) => s !== undefined).join("  ");
       lines.push(`${head}  ${cut(r.request, Math.max(8, width - head.length - 2))}`);
     }
@@ -242,7 +264,11 @@ function terminationLine(state: Fields): string | undefined {
   const drainMs = num(t, "drainMs");
   const mode = str(t, "mode");
   const atStop = num(t, "inflightAtStop");
-  const parts = [`termination: ${str(t, "reason") ?? "?"}${drainMs !== undefined ? ` after ${formatAge(drainMs)}` : ""}`];
+  const parts = [
+    `termination: ${str(t, "reason") ?? "?"}${
+      drainMs !== undefined ? ` after ${formatAge(drainMs)}` : ""
+    }`,
+  ];
   if (mode) parts.push(`mode ${mode}`);
   if (atStop !== undefined) parts.push(`${atStop} in flight at stop`);
   return parts.join(", ");
@@ -265,7 +291,13 @@ function terminationLine(state: Fields): string | undefined {
  */
 export function formatStatus(state: unknown, options: FormatOptions = {}): string[] {
   const s = fields(state);
-  if (!s) return [`lastcall: answered ${Array.isArray(state) ? "a list" : state === null ? "null" : typeof state}, not a state`];
+  if (!s) {
+    return [
+      `lastcall: answered ${
+        Array.isArray(state) ? "a list" : state === null ? "null" : typeof state
+      }, not a state`,
+    ];
+  }
   const drain = fields(field(s, "drain"));
   const lines = [headline(s, drain, options), ...envoyLines(s, options), inflightLine(s, drain)];
   if (drain) lines.push(...drainLines(drain, options.width ?? STATUS_WIDTH));

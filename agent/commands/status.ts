@@ -34,7 +34,10 @@ export function optionalStatusUrlArg(value: string): string {
  * ```
  */
 export function statusUrlOption(): Option {
-  return option("--status-url <url>", "the agent's status server: a base URL, host:port, or any URL of it (its origin is used)")
+  return option(
+    "--status-url <url>",
+    "the agent's status server: a base URL, host:port, or any URL of it (its origin is used)",
+  )
     .default(DEFAULT_STATUS_BASE).argParser(statusUrlArg);
 }
 
@@ -51,7 +54,9 @@ export interface StatusOptions {
 /** Why `url` gave no answer, in one line naming it. */
 function failure(url: string, error: unknown, timeoutMs: number): string {
   const name = (error as Error).name;
-  if (name === "TimeoutError" || name === "AbortError") return `${url} did not answer within ${formatDuration(timeoutMs)}`;
+  if (name === "TimeoutError" || name === "AbortError") {
+    return `${url} did not answer within ${formatDuration(timeoutMs)}`;
+  }
   // fetch says only "fetch failed"; the reason (ECONNREFUSED, …) is in its cause.
   const cause = (error as { cause?: { code?: string; message?: string } }).cause;
   return `cannot reach ${url}: ${cause?.code ?? cause?.message ?? (error as Error).message}`;
@@ -71,7 +76,11 @@ export function excerpt(body: string): string {
 }
 
 /** GETs `url`'s body when it answers 200 with a JSON object; throws one line naming the URL otherwise. */
-async function readState(url: string, signal: AbortSignal, timeoutMs: number): Promise<{ body: string; state: object }> {
+async function readState(
+  url: string,
+  signal: AbortSignal,
+  timeoutMs: number,
+): Promise<{ body: string; state: object }> {
   let response: Response;
   let body: string;
   try {
@@ -80,7 +89,9 @@ async function readState(url: string, signal: AbortSignal, timeoutMs: number): P
   } catch (error) {
     throw new Error(failure(url, error, timeoutMs));
   }
-  if (response.status !== 200) throw new Error(`${url} answered ${response.status}: ${excerpt(body)}`);
+  if (response.status !== 200) {
+    throw new Error(`${url} answered ${response.status}: ${excerpt(body)}`);
+  }
   let state: unknown;
   try {
     state = JSON.parse(body);
@@ -130,6 +141,8 @@ export async function statusCommand(options: StatusOptions): Promise<number> {
     writeOut(answer.body.trimEnd());
     return 0;
   }
-  for (const line of formatStatus(answer.state, { readiness: await ready, now: Date.now() })) writeOut(line);
+  for (const line of formatStatus(answer.state, { readiness: await ready, now: Date.now() })) {
+    writeOut(line);
+  }
   return 0;
 }

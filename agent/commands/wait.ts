@@ -1,6 +1,12 @@
 import { delay } from "../lib/async.ts";
 import { formatDuration } from "../lib/duration.ts";
-import { onSignal, signalStatus, STOP_SIGNALS, type StopSignal, writeErr } from "../runtime/process.ts";
+import {
+  onSignal,
+  signalStatus,
+  STOP_SIGNALS,
+  type StopSignal,
+  writeErr,
+} from "../runtime/process.ts";
 import { excerpt } from "./status.ts";
 
 /** Options of {@linkcode waitReady}. */
@@ -33,14 +39,20 @@ function reasonOf(body: string): string | undefined {
 /** Asks the status server once; returns undefined when ready, else why not, naming `url`. */
 async function probe(url: string, signal: AbortSignal): Promise<string | undefined> {
   try {
-    const response = await fetch(url, { signal: AbortSignal.any([signal, AbortSignal.timeout(1000)]) });
+    const response = await fetch(url, {
+      signal: AbortSignal.any([signal, AbortSignal.timeout(1000)]),
+    });
     const body = await response.text();
     if (response.ok) return undefined;
     const reason = reasonOf(body);
-    return reason === undefined ? `${url} answered ${response.status}: ${excerpt(body)}` : `${url} says ${reason}`;
+    return reason === undefined
+      ? `${url} answered ${response.status}: ${excerpt(body)}`
+      : `${url} says ${reason}`;
   } catch (error) {
     const name = (error as Error).name;
-    if (name === "TimeoutError" || name === "AbortError") return `status server at ${url} did not answer`;
+    if (name === "TimeoutError" || name === "AbortError") {
+      return `status server at ${url} did not answer`;
+    }
     const cause = (error as { cause?: { code?: string } }).cause?.code;
     return `status server unreachable at ${url}${cause ? ` (${cause})` : ""}`;
   }
@@ -60,10 +72,12 @@ async function probe(url: string, signal: AbortSignal): Promise<string | undefin
 export async function waitReady(options: WaitOptions): Promise<number> {
   const stop = new AbortController();
   let stoppedBy: StopSignal | undefined;
-  const offs = STOP_SIGNALS.map((signal) => onSignal(signal, () => {
-    stoppedBy ??= signal;
-    stop.abort();
-  }));
+  const offs = STOP_SIGNALS.map((signal) =>
+    onSignal(signal, () => {
+      stoppedBy ??= signal;
+      stop.abort();
+    })
+  );
   const timeout = AbortSignal.timeout(options.timeoutMs);
   const deadline = AbortSignal.any([timeout, stop.signal]);
   const command = `lastcall ${options.command ?? "wait"}`;

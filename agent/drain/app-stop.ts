@@ -107,7 +107,10 @@ export class AppStopGate {
       await waitFor(APP_STOP_NO_DRAIN_MS);
       // The pod's end with the sidecar's own preStop still starting: its drain is coming.
       const running = this.#deps.drainHookRunning ?? drainHookRunning;
-      while (!this.#deps.plan() && !cut.aborted && Date.now() - asked < APP_STOP_HOOK_SEEN_MS && await running()) {
+      while (
+        !this.#deps.plan() && !cut.aborted && Date.now() - asked < APP_STOP_HOOK_SEEN_MS &&
+        await running()
+      ) {
         await waitFor(APP_STOP_POLL_MS);
       }
       begun.abort();

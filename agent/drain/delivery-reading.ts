@@ -11,7 +11,9 @@ import type { Undelivered } from "../envoy/sockets.ts";
  * deliveryReading({ connections: 1, sending: 0, bytes: 0 }); // { bytesUnsent: 0 }
  * ```
  */
-export function deliveryReading(left: Undelivered | undefined): { bytesUnsent?: number; unchecked?: string[] } {
+export function deliveryReading(
+  left: Undelivered | undefined,
+): { bytesUnsent?: number; unchecked?: string[] } {
   if (!left) return {};
   return left.unchecked?.length ? { unchecked: left.unchecked } : { bytesUnsent: left.bytes };
 }

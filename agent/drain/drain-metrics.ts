@@ -37,10 +37,40 @@ export interface DrainUnderWay {
 }
 
 /** Buckets of `lastcall_drain_duration_seconds`: a drain ends within ms on an idle Envoy, by its deadline (30 s by default; a reload's 10 min) otherwise. */
-export const DRAIN_SECONDS_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 20, 30, 45, 60, 120, 300, 600];
+export const DRAIN_SECONDS_BUCKETS = [
+  0.05,
+  0.1,
+  0.25,
+  0.5,
+  1,
+  2.5,
+  5,
+  10,
+  15,
+  20,
+  30,
+  45,
+  60,
+  120,
+  300,
+  600,
+];
 
 /** Buckets of `lastcall_drain_last_response_to_stop_seconds`: lastcall stops Envoy within ms of the last zero. */
-export const LAST_ZERO_SECONDS_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5];
+export const LAST_ZERO_SECONDS_BUCKETS = [
+  0.001,
+  0.0025,
+  0.005,
+  0.01,
+  0.025,
+  0.05,
+  0.1,
+  0.25,
+  0.5,
+  1,
+  2.5,
+  5,
+];
 
 /** Options of {@linkcode DrainMetrics}. */
 export interface DrainMetricsOptions {
@@ -70,7 +100,8 @@ export class DrainMetrics {
   readonly #running = new Set<Running>();
   readonly #duration = new Histogram({
     name: "lastcall_drain_duration_seconds",
-    help: "How long drains took, from their start to their end (a termination's: the stop of Envoy), by kind and why they ended",
+    help:
+      "How long drains took, from their start to their end (a termination's: the stop of Envoy), by kind and why they ended",
     labelNames: ["kind", "reason"],
     buckets: DRAIN_SECONDS_BUCKETS,
     registers: [],
@@ -83,13 +114,15 @@ export class DrainMetrics {
   });
   readonly #bytesCut = new Counter({
     name: "lastcall_response_bytes_cut_total",
-    help: "Response bytes not yet delivered to clients when a drain's Envoy was stopped, where /proc tells",
+    help:
+      "Response bytes not yet delivered to clients when a drain's Envoy was stopped, where /proc tells",
     labelNames: ["kind"],
     registers: [],
   });
   readonly #lastZeroToStop = new Histogram({
     name: "lastcall_drain_last_response_to_stop_seconds",
-    help: "From the drain's last reading of zero in flight (every response delivered) to the stop of Envoy, for drains that ended on zero",
+    help:
+      "From the drain's last reading of zero in flight (every response delivered) to the stop of Envoy, for drains that ended on zero",
     labelNames: ["kind"],
     buckets: LAST_ZERO_SECONDS_BUCKETS,
     registers: [],
@@ -108,23 +141,32 @@ export class DrainMetrics {
     const now = this.#now;
     this.#draining = new Gauge({
       name: "lastcall_draining",
-      help: "1 while a drain of this kind runs (from its start to its end: a termination's until lastcall exits)",
+      help:
+        "1 while a drain of this kind runs (from its start to its end: a termination's until lastcall exits)",
       labelNames: ["kind"],
       registers: [],
       collect() {
-        for (const kind of DRAIN_KINDS) this.set({ kind }, [...running].some((r) => r.kind === kind) ? 1 : 0);
+        for (const kind of DRAIN_KINDS) {
+          this.set(
+            { kind },
+            [...running].some((r) => r.kind === kind) ? 1 : 0,
+          );
+        }
       },
     });
     this.#secondsLeft = new Gauge({
       name: "lastcall_drain_seconds_left",
-      help: "While a drain of this kind runs: seconds left to its deadline (0 once reached); absent otherwise",
+      help:
+        "While a drain of this kind runs: seconds left to its deadline (0 once reached); absent otherwise",
       labelNames: ["kind"],
       registers: [],
       collect() {
         this.reset();
         for (const kind of DRAIN_KINDS) {
           const deadlines = [...running].filter((r) => r.kind === kind).map((r) => r.deadline());
-          if (deadlines.length > 0) this.set({ kind }, Math.max(0, Math.min(...deadlines) - now()) / 1000);
+          if (deadlines.length > 0) {
+            this.set({ kind }, Math.max(0, Math.min(...deadlines) - now()) / 1000);
+          }
         }
       },
     });
@@ -132,7 +174,16 @@ export class DrainMetrics {
 
   /** Adds every instrument to `registry`. */
   register(registry: Registry): void {
-    for (const metric of [this.#duration, this.#requestsCut, this.#bytesCut, this.#lastZeroToStop, this.#draining, this.#secondsLeft]) {
+    for (
+      const metric of [
+        this.#duration,
+        this.#requestsCut,
+        this.#bytesCut,
+        this.#lastZeroToStop,
+        this.#draining,
+        this.#secondsLeft,
+      ]
+    ) {
       registry.registerMetric(metric);
     }
   }
@@ -145,7 +196,11 @@ export class DrainMetrics {
    * @throws {RangeError} naming `kind` when it is no {@linkcode DrainKind}
    */
   started(kind: DrainKind, deadline: () => number): DrainUnderWay {
-    if (!DRAIN_KINDS.includes(kind)) throw new RangeError(`drain kind must be one of ${DRAIN_KINDS.join(", ")}, not ${JSON.stringify(kind)}`);
+    if (!DRAIN_KINDS.includes(kind)) {
+      throw new RangeError(
+        `drain kind must be one of ${DRAIN_KINDS.join(", ")}, not ${JSON.stringify(kind)}`,
+      );
+    }
     if (kind === "termination") {
       for (const r of this.#running) if (r.kind === "drain") this.#finish(r);
     }
@@ -168,14 +223,24 @@ export class DrainMetrics {
    */
   observe(outcome: DrainOutcome): void {
     const { kind, reason } = outcome;
-    if (!DRAIN_KINDS.includes(kind)) throw new RangeError(`drain kind must be one of ${DRAIN_KINDS.join(", ")}, not ${JSON.stringify(kind)}`);
-    if (typeof reason !== "string" || reason === "") throw new RangeError(`drain reason must be a non-empty string, not ${JSON.stringify(reason)}`);
+    if (!DRAIN_KINDS.includes(kind)) {
+      throw new RangeError(
+        `drain kind must be one of ${DRAIN_KINDS.join(", ")}, not ${JSON.stringify(kind)}`,
+      );
+    }
+    if (typeof reason !== "string" || reason === "") {
+      throw new RangeError(
+        `drain reason must be a non-empty string, not ${JSON.stringify(reason)}`,
+      );
+    }
     count("inflightAtStop", outcome.inflightAtStop);
     if (outcome.bytesUnsent !== undefined) count("bytesUnsent", outcome.bytesUnsent);
     this.#duration.observe({ kind, reason }, seconds(outcome.drainMs));
     this.#requestsCut.inc({ kind }, outcome.inflightAtStop);
     if (outcome.bytesUnsent !== undefined) this.#bytesCut.inc({ kind }, outcome.bytesUnsent);
-    if (outcome.lastZeroToStopMs !== undefined) this.#lastZeroToStop.observe({ kind }, seconds(outcome.lastZeroToStopMs));
+    if (outcome.lastZeroToStopMs !== undefined) {
+      this.#lastZeroToStop.observe({ kind }, seconds(outcome.lastZeroToStopMs));
+    }
   }
 
   #finish(running: Running): void {
@@ -185,7 +250,9 @@ export class DrainMetrics {
 }
 
 function count(name: string, value: number): void {
-  if (!Number.isSafeInteger(value) || value < 0) throw new RangeError(`${name} must be a whole number of at least 0, not ${value}`);
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new RangeError(`${name} must be a whole number of at least 0, not ${value}`);
+  }
 }
 
 function seconds(ms: number): number {

@@ -71,7 +71,10 @@ const DELIVERY_POLL_MIN_MS = 2;
  * been emptying (at most every 50 ms), so the end is seen a few ms after it comes. Resolves with
  * whether it had to wait, and the last reading.
  */
-async function waitDelivered(deps: WaitDeps, signal: AbortSignal): Promise<{ waited: boolean; left?: Undelivered }> {
+async function waitDelivered(
+  deps: WaitDeps,
+  signal: AbortSignal,
+): Promise<{ waited: boolean; left?: Undelivered }> {
   let waited = false;
   let previous: { bytes: number; at: number } | undefined;
   let tailFrom: number | undefined; // when Envoy was first seen holding nothing
@@ -86,10 +89,15 @@ async function waitDelivered(deps: WaitDeps, signal: AbortSignal): Promise<{ wai
     const flushing = { bytes: left.bytes, connections: left.sending, ...http2 };
     if (!waited) deps.log("drain_flushing", flushing);
     waited = true;
-    const rate = previous && previous.bytes > left.bytes ? (previous.bytes - left.bytes) / Math.max(1, at - previous.at) : 0;
+    const rate = previous && previous.bytes > left.bytes
+      ? (previous.bytes - left.bytes) / Math.max(1, at - previous.at)
+      : 0;
     const untilEmpty = rate > 0 ? left.bytes / rate - (at - started) : DELIVERY_POLL_MS;
     previous = { bytes: left.bytes, at };
-    await delay(Math.min(DELIVERY_POLL_MS, Math.max(DELIVERY_POLL_MIN_MS, Math.floor(untilEmpty))), signal);
+    await delay(
+      Math.min(DELIVERY_POLL_MS, Math.max(DELIVERY_POLL_MIN_MS, Math.floor(untilEmpty))),
+      signal,
+    );
   }
 }
 
@@ -108,7 +116,11 @@ async function waitDelivered(deps: WaitDeps, signal: AbortSignal): Promise<{ wai
  * const reason = await waitDrained(plan, deps, AbortSignal.timeout(plan.deadline - Date.now()));
  * ```
  */
-export async function waitDrained(plan: DrainPlan, deps: WaitDeps, ended: AbortSignal): Promise<string> {
+export async function waitDrained(
+  plan: DrainPlan,
+  deps: WaitDeps,
+  ended: AbortSignal,
+): Promise<string> {
   const { log } = deps;
   const floor = () => floorAt(plan);
   const counting = plan.mode === "inflight" || plan.mode === "requests";
@@ -154,7 +166,12 @@ export async function waitDrained(plan: DrainPlan, deps: WaitDeps, ended: AbortS
         }
         deps.settled?.({ at: Date.now(), inflight, ...deliveryReading(delivery.left) });
       }
-      log("drain_wait_done", { mode: plan.mode, reason, ms: Date.now() - plan.startedAt, ...(plan.epochs ? { epochs: plan.epochs } : {}) });
+      log("drain_wait_done", {
+        mode: plan.mode,
+        reason,
+        ms: Date.now() - plan.startedAt,
+        ...(plan.epochs ? { epochs: plan.epochs } : {}),
+      });
       return reason;
     }
   } catch (error) {
@@ -230,7 +247,11 @@ export class Drainer {
         this.#plan.terminatedAt = now;
         this.#plan.graceEndsAt = now + o.graceMs;
         this.#plan.deadline = now + o.graceMs - o.stopMarginMs;
-        log("drain_deadline", { source, deadline_ms: this.#plan.deadline - now, drain_ms: now - this.#plan.startedAt });
+        log("drain_deadline", {
+          source,
+          deadline_ms: this.#plan.deadline - now,
+          drain_ms: now - this.#plan.startedAt,
+        });
         // A native sidecar: the kubelet sends its SIGTERM only once every app container has exited.
         if (this.#nativeSidecar) void this.#goneUnlessRunning(`${source} of a native sidecar`);
       }
@@ -270,7 +291,10 @@ export class Drainer {
    * logged (`drain_wait_done`) and Envoy runs on. A termination meanwhile takes the drain over.
    * Returns the plan and the wait, or undefined when a drain began already.
    */
-  drainInPlace(nativeSidecar: boolean, stopNow?: AbortSignal): { plan: DrainPlan; ended: Promise<string> } | undefined {
+  drainInPlace(
+    nativeSidecar: boolean,
+    stopNow?: AbortSignal,
+  ): { plan: DrainPlan; ended: Promise<string> } | undefined {
     this.#nativeSidecar ||= nativeSidecar;
     if (this.#plan) return undefined;
     const plan = this.begin("POST /drain");
@@ -279,7 +303,13 @@ export class Drainer {
       // An end the wait did not log itself (the deadline): said, so /drain's caller knows.
       (reason) => {
         const terminating = plan.terminatedAt !== undefined;
-        if (!terminating && DrainEnded.reasons.includes(reason)) this.#deps.log("drain_wait_done", { mode: plan.mode, reason, ms: Date.now() - plan.startedAt });
+        if (!terminating && DrainEnded.reasons.includes(reason)) {
+          this.#deps.log("drain_wait_done", {
+            mode: plan.mode,
+            reason,
+            ms: Date.now() - plan.startedAt,
+          });
+        }
       },
       // A fault in the wait is lastcall's own bug: said, and a termination still stops Envoy.
       (error) => this.#deps.log("drain_wait_failed", { error: String(error) }),
@@ -298,7 +328,11 @@ export class Drainer {
     if (!plan || this.#floorCut.signal.aborted) return;
     const now = Date.now();
     const floorLeftMs = Math.max(0, plan.startedAt + plan.minDrainMs - now);
-    this.#deps.log("apps_gone", { via, drain_ms: now - plan.startedAt, floor_left_ms: floorLeftMs });
+    this.#deps.log("apps_gone", {
+      via,
+      drain_ms: now - plan.startedAt,
+      floor_left_ms: floorLeftMs,
+    });
     this.#floorCut.abort();
     void this.#deps.epochs.closeInbound(`apps gone (${via})`);
   }
@@ -328,7 +362,8 @@ export class Drainer {
         measure: (s) => epochs.measure(s),
         waitForApp: (s) => app.waitGone(s),
         // The HTTP/2 connections waited for: the drained connection managers'.
-        undelivered: () => epochs.undelivered(context.statPrefixes).then((left) => watch.sawUndelivered(left)),
+        undelivered: () =>
+          epochs.undelivered(context.statPrefixes).then((left) => watch.sawUndelivered(left)),
         settled: (last) => void (this.#settled = last),
       }, ended.signal);
     } finally {

@@ -48,7 +48,9 @@ export function noteUnaskedExits(epochs: DrainedEpochs): { list: DiedDraining[];
     for (const l of epochs.running().filter((l) => !noted.has(l))) {
       noted.add(l);
       void l.process.exited.then((exit) => {
-        if (!l.stopAsked) list.push({ inflight: epochs.reported(l.reporters), exit: describeExit(exit) });
+        if (!l.stopAsked) {
+          list.push({ inflight: epochs.reported(l.reporters), exit: describeExit(exit) });
+        }
       });
     }
   };
@@ -76,7 +78,9 @@ export interface LiveEpochsDeps {
  * ```
  */
 export function countNow(epochs: DrainedEpochs, ms: number, reporters?: string[]): Promise<number> {
-  return epochs.measure(AbortSignal.timeout(ms), reporters).catch(() => undefined).then((n) => n ?? epochs.reported(reporters));
+  return epochs.measure(AbortSignal.timeout(ms), reporters).catch(() => undefined).then((n) =>
+    n ?? epochs.reported(reporters)
+  );
 }
 
 /**
@@ -92,7 +96,9 @@ export async function drainListeners(
   options: { healthcheck?: boolean; delay?: boolean } = {},
 ): Promise<boolean> {
   if (plan.failHealthcheck && options.healthcheck !== false) {
-    if (!await retryAdmin("healthcheck/fail", (s) => admin.failHealthcheck(s), signal, log)) return false;
+    if (!await retryAdmin("healthcheck/fail", (s) => admin.failHealthcheck(s), signal, log)) {
+      return false;
+    }
     log("healthcheck_failed");
   }
   if (plan.drainDelayMs > 0 && options.delay !== false) {
@@ -103,7 +109,14 @@ export async function drainListeners(
       return false;
     }
   }
-  if (!await retryAdmin("drain_listeners", (s) => admin.drainListeners(plan.scope, s), signal, log)) return false;
+  if (
+    !await retryAdmin(
+      "drain_listeners",
+      (s) => admin.drainListeners(plan.scope, s),
+      signal,
+      log,
+    )
+  ) return false;
   log("listeners_draining", { scope: plan.scope, admin: admin.url });
   return true;
 }
@@ -141,7 +154,11 @@ export class LiveEpochs implements DrainedEpochs {
     if (!live.ready || live.listenersDraining) return;
     live.listenersDraining = true;
     if (!live.admin || live.adminHandedOver) {
-      log("listeners_not_drained", { epoch: live.info.epoch, pid: live.info.pid, why: "its admin went to a hot-restart child" });
+      log("listeners_not_drained", {
+        epoch: live.info.epoch,
+        pid: live.info.pid,
+        why: "its admin went to a hot-restart child",
+      });
       return;
     }
     const gone = new AbortController();
@@ -163,7 +180,9 @@ export class LiveEpochs implements DrainedEpochs {
       tracker,
       instances,
       // Listeners lastcall cannot see, or no known prefix: count every connection manager.
-      statPrefixes: o.drainScope === "all" || statsCounted.length > 0 || prefixes.size === 0 ? undefined : prefixes,
+      statPrefixes: o.drainScope === "all" || statsCounted.length > 0 || prefixes.size === 0
+        ? undefined
+        : prefixes,
       statsCounted,
       log,
       terminationDrainMs: o.terminationDrainMs,
@@ -177,7 +196,10 @@ export class LiveEpochs implements DrainedEpochs {
    * `downstream_rq_active` is read from the admin as well (a walk of Envoy's stats); with a hot
    * restart in progress (a child's stats import its parent's) only the filters can be asked.
    */
-  async measure(signal: AbortSignal, instances = this.#deps.envoys.reporters()): Promise<number | undefined> {
+  async measure(
+    signal: AbortSignal,
+    instances = this.#deps.envoys.reporters(),
+  ): Promise<number | undefined> {
     const all = this.running();
     if (all.length === 0) return 0;
     const context = this.waitContext();
@@ -186,9 +208,13 @@ export class LiveEpochs implements DrainedEpochs {
     // Envoy's stats can be read from one epoch only (a child's stats import its parent's).
     const only = all.length === 1 && !all[0].adminHandedOver ? all[0] : undefined;
     const admin = only?.admin;
-    if (pullable && (context.statsCounted.length === 0 || !admin)) return await this.#deps.tracker.pull(instances, signal);
+    if (pullable && (context.statsCounted.length === 0 || !admin)) {
+      return await this.#deps.tracker.pull(instances, signal);
+    }
     if (!only || !admin) return undefined;
-    const stats = parseStatsJson(await admin.stats(`^wasmcustom\\.${GAUGE_NAMES}$|downstream_rq_active$`, signal));
+    const stats = parseStatsJson(
+      await admin.stats(`^wasmcustom\\.${GAUGE_NAMES}$|downstream_rq_active$`, signal),
+    );
     if (!pullable) return activeRequests(stats, context.statPrefixes);
     const gauge = stats.filter((s) => isInflightGauge(s.name)).reduce((sum, s) => sum + s.value, 0);
     const filtered = new Set(only.bootstrap.filteredStatPrefixes); // the gauge counts these already
@@ -204,12 +230,21 @@ export class LiveEpochs implements DrainedEpochs {
   }
 
   /** By its admin's `POST /quitquitquit` unless `byAdmin` is false or a hot-restart child took the admin over. */
-  async stop(which: readonly Epoch[], budgetMs: number, options: { byAdmin?: boolean } = {}): Promise<void> {
+  async stop(
+    which: readonly Epoch[],
+    budgetMs: number,
+    options: { byAdmin?: boolean } = {},
+  ): Promise<void> {
     for (const l of which) l.stopAsked = true;
     const byAdmin = options.byAdmin !== false;
-    await Promise.all(which.map((l) =>
-      stopEnvoy(l.process, budgetMs, { admin: byAdmin && !l.adminHandedOver ? l.admin : undefined, log: this.#deps.log })
-    ));
+    await Promise.all(
+      which.map((l) =>
+        stopEnvoy(l.process, budgetMs, {
+          admin: byAdmin && !l.adminHandedOver ? l.admin : undefined,
+          log: this.#deps.log,
+        })
+      ),
+    );
   }
 
   /** Stops taking new inbound requests on every live epoch, once (`inbound_closed`). */

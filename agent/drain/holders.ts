@@ -53,11 +53,17 @@ const MAX_TEXT = 512;
 export function parseHolders(body: Record<string, unknown>): HoldersReport | undefined {
   if (body.holders === undefined) return undefined;
   if (!Array.isArray(body.holders) || body.holders.length > MAX_HOLDERS) {
-    throw new TypeError(`Report field holders is not a list of at most ${MAX_HOLDERS}: ${JSON.stringify(body.holders)?.slice(0, 40)}`);
+    throw new TypeError(
+      `Report field holders is not a list of at most ${MAX_HOLDERS}: ${
+        JSON.stringify(body.holders)?.slice(0, 40)
+      }`,
+    );
   }
   const vmInflight = body.vm_inflight;
   if (typeof vmInflight !== "number" || !Number.isSafeInteger(vmInflight) || vmInflight < 0) {
-    throw new TypeError(`Report field vm_inflight is not a count: ${JSON.stringify(vmInflight)?.slice(0, 40)}`);
+    throw new TypeError(
+      `Report field vm_inflight is not a count: ${JSON.stringify(vmInflight)?.slice(0, 40)}`,
+    );
   }
   return { vmInflight, holders: body.holders.map(parseHolder) };
 }
@@ -65,11 +71,15 @@ export function parseHolders(body: Record<string, unknown>): HoldersReport | und
 function parseHolder(value: unknown): Holder {
   const h = (typeof value === "object" && value !== null ? value : {}) as Record<string, unknown>;
   if (typeof h.id !== "number" || !Number.isSafeInteger(h.id) || h.id < 0) {
-    throw new TypeError(`Report holder id is not a context id: ${JSON.stringify(value)?.slice(0, 60)}`);
+    throw new TypeError(
+      `Report holder id is not a context id: ${JSON.stringify(value)?.slice(0, 60)}`,
+    );
   }
   const holder: Holder = { id: h.id };
   // Nanoseconds past 2^53 lose their last bits as a JSON number: milliseconds are all that is used.
-  if (typeof h.start_ns === "number" && Number.isFinite(h.start_ns) && h.start_ns > 0) holder.startMs = Math.floor(h.start_ns / 1e6);
+  if (typeof h.start_ns === "number" && Number.isFinite(h.start_ns) && h.start_ns > 0) {
+    holder.startMs = Math.floor(h.start_ns / 1e6);
+  }
   for (const key of TEXT_FIELDS) {
     if (typeof h[key] === "string") holder[key] = fromBytes((h[key] as string).slice(0, MAX_TEXT));
   }
@@ -163,7 +173,9 @@ export class HolderBook {
   /** Forgets an Envoy process that exited. */
   forget(instance: string): void {
     this.#entries.delete(instance);
-    for (const key of [...this.#asked.keys()]) if (key.startsWith(`${instance}\n`)) this.#asked.delete(key);
+    for (const key of [...this.#asked.keys()]) {
+      if (key.startsWith(`${instance}\n`)) this.#asked.delete(key);
+    }
   }
 
   /**
@@ -173,7 +185,11 @@ export class HolderBook {
    * @param listenerOf Names the listener of an address (undefined: the address is shown)
    * @param counted The latest count of an instance; a process at zero holds nothing
    */
-  now(instances: Iterable<string>, listenerOf: (instance: string, address: string) => string | undefined, counted: (instance: string) => number): HoldersNow {
+  now(
+    instances: Iterable<string>,
+    listenerOf: (instance: string, address: string) => string | undefined,
+    counted: (instance: string) => number,
+  ): HoldersNow {
     const now = this.#now();
     const holders: HolderView[] = [];
     let unnamed = 0;
@@ -183,7 +199,10 @@ export class HolderBook {
         if (now - entry.at > HOLDERS_FORGET_MS) continue;
         unnamed += Math.max(0, entry.vmInflight - entry.holders.length);
         for (const h of entry.holders) {
-          const view: HolderView = { epoch: entry.epoch, listener: h.address ? listenerOf(instance, h.address) ?? h.address : "(unknown)" };
+          const view: HolderView = {
+            epoch: entry.epoch,
+            listener: h.address ? listenerOf(instance, h.address) ?? h.address : "(unknown)",
+          };
           for (const key of TEXT_FIELDS) if (h[key] !== undefined) view[key] = h[key];
           if (h.startMs !== undefined) view.age_ms = Math.max(0, now - h.startMs);
           holders.push(view);

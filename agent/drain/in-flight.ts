@@ -59,7 +59,9 @@ const MAX_COUNT = Number.MAX_SAFE_INTEGER;
 
 /** Parses and checks a report body; throws a message naming the bad field. */
 export function parseReport(body: unknown): InflightReport {
-  if (typeof body !== "object" || body === null) throw new TypeError("Report must be a JSON object");
+  if (typeof body !== "object" || body === null) {
+    throw new TypeError("Report must be a JSON object");
+  }
   const r = body as Record<string, unknown>;
   const int = (key: string) => {
     const v = r[key];
@@ -69,7 +71,9 @@ export function parseReport(body: unknown): InflightReport {
     return v;
   };
   if (typeof r.instance !== "string" || r.instance.length > 200) {
-    throw new TypeError(`Report field instance is not a short string: ${JSON.stringify(r.instance)?.slice(0, 40)}`);
+    throw new TypeError(
+      `Report field instance is not a short string: ${JSON.stringify(r.instance)?.slice(0, 40)}`,
+    );
   }
   const report: InflightReport = {
     instance: r.instance,
@@ -80,7 +84,9 @@ export function parseReport(body: unknown): InflightReport {
   };
   if (r.probe !== undefined) report.probe = int("probe");
   if (r.vm !== undefined) {
-    if (typeof r.vm !== "string" || !/^\d{1,20}$/.test(r.vm)) throw new TypeError(`Report field vm is not a VM id: ${JSON.stringify(r.vm)?.slice(0, 40)}`);
+    if (typeof r.vm !== "string" || !/^\d{1,20}$/.test(r.vm)) {
+      throw new TypeError(`Report field vm is not a VM id: ${JSON.stringify(r.vm)?.slice(0, 40)}`);
+    }
     report.vm = r.vm;
   }
   const holders = parseHolders(r);
@@ -169,13 +175,19 @@ export class InflightTracker {
       inflight: report.inflight,
       reportedAt: at,
       reports: (known?.reports ?? 0) + 1,
-      ...(probe > 0 ? { pulled: { probe, inflight: report.inflight, at } } : known?.pulled ? { pulled: known.pulled } : {}),
+      ...(probe > 0
+        ? { pulled: { probe, inflight: report.inflight, at } }
+        : known?.pulled
+        ? { pulled: known.pulled }
+        : {}),
     };
     this.#views.set(report.instance, view);
     const want = this.#wanted.get(report.instance);
     if (probe > 0 && want !== undefined && probe >= want) this.#wanted.delete(report.instance);
     // A zero hint while a wait watches: read it afresh (the hint may predate a later move).
-    if (probe === 0 && report.inflight === 0 && this.#watched.has(report.instance)) this.#want(report.instance);
+    if (probe === 0 && report.inflight === 0 && this.#watched.has(report.instance)) {
+      this.#want(report.instance);
+    }
     this.#notify();
     return "accepted";
   }

@@ -108,7 +108,9 @@ export class InboundCloser {
     // Kept-alive connections would still bring new requests. With no outbound listener every
     // idle connection is an inbound one: closed too (an app's pooled outbound ones are left).
     const idle = live.bootstrap.idleClose;
-    if (!countsOutbound(live) && idle && "file" in idle) void setIdlePressure(idle.file, 1).catch(() => {});
+    if (!countsOutbound(live) && idle && "file" in idle) {
+      void setIdlePressure(idle.file, 1).catch(() => {});
+    }
     return live.info.epoch;
   }
 }

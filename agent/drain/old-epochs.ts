@@ -28,10 +28,10 @@ function closeIdleConnections(
     const idle = l.bootstrap.idleClose;
     if (!idle) why.add("no pressure file");
     else if ("unavailable" in idle) why.add(idle.unavailable);
-    else void closeOnceNotListening(l, idle.file, signal).catch((error) => {
-      const said = { epoch: l.info.epoch, error: (error as Error).message };
-      if (!signal.aborted) log("idle_close_failed", said);
-    });
+    else {void closeOnceNotListening(l, idle.file, signal).catch((error) => {
+        const said = { epoch: l.info.epoch, error: (error as Error).message };
+        if (!signal.aborted) log("idle_close_failed", said);
+      });}
   }
   return why.size === 0 ? "closing" : `left to their clients: ${[...why].join("; ")}`;
 }
@@ -139,7 +139,11 @@ async function finishOldEpochs(
   let reason: string;
   try {
     if (request.kind === "cold") {
-      for (const l of old) if (l.admin && !l.adminHandedOver) void drainListeners(plan, l.admin, deps.log, ended.signal);
+      for (const l of old) {
+        if (l.admin && !l.adminHandedOver) {
+          void drainListeners(plan, l.admin, deps.log, ended.signal);
+        }
+      }
     }
     // A hot parent is done once it holds no client connection (OUTBOUND listeners aside): an
     // idle one may carry a request at any time (Envoy's drain answers it), and Envoy ends the
@@ -198,12 +202,20 @@ async function finishOldEpochs(
   for (const l of old) l.drained = { drain_reason: reason, ...cut };
   const drainMs = Date.now() - startedAt;
   deps.log("epoch_drained", { epochs, reason, ms: drainMs, ...cut });
-  const outcome = { reason, drainMs, inflightAtStop: inflight, ...(bytesUnsent !== undefined ? { bytesUnsent } : {}) };
+  const outcome = {
+    reason,
+    drainMs,
+    inflightAtStop: inflight,
+    ...(bytesUnsent !== undefined ? { bytesUnsent } : {}),
+  };
   if (request.kind === "hot") {
     metered?.ended(outcome); // lastcall stops no hot parent: no time to a stop
     return reason; // its child ends it (see above)
   }
-  metered?.ended({ ...outcome, ...(zeroAt !== undefined ? { lastZeroToStopMs: Date.now() - zeroAt } : {}) });
+  metered?.ended({
+    ...outcome,
+    ...(zeroAt !== undefined ? { lastZeroToStopMs: Date.now() - zeroAt } : {}),
+  });
   await deps.epochs.stop(old, 3000);
   return reason;
 }

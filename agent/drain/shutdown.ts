@@ -20,7 +20,12 @@ export async function retryAdmin(
     await retry(call, {
       signal,
       delayMs: (attempt) => Math.min(ADMIN_RETRY_MS * attempt, 1000),
-      onError: (error, attempt) => log("admin_call_failed", { call: what, attempt, error: String((error as Error).message ?? error) }),
+      onError: (error, attempt) =>
+        log("admin_call_failed", {
+          call: what,
+          attempt,
+          error: String((error as Error).message ?? error),
+        }),
     });
     return true;
   } catch {

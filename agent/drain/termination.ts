@@ -52,7 +52,11 @@ export interface TerminateOptions {
  * const outcome = await terminate({ log, state, drain, epochs }, "SIGTERM", { preempted, stopNow });
  * ```
  */
-export async function terminate(c: TerminationContext, source: string, options: TerminateOptions = {}): Promise<TerminationOutcome> {
+export async function terminate(
+  c: TerminationContext,
+  source: string,
+  options: TerminateOptions = {},
+): Promise<TerminationOutcome> {
   const { log, drain, epochs } = c;
   log("terminate", { source });
   const died = noteUnaskedExits(epochs);
@@ -79,7 +83,14 @@ export async function terminate(c: TerminationContext, source: string, options: 
   const inflightAtStop = cut.inflightAtStop + died.list.reduce((sum, d) => sum + d.inflight, 0);
   if (died.list.length > 0 && reason === "inflight_zero") reason = "envoy_exited";
   if (died.list.length > 0) delete cut.lastZeroToStopMs; // not a drain that ended on zero
-  const outcome = { mode: plan.mode, reason, drainMs: Date.now() - plan.startedAt, ...cut, inflightAtStop, died: died.list };
+  const outcome = {
+    mode: plan.mode,
+    reason,
+    drainMs: Date.now() - plan.startedAt,
+    ...cut,
+    inflightAtStop,
+    died: died.list,
+  };
   log("terminated", {
     mode: outcome.mode,
     reason,
@@ -95,7 +106,10 @@ export async function terminate(c: TerminationContext, source: string, options: 
   return { ...outcome, code: clean ? EXIT.ok : EXIT.envoyGaveUp };
 }
 
-type Cut = Pick<TerminationOutcome, "inflightAtStop" | "bytesUnsentAtStop" | "deliveryUnchecked" | "lastZeroToStopMs">;
+type Cut = Pick<
+  TerminationOutcome,
+  "inflightAtStop" | "bytesUnsentAtStop" | "deliveryUnchecked" | "lastZeroToStopMs"
+>;
 
 /**
  * Epochs that never served (the first still INITIALIZING, a crash restart starting) are stopped
@@ -104,17 +118,25 @@ type Cut = Pick<TerminationOutcome, "inflightAtStop" | "bytesUnsentAtStop" | "de
  */
 async function stopUnready({ log, epochs }: TerminationContext, plan: DrainPlan): Promise<void> {
   const all = epochs.running();
-  await Promise.all(all.filter((l) => !l.ready && l.admin).map(async (l) => {
-    if ((await l.admin!.readiness(250)).live) l.ready = true; // it became ready just now
-  }));
+  await Promise.all(
+    all.filter((l) => !l.ready && l.admin).map(async (l) => {
+      if ((await l.admin!.readiness(250)).live) l.ready = true; // it became ready just now
+    }),
+  );
   epochs.drainListeners(plan, all);
   const unready = all.filter((l) => !l.ready);
   if (unready.length === 0) return;
   if (all.some((l) => l.ready)) {
-    log("unready_epoch_kept", { epochs: unready.map((l) => l.info.epoch), why: "stopping it would stop the serving parent; it stops after the drain" });
+    log("unready_epoch_kept", {
+      epochs: unready.map((l) => l.info.epoch),
+      why: "stopping it would stop the serving parent; it stops after the drain",
+    });
     return;
   }
-  log("stopping_unready", { epochs: unready.map((l) => l.info.epoch), pids: unready.map((l) => l.info.pid) });
+  log("stopping_unready", {
+    epochs: unready.map((l) => l.info.epoch),
+    pids: unready.map((l) => l.info.pid),
+  });
   await epochs.stop(unready, 1000, { byAdmin: false });
 }
 
@@ -125,7 +147,9 @@ async function stopAll({ drain, epochs }: TerminationContext, plan: DrainPlan): 
   // A wait that ended on a zero just now has read both already: no second read in the tail.
   const measureMs = Math.floor(Math.max(50, Math.min(500, (graceEnd - Date.now()) / 4)));
   const fresh = freshReading(drain.settled);
-  const [inflight, left] = fresh ? [fresh.inflight] : await Promise.all([countNow(epochs, measureMs), epochs.undelivered()]);
+  const [inflight, left] = fresh
+    ? [fresh.inflight]
+    : await Promise.all([countNow(epochs, measureMs), epochs.undelivered()]);
   const reading = fresh ?? { inflight, ...deliveryReading(left) };
   const budget = () => Math.max(200, graceEnd - Date.now());
   const targets = epochs.running();
@@ -133,7 +157,9 @@ async function stopAll({ drain, epochs }: TerminationContext, plan: DrainPlan): 
   const lastZeroToStopMs = zero === undefined ? undefined : Date.now() - zero;
   // The newest epoch of each generation first: its shutdown ends its hot-restart parent (a parent
   // stopped first makes the child abort as it shuts down); whatever still runs is stopped next.
-  const newest = targets.filter((l) => !targets.some((o) => o.info.generation === l.info.generation && o.info.epoch > l.info.epoch));
+  const newest = targets.filter((l) =>
+    !targets.some((o) => o.info.generation === l.info.generation && o.info.epoch > l.info.epoch)
+  );
   for (const l of targets) l.stopAsked = true; // a parent its child ends did not die under the drain
   await epochs.stop(newest, budget() / 2);
   await epochs.stop(targets.filter((l) => l.process.running), budget());

@@ -95,7 +95,9 @@ export class DrainWatch {
       unnamed: now.unnamed,
       by_listener: now.byListener,
       apps: app.apps(),
-      ...(this.#unsent && Date.now() - this.#unsent.at <= UNSENT_SHOWN_MS ? { unsent_bytes: this.#unsent.bytes } : {}),
+      ...(this.#unsent && Date.now() - this.#unsent.at <= UNSENT_SHOWN_MS
+        ? { unsent_bytes: this.#unsent.bytes }
+        : {}),
     };
   }
 
@@ -106,9 +108,15 @@ export class DrainWatch {
       await delay(Math.max(0, plan.startedAt + DRAIN_WAITING_FIRST_MS - Date.now()), ended);
       for (;;) {
         await this.#learnListenerNames(ended);
-        const { holders, inflight, unnamed, by_listener, apps, deadline_in_ms, unsent_bytes } = this.view(plan);
+        const { holders, inflight, unnamed, by_listener, apps, deadline_in_ms, unsent_bytes } = this
+          .view(plan);
         this.#deps.log("drain_waiting", {
-          inflight, holders: holders.slice(0, DRAIN_WAITING_HOLDERS), by_listener, unnamed, apps, deadline_in_ms,
+          inflight,
+          holders: holders.slice(0, DRAIN_WAITING_HOLDERS),
+          by_listener,
+          unnamed,
+          apps,
+          deadline_in_ms,
           ...(unsent_bytes !== undefined ? { unsent_bytes } : {}),
         });
         await delay(DRAIN_WAITING_EVERY_MS, ended);
@@ -121,10 +129,16 @@ export class DrainWatch {
 
   /** Reads the listener names of each Envoy not asked yet (an Envoy that does not answer is asked again next time). */
   async #learnListenerNames(signal: AbortSignal): Promise<void> {
-    await Promise.all(this.#deps.envoys.all().map(async (live) => {
-      if (this.#names.has(live) || !live.admin || !live.process.running) return;
-      const text = await live.admin.request("GET", "/listeners?format=json", AbortSignal.any([signal, AbortSignal.timeout(500)])).catch(() => undefined);
-      if (text !== undefined) this.#names.set(live, parseListenerNames(text));
-    }));
+    await Promise.all(
+      this.#deps.envoys.all().map(async (live) => {
+        if (this.#names.has(live) || !live.admin || !live.process.running) return;
+        const text = await live.admin.request(
+          "GET",
+          "/listeners?format=json",
+          AbortSignal.any([signal, AbortSignal.timeout(500)]),
+        ).catch(() => undefined);
+        if (text !== undefined) this.#names.set(live, parseListenerNames(text));
+      }),
+    );
   }
 }

@@ -47,16 +47,23 @@ export class AdminClient {
   }
 
   /** Sends one request and reads the whole answer; rejects on a network error, a timeout or `signal`. */
-  #send(method: "GET" | "POST", path: string, signal: AbortSignal): Promise<{ status: number; body: string }> {
+  #send(
+    method: "GET" | "POST",
+    path: string,
+    signal: AbortSignal,
+  ): Promise<{ status: number; body: string }> {
     return new Promise((resolve, reject) => {
       if (signal.aborted) return reject(signal.reason);
-      const req = httpRequest({ ...target(this.url), method, path, signal, agent: false }, (res) => {
-        let body = "";
-        res.setEncoding("utf8");
-        res.on("data", (chunk: string) => (body += chunk));
-        res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
-        res.on("error", reject);
-      });
+      const req = httpRequest(
+        { ...target(this.url), method, path, signal, agent: false },
+        (res) => {
+          let body = "";
+          res.setEncoding("utf8");
+          res.on("data", (chunk: string) => (body += chunk));
+          res.on("end", () => resolve({ status: res.statusCode ?? 0, body }));
+          res.on("error", reject);
+        },
+      );
       req.on("error", (error) => reject(signal.aborted ? signal.reason : error));
       req.end();
     });
@@ -65,8 +72,14 @@ export class AdminClient {
   /** Sends one admin request; throws with the path and status when it fails. */
   async request(method: "GET" | "POST", path: string, signal?: AbortSignal): Promise<string> {
     const timeout = AbortSignal.timeout(this.#timeoutMs);
-    const { status, body } = await this.#send(method, path, signal ? AbortSignal.any([signal, timeout]) : timeout);
-    if (status < 200 || status >= 300) throw new Error(`Envoy admin ${method} ${path} answered ${status}: ${body.trim()}`);
+    const { status, body } = await this.#send(
+      method,
+      path,
+      signal ? AbortSignal.any([signal, timeout]) : timeout,
+    );
+    if (status < 200 || status >= 300) {
+      throw new Error(`Envoy admin ${method} ${path} answered ${status}: ${body.trim()}`);
+    }
     return body;
   }
 
@@ -75,20 +88,34 @@ export class AdminClient {
     try {
       const { status, body } = await this.#send("GET", "/ready", AbortSignal.timeout(timeoutMs));
       const state = body.trim();
-      return status === 200 ? { live: true, state } : { live: false, state, reason: `Envoy is ${state}` };
+      return status === 200
+        ? { live: true, state }
+        : { live: false, state, reason: `Envoy is ${state}` };
     } catch (error) {
-      return { live: false, state: "unreachable", reason: `Envoy admin unreachable at ${this.url}: ${(error as Error).message}` };
+      return {
+        live: false,
+        state: "unreachable",
+        reason: `Envoy admin unreachable at ${this.url}: ${(error as Error).message}`,
+      };
     }
   }
 
   /** `GET /stats?format=json&usedonly&filter=RE`: the raw JSON text, parsed by stats.ts. */
   stats(filter: string, signal?: AbortSignal): Promise<string> {
-    return this.request("GET", `/stats?format=json&usedonly&filter=${encodeURIComponent(filter)}`, signal);
+    return this.request(
+      "GET",
+      `/stats?format=json&usedonly&filter=${encodeURIComponent(filter)}`,
+      signal,
+    );
   }
 
   /** `POST /drain_listeners`, inbound listeners only unless `all`, with Envoy's graceful drain. */
   drainListeners(scope: "inbound" | "all", signal?: AbortSignal): Promise<string> {
-    return this.request("POST", scope === "inbound" ? "/drain_listeners?inboundonly&graceful" : "/drain_listeners?graceful", signal);
+    return this.request(
+      "POST",
+      scope === "inbound" ? "/drain_listeners?inboundonly&graceful" : "/drain_listeners?graceful",
+      signal,
+    );
   }
 
   /** `POST /healthcheck/fail`: the health-check filter starts failing. */

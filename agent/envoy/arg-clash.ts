@@ -8,19 +8,35 @@ const OWN: ReadonlyArray<{ flags: readonly string[]; instead: string }> = [
   { flags: ["-c", "--config-path", "--config-yaml"], instead: "use lastcall's --config" },
   { flags: ["--concurrency"], instead: "use lastcall's --concurrency" },
   { flags: ["--drain-time-s"], instead: "use lastcall's --drain-time" },
-  { flags: ["--parent-shutdown-time-s"], instead: "lastcall derives it from its own limit for the old Envoy of a reload (use lastcall's --parent-shutdown)" },
+  {
+    flags: ["--parent-shutdown-time-s"],
+    instead:
+      "lastcall derives it from its own limit for the old Envoy of a reload (use lastcall's --parent-shutdown)",
+  },
   { flags: ["--disable-hot-restart"], instead: "use lastcall's --no-hot-restart" },
-  { flags: ["--admin-address-path"], instead: "lastcall sets it to find Envoy's admin (use --admin-port or --admin-socket)" },
+  {
+    flags: ["--admin-address-path"],
+    instead: "lastcall sets it to find Envoy's admin (use --admin-port or --admin-socket)",
+  },
   { flags: ["--drain-strategy"], instead: "lastcall sets it (immediate)" },
   {
     flags: ["--use-dynamic-base-id", "--base-id-path", "--base-id", "--restart-epoch"],
     instead: "lastcall runs Envoy's hot restart itself (use --no-hot-restart to do without)",
   },
-  { flags: ["--mode"], instead: "lastcall runs Envoy to serve (to check a config: lastcall bootstrap, then envoy --mode validate)" },
-  { flags: ["-h", "--help", "--version", "--hot-restart-version"], instead: "it makes Envoy exit at once (run envoy directly for it)" },
+  {
+    flags: ["--mode"],
+    instead:
+      "lastcall runs Envoy to serve (to check a config: lastcall bootstrap, then envoy --mode validate)",
+  },
+  {
+    flags: ["-h", "--help", "--version", "--hot-restart-version"],
+    instead: "it makes Envoy exit at once (run envoy directly for it)",
+  },
 ];
 
-const INSTEAD = new Map(OWN.flatMap(({ flags, instead }) => flags.map((flag) => [flag, instead] as const)));
+const INSTEAD = new Map(
+  OWN.flatMap(({ flags, instead }) => flags.map((flag) => [flag, instead] as const)),
+);
 
 /**
  * Finds the first Envoy argument that clashes with what lastcall passes Envoy, in either

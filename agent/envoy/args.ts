@@ -24,8 +24,6 @@ export interface EnvoyLaunch {
 
 const seconds = (ms: number) => String(Math.max(1, Math.ceil(ms / 1000)));
 
-
-
 /**
  * Builds Envoy's command line. Every unusual flag says why it is there.
  *
@@ -55,7 +53,9 @@ export function envoyArgs(launch: EnvoyLaunch): string[] {
     // A dynamic base id lets several lastcalls (and tests) share one host's /dev/shm.
     args.push("--use-dynamic-base-id", "--base-id-path", launch.baseIdPath);
   } else {
-    if (launch.baseId === undefined) throw new RangeError(`Cannot start epoch ${launch.epoch}: no base id recorded`);
+    if (launch.baseId === undefined) {
+      throw new RangeError(`Cannot start epoch ${launch.epoch}: no base id recorded`);
+    }
     args.push("--base-id", String(launch.baseId), "--restart-epoch", String(launch.epoch));
   }
   return [...args, ...launch.extraArgs];

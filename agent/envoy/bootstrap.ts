@@ -15,7 +15,8 @@ export const AGENT_CLUSTER = "lastcall_agent";
 /** The filter's name, root id and VM id in Envoy. */
 export const FILTER_NAME = "lastcall_inflight";
 
-const HCM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+const HCM_TYPE =
+  "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const WASM_TYPE = "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm";
 const NETWORK_WASM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.wasm.v3.Wasm";
 const TCP_PROXY_TYPE = "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy";
@@ -81,7 +82,8 @@ export interface Bootstrap {
 }
 
 type Json = Record<string, unknown>;
-const isObject = (v: unknown): v is Json => typeof v === "object" && v !== null && !Array.isArray(v);
+const isObject = (v: unknown): v is Json =>
+  typeof v === "object" && v !== null && !Array.isArray(v);
 const LOOPBACK = new Set(["127.0.0.1", "localhost", "::1"]);
 
 /** Refuses a config that lastcall cannot run, naming what is wrong. */
@@ -97,7 +99,8 @@ function isHcm(filter: Json): boolean {
 
 function isTcpProxy(filter: Json): boolean {
   const typed = filter.typed_config;
-  return filter.name === "envoy.filters.network.tcp_proxy" || (isObject(typed) && typed["@type"] === TCP_PROXY_TYPE);
+  return filter.name === "envoy.filters.network.tcp_proxy" ||
+    (isObject(typed) && typed["@type"] === TCP_PROXY_TYPE);
 }
 
 /**
@@ -127,7 +130,11 @@ function withOwnFilter(filters: Json[], own: Json): Json[] {
  */
 export function wasmFilter(filter: NonNullable<BootstrapOptions["filter"]>, tcp = false): Json {
   const pluginConfig = tcp
-    ? { ...filter.pluginConfig, instance: `${String(filter.pluginConfig.instance ?? "")}${TCP_INSTANCE_SUFFIX}`, gauge: TCP_GAUGE }
+    ? {
+      ...filter.pluginConfig,
+      instance: `${String(filter.pluginConfig.instance ?? "")}${TCP_INSTANCE_SUFFIX}`,
+      gauge: TCP_GAUGE,
+    }
     : filter.pluginConfig;
   return {
     name: tcp ? `${FILTER_NAME}_tcp` : FILTER_NAME,
@@ -165,12 +172,20 @@ function checkAdmin(config: Json, adminPort: number, adminSocket?: string): void
   // A Unix socket (Contour's bootstraps use /admin/admin.sock) is reachable from the pod only.
   if (address && isObject(address.pipe) && typeof address.pipe.path === "string") return;
   const socket = address?.socket_address;
-  if (!isObject(socket)) throw new BootstrapError("Envoy config admin has neither socket_address nor pipe: lastcall needs admin on 127.0.0.1 or a Unix socket");
+  if (!isObject(socket)) {
+    throw new BootstrapError(
+      "Envoy config admin has neither socket_address nor pipe: lastcall needs admin on 127.0.0.1 or a Unix socket",
+    );
+  }
   if (!LOOPBACK.has(String(socket.address))) {
-    throw new BootstrapError(`Envoy config admin address must be loopback, not ${String(socket.address)}`);
+    throw new BootstrapError(
+      `Envoy config admin address must be loopback, not ${String(socket.address)}`,
+    );
   }
   if (Number(socket.port_value ?? 0) !== adminPort) {
-    throw new BootstrapError(`Envoy config admin port ${String(socket.port_value)} differs from --admin-port ${adminPort}`);
+    throw new BootstrapError(
+      `Envoy config admin port ${String(socket.port_value)} differs from --admin-port ${adminPort}`,
+    );
   }
 }
 
@@ -200,12 +215,22 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
     connect_timeout: "1s",
     load_assignment: {
       cluster_name: AGENT_CLUSTER,
-      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: options.statusAddress, port_value: options.statusPort } } } }] }],
+      endpoints: [{
+        lb_endpoints: [{
+          endpoint: {
+            address: {
+              socket_address: { address: options.statusAddress, port_value: options.statusPort },
+            },
+          },
+        }],
+      }],
     },
   });
 
   const listeners = ((staticResources.listeners ?? []) as Json[]).filter(isObject);
-  const directions = new Map<Json, Direction>(listeners.map((l) => [l, directionOf(l.traffic_direction)]));
+  const directions = new Map<Json, Direction>(
+    listeners.map((l) => [l, directionOf(l.traffic_direction)]),
+  );
   // Every listener is counted unless it is explicitly OUTBOUND. An unmarked one is marked
   // INBOUND in lastcall's copy: Envoy's `drain_listeners?inboundonly` drains only listeners
   // marked INBOUND, and one lastcall waits for must be drained like the others (for Envoy,
@@ -243,24 +268,37 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
       for (const filter of filters) {
         if (!isHcm(filter) || !isObject(filter.typed_config)) continue;
         const hcm = filter.typed_config;
-        if (isInbound && typeof hcm.stat_prefix === "string") inboundStatPrefixes.push(hcm.stat_prefix);
+        if (isInbound && typeof hcm.stat_prefix === "string") {
+          inboundStatPrefixes.push(hcm.stat_prefix);
+        }
         if (isInbound) withDelayedClose(hcm, options.delayedCloseMs);
         if (!options.filter) {
           statsOnly++;
           continue;
         }
-        hcm.http_filters = withOwnFilter((hcm.http_filters ?? []) as Json[], wasmFilter(options.filter));
+        hcm.http_filters = withOwnFilter(
+          (hcm.http_filters ?? []) as Json[],
+          wasmFilter(options.filter),
+        );
         if (typeof hcm.stat_prefix === "string") filteredStatPrefixes.push(hcm.stat_prefix);
         http++;
       }
     }
     if (http > 0) (isInbound ? filteredListeners : outboundListeners).push(name);
     const counted = countingOf({ direction: directions.get(listener)!, http, tcp, statsOnly });
-    counting.set(listener, { name, direction: directions.get(listener)!, counted, delivery: deliveryOf(listener) });
+    counting.set(listener, {
+      name,
+      direction: directions.get(listener)!,
+      counted,
+      delivery: deliveryOf(listener),
+    });
   }
   // xDS hook (agent/xds/redirect.ts): LDS goes through lastcall, which inserts the filter.
   const xds = options.filter && options.xds
-    ? redirectXds(config, options.xds, { http: wasmFilter(options.filter), tcp: wasmFilter(options.filter, true) })
+    ? redirectXds(config, options.xds, {
+      http: wasmFilter(options.filter),
+      tcp: wasmFilter(options.filter, true),
+    })
     : undefined;
   const pressureFile = options.idlePressureFile;
   const idleTaken = pressureFile ? addIdleClose(config, pressureFile) : undefined;
@@ -268,7 +306,11 @@ export function deriveBootstrap(userConfig: unknown, options: BootstrapOptions):
     ? (idleTaken ? { unavailable: idleTaken } : { file: pressureFile })
     : undefined;
   const dynamic = isObject(config.dynamic_resources) ? config.dynamic_resources : {};
-  const unseenListeners = xds ? xds.unseen : dynamic.lds_config !== undefined ? ["LDS (dynamic_resources.lds_config)"] : [];
+  const unseenListeners = xds
+    ? xds.unseen
+    : dynamic.lds_config !== undefined
+    ? ["LDS (dynamic_resources.lds_config)"]
+    : [];
   return {
     config,
     unseenListeners,

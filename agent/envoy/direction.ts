@@ -17,7 +17,13 @@ export const TRAFFIC_DIRECTION = { UNSPECIFIED: 0, INBOUND: 1, OUTBOUND: 2 } as 
  * - `stats`: no filter (`--no-filter`): Envoy's `downstream_rq_active` of its connection managers;
  * - `not_counted`: nothing lastcall can count (an OUTBOUND tcp_proxy, another network filter).
  */
-export type Counting = "filter" | "filter_tcp" | "filter+filter_tcp" | "filter_outbound" | "stats" | "not_counted";
+export type Counting =
+  | "filter"
+  | "filter_tcp"
+  | "filter+filter_tcp"
+  | "filter_outbound"
+  | "stats"
+  | "not_counted";
 
 /** One listener in the `start`, `epoch` and `xds_listeners` events. */
 export interface ListenerCounting {

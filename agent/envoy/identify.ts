@@ -32,7 +32,10 @@ export function identifyEnvoy(binary: string, options: IdentifyOptions = {}): Pr
   const timeoutMs = options.timeoutMs ?? VERSION_TIMEOUT_MS;
   return new Promise((resolve, reject) => {
     // Its own process group: a wrapper that hangs is stopped with whatever it started.
-    const child = spawn(binary, ["--version"], { stdio: ["ignore", "pipe", "pipe"], detached: true });
+    const child = spawn(binary, ["--version"], {
+      stdio: ["ignore", "pipe", "pipe"],
+      detached: true,
+    });
     let output = "";
     const keep = (chunk: unknown) => {
       if (output.length < 1 << 16) output += String(chunk);
@@ -49,7 +52,8 @@ export function identifyEnvoy(binary: string, options: IdentifyOptions = {}): Pr
     const timer = setTimeout(() => (timedOut = true, kill()), timeoutMs);
     const onAbort = () => kill();
     options.signal?.addEventListener("abort", onAbort, { once: true });
-    const refuse = (how: string) => reject(new StartError(`Envoy binary ${binary} is not Envoy: ${binary} --version ${how}`));
+    const refuse = (how: string) =>
+      reject(new StartError(`Envoy binary ${binary} is not Envoy: ${binary} --version ${how}`));
     child.on("error", (error) => {
       clearTimeout(timer);
       refuse(`failed: ${error.message}`);
@@ -61,7 +65,9 @@ export function identifyEnvoy(binary: string, options: IdentifyOptions = {}): Pr
       const release = VERSION_LINE.exec(output)?.[1];
       if (release && code === 0) return resolve(release);
       const said = output.split("\n").map((l) => l.trim()).find(Boolean);
-      const shown = said ? `printed "${said.length > 160 ? `${said.slice(0, 160)}…` : said}"` : "printed nothing";
+      const shown = said
+        ? `printed "${said.length > 160 ? `${said.slice(0, 160)}…` : said}"`
+        : "printed nothing";
       if (timedOut) return refuse(`did not answer within ${timeoutMs} ms`);
       refuse(code === 0 ? shown : `${shown} (${signal ? `signal ${signal}` : `exit ${code}`})`);
     });

@@ -27,9 +27,22 @@ export function parseListenerNames(text: string): ListenerNames {
   }
   const statuses = (body as { listener_statuses?: unknown })?.listener_statuses;
   if (!Array.isArray(statuses)) return names;
-  for (const status of statuses as Array<{ name?: unknown; local_address?: SocketAddress; additional_local_addresses?: SocketAddress[] }>) {
+  for (
+    const status of statuses as Array<
+      {
+        name?: unknown;
+        local_address?: SocketAddress;
+        additional_local_addresses?: SocketAddress[];
+      }
+    >
+  ) {
     if (typeof status?.name !== "string") continue;
-    const addresses = [status.local_address, ...(Array.isArray(status.additional_local_addresses) ? status.additional_local_addresses : [])];
+    const addresses = [
+      status.local_address,
+      ...(Array.isArray(status.additional_local_addresses)
+        ? status.additional_local_addresses
+        : []),
+    ];
     for (const address of addresses) {
       const port = address?.socket_address?.port_value;
       if (typeof port !== "number" || !Number.isInteger(port)) continue;

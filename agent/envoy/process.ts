@@ -42,7 +42,9 @@ export interface SpawnOptions {
  * Finds Envoy's own line about an address it could not bind (port taken, address not local),
  * e.g. `cannot bind '127.0.0.1:15000': Address already in use`.
  */
-export function bindFailure(lines: readonly string[]): { address: string; line: string } | undefined {
+export function bindFailure(
+  lines: readonly string[],
+): { address: string; line: string } | undefined {
   // Envoy 1.40 logs `[…][critical][main] … error `cannot bind '…': …` initializing config …`,
   // then prints the bare message as its last line: quote that one.
   const plain = lines.find((l) => l.startsWith("cannot bind '"));
@@ -66,7 +68,7 @@ export function describeExit(exit: EnvoyExit): string {
 const WATCHDOG = [
   'started() { s=$(cat "/proc/$1/stat" 2>/dev/null) || return 0; set -- ${s##*) }; [ "$1" = Z ] || echo "${20}"; }',
   'p=$1; t=$(started "$p")',
-  'read -r _ || true',
+  "read -r _ || true",
   '[ "$(started "$p")" = "$t" ] || exit 0',
   'kill -TERM "$p" 2>/dev/null',
   'i=0; while [ $i -lt 50 ]; do [ "$(started "$p")" = "$t" ] || exit 0; sleep 0.1; i=$((i + 1)); done',
@@ -99,7 +101,11 @@ function startWatchdog(pid: number): ChildProcess | undefined {
  * const exit = await envoy.exited;
  * ```
  */
-export function spawnEnvoy(binary: string, args: string[], options: SpawnOptions = {}): Promise<EnvoyProcess> {
+export function spawnEnvoy(
+  binary: string,
+  args: string[],
+  options: SpawnOptions = {},
+): Promise<EnvoyProcess> {
   return new Promise((resolve, reject) => {
     const child = spawn(binary, args, { stdio: ["ignore", "inherit", "pipe"], detached: true });
     let running = true;
@@ -123,7 +129,10 @@ export function spawnEnvoy(binary: string, args: string[], options: SpawnOptions
         done({ code, signal });
       });
     });
-    child.once("error", (error) => reject(new Error(`Cannot start Envoy: ${binary}: ${error.message}`)));
+    child.once(
+      "error",
+      (error) => reject(new Error(`Cannot start Envoy: ${binary}: ${error.message}`)),
+    );
     child.once("spawn", () => {
       const pid = child.pid as number;
       watchdog = startWatchdog(pid);
@@ -165,12 +174,17 @@ export interface StopOptions {
  * await stopEnvoy(envoy, 2000, { admin, log });
  * ```
  */
-export async function stopEnvoy(envoy: EnvoyProcess, budgetMs: number, options: StopOptions = {}): Promise<void> {
+export async function stopEnvoy(
+  envoy: EnvoyProcess,
+  budgetMs: number,
+  options: StopOptions = {},
+): Promise<void> {
   const { admin, log = () => {} } = options;
   const startedAt = Date.now();
   const left = () => Math.floor(Math.max(0, budgetMs - (Date.now() - startedAt)));
   const over = new AbortController(); // no timer outlives the stop
-  const exitWithin = (ms: number) => Promise.race([envoy.exited, delay(ms, over.signal).then(() => undefined, () => undefined)]);
+  const exitWithin = (ms: number) =>
+    Promise.race([envoy.exited, delay(ms, over.signal).then(() => undefined, () => undefined)]);
   if (!envoy.running) return;
   try {
     let asked = false;
@@ -180,7 +194,10 @@ export async function stopEnvoy(envoy: EnvoyProcess, budgetMs: number, options: 
         log("envoy_quit_requested", { pid: envoy.pid });
         asked = true;
       } catch (error) {
-        log("envoy_quit_failed", { pid: envoy.pid, error: String((error as Error).message ?? error) });
+        log("envoy_quit_failed", {
+          pid: envoy.pid,
+          error: String((error as Error).message ?? error),
+        });
       }
     }
     if (!asked) envoy.signal("SIGTERM");

@@ -3,7 +3,14 @@
 import { readdir, readFile, readlink } from "node:fs/promises";
 
 /** TCP states of /proc/net/tcp (include/net/tcp_states.h). */
-export const TCP_STATE = { established: 0x01, finWait1: 0x04, closeWait: 0x08, lastAck: 0x09, listen: 0x0a, closing: 0x0b } as const;
+export const TCP_STATE = {
+  established: 0x01,
+  finWait1: 0x04,
+  closeWait: 0x08,
+  lastAck: 0x09,
+  listen: 0x0a,
+  closing: 0x0b,
+} as const;
 
 /** One row of /proc/net/tcp or /proc/net/tcp6. */
 export interface TcpSocket {
@@ -28,7 +35,9 @@ function decodeAddress(hex: string): string {
   const words = hex.match(/.{8}/g) ?? [];
   const bytes = words.flatMap((w) => [6, 4, 2, 0].map((i) => parseInt(w.slice(i, i + 2), 16)));
   if (bytes.length === 4) return bytes.join(".");
-  if (bytes.slice(0, 10).every((b) => b === 0) && bytes[10] === 0xff && bytes[11] === 0xff) return `::ffff:${bytes.slice(12).join(".")}`;
+  if (bytes.slice(0, 10).every((b) => b === 0) && bytes[10] === 0xff && bytes[11] === 0xff) {
+    return `::ffff:${bytes.slice(12).join(".")}`;
+  }
   const groups: string[] = [];
   for (let i = 0; i < 16; i += 2) groups.push(((bytes[i] << 8) | bytes[i + 1]).toString(16));
   return groups.join(":").replace(/(^|:)0(:0)+(:|$)/, "::");
@@ -71,8 +80,13 @@ export function parseTcpTable(text: string, table?: TcpTableName): TcpSocket[] {
  * without /proc. Each read walks the kernel's whole connection hash (several ms whatever the
  * number of sockets): read only the tables that can hold what you look for.
  */
-export async function readTcpTable(proc = "/proc", tables: readonly TcpTableName[] = ["tcp", "tcp6"]): Promise<TcpSocket[] | undefined> {
-  const texts = await Promise.all(tables.map((name) => readFile(`${proc}/net/${name}`, "utf8").catch(() => undefined)));
+export async function readTcpTable(
+  proc = "/proc",
+  tables: readonly TcpTableName[] = ["tcp", "tcp6"],
+): Promise<TcpSocket[] | undefined> {
+  const texts = await Promise.all(
+    tables.map((name) => readFile(`${proc}/net/${name}`, "utf8").catch(() => undefined)),
+  );
   if (texts.every((t) => t === undefined)) return undefined;
   return texts.flatMap((t, i) => (t === undefined ? [] : parseTcpTable(t, tables[i])));
 }
@@ -151,9 +165,15 @@ export interface UndeliveredOptions {
  * const u = await undelivered(envoy.pid, { listenPorts }); // { connections: 3, sending: 1, bytes: 1_600_000 }
  * ```
  */
-export async function undelivered(pid: number, options: UndeliveredOptions = {}): Promise<Undelivered | undefined> {
+export async function undelivered(
+  pid: number,
+  options: UndeliveredOptions = {},
+): Promise<Undelivered | undefined> {
   const { listenPorts = new Set<number>(), listenTables, proc = "/proc" } = options;
-  const [inodes, table] = await Promise.all([socketInodes(pid, proc), options.table ?? readTcpTable(proc)]);
+  const [inodes, table] = await Promise.all([
+    socketInodes(pid, proc),
+    options.table ?? readTcpTable(proc),
+  ]);
   if (!inodes || !table) return undefined;
   const own = table.filter((s) => inodes.has(s.inode));
   for (const s of own) {
@@ -196,7 +216,11 @@ export function parseUnixTable(text: string): UnixSocket[] {
     // Seven fields, then the path as the kernel wrote it (it may hold spaces).
     const m = /^\s*\S+\s+\S+\s+\S+\s+([0-9A-Fa-f]+)\s+\S+\s+\S+\s+(\d+)(?: (.*))?$/.exec(line);
     if (!m) continue;
-    rows.push({ listening: (parseInt(m[1], 16) & 0x10000) !== 0, inode: Number(m[2]), ...(m[3] ? { path: m[3] } : {}) });
+    rows.push({
+      listening: (parseInt(m[1], 16) & 0x10000) !== 0,
+      inode: Number(m[2]),
+      ...(m[3] ? { path: m[3] } : {}),
+    });
   }
   return rows;
 }
@@ -212,10 +236,20 @@ export function parseUnixTable(text: string): UnixSocket[] {
  * await unixConnections(envoy.pid, new Set()); // 1
  * ```
  */
-export async function unixConnections(pid: number, listenPaths: Set<string>, exclude: readonly string[] = [], proc = "/proc"): Promise<number | undefined> {
-  const [inodes, text] = await Promise.all([socketInodes(pid, proc), readFile(`${proc}/net/unix`, "utf8").catch(() => undefined)]);
+export async function unixConnections(
+  pid: number,
+  listenPaths: Set<string>,
+  exclude: readonly string[] = [],
+  proc = "/proc",
+): Promise<number | undefined> {
+  const [inodes, text] = await Promise.all([
+    socketInodes(pid, proc),
+    readFile(`${proc}/net/unix`, "utf8").catch(() => undefined),
+  ]);
   if (!inodes || text === undefined) return undefined;
-  const own = parseUnixTable(text).filter((s) => inodes.has(s.inode) && s.path !== undefined && !exclude.includes(s.path));
+  const own = parseUnixTable(text).filter((s) =>
+    inodes.has(s.inode) && s.path !== undefined && !exclude.includes(s.path)
+  );
   for (const s of own) if (s.listening) listenPaths.add(s.path!);
   return own.filter((s) => !s.listening && listenPaths.has(s.path!)).length;
 }

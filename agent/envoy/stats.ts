@@ -31,9 +31,13 @@ export interface Stat {
  */
 export function parseStatsJson(text: string): Stat[] {
   const parsed = JSON.parse(text) as { stats?: Array<{ name?: unknown; value?: unknown }> };
-  if (!parsed || !Array.isArray(parsed.stats)) throw new SyntaxError(`Not Envoy stats JSON: ${text.slice(0, 80)}`);
+  if (!parsed || !Array.isArray(parsed.stats)) {
+    throw new SyntaxError(`Not Envoy stats JSON: ${text.slice(0, 80)}`);
+  }
   return parsed.stats.flatMap((s) =>
-    typeof s.name === "string" && typeof s.value === "number" ? [{ name: s.name, value: s.value }] : []
+    typeof s.name === "string" && typeof s.value === "number"
+      ? [{ name: s.name, value: s.value }]
+      : []
   );
 }
 
@@ -57,7 +61,10 @@ export function activeRequests(stats: Stat[], prefixes?: ReadonlySet<string>): n
  * CONNECTIONS): per-worker copies, Envoy-internal listeners, the admin listener, and the
  * agent's own status listener. Returns undefined when no such stat exists: Istio then exits at once.
  */
-export function activeConnections(stats: Stat[], excludeAddresses: readonly string[] = []): number | undefined {
+export function activeConnections(
+  stats: Stat[],
+  excludeAddresses: readonly string[] = [],
+): number | undefined {
   let total: number | undefined;
   for (const { name, value } of stats) {
     const match = /^listener\.(.+)\.downstream_cx_active$/.exec(name);
@@ -66,7 +73,9 @@ export function activeConnections(stats: Stat[], excludeAddresses: readonly stri
     // Envoy 1.40 also keeps per-thread copies: `<listener>.worker_<n>` and `admin.main_thread`.
     if (/\.(worker_\d+|main_thread)$/.test(listener)) continue;
     if (listener.startsWith("envoy_internal_") || listener === "admin") continue;
-    if (excludeAddresses.some((address) => listener === address || listener.startsWith(`${address}.`))) continue;
+    if (
+      excludeAddresses.some((address) => listener === address || listener.startsWith(`${address}.`))
+    ) continue;
     total = (total ?? 0) + value;
   }
   return total;
@@ -119,8 +128,9 @@ export function envoyBuffers(stats: Stat[], prefixes?: ReadonlySet<string>): Env
   const h2 = "downstream_cx_http2_active";
   for (const { name, value } of stats) {
     if (name.startsWith("http.admin.")) continue;
-    if (name === "http2.pending_send_bytes" || name.endsWith(".downstream_cx_tx_bytes_buffered")) held.bytes += value;
-    else if (name.endsWith(`.${h2}`)) {
+    if (name === "http2.pending_send_bytes" || name.endsWith(".downstream_cx_tx_bytes_buffered")) {
+      held.bytes += value;
+    } else if (name.endsWith(`.${h2}`)) {
       held.http2Connections += value;
       if (!prefixes || prefixes.has(prefixOf(name, h2))) held.http2Of += value;
     } else if (name.endsWith(".downstream_cx_http3_active")) held.http3Connections += value;

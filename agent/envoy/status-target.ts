@@ -6,7 +6,11 @@ import { isIP } from "node:net";
 import { StartError } from "../lib/errors.ts";
 
 /** Wildcard binds and the loopback address of their family. */
-const WILDCARD_TO_LOOPBACK: Record<string, string> = { "0.0.0.0": "127.0.0.1", "::": "::1", "[::]": "::1" };
+const WILDCARD_TO_LOOPBACK: Record<string, string> = {
+  "0.0.0.0": "127.0.0.1",
+  "::": "::1",
+  "[::]": "::1",
+};
 
 /**
  * The IP Envoy reaches the status server at, for `--status-address`.
@@ -28,6 +32,10 @@ export async function statusTarget(address: string): Promise<string> {
     // The first answer: the one Node's listen() binds to for the same name.
     return (await lookup(bare)).address;
   } catch (error) {
-    throw new StartError(`Cannot resolve --status-address ${address}: ${(error as { code?: string }).code ?? (error as Error).message}`);
+    throw new StartError(
+      `Cannot resolve --status-address ${address}: ${
+        (error as { code?: string }).code ?? (error as Error).message
+      }`,
+    );
   }
 }

@@ -16,7 +16,11 @@ export interface Validation {
  * const { ok, errors } = await validateConfig("/usr/bin/envoy", "/run/envoy.json");
  * ```
  */
-export function validateConfig(binary: string, configPath: string, signal?: AbortSignal): Promise<Validation> {
+export function validateConfig(
+  binary: string,
+  configPath: string,
+  signal?: AbortSignal,
+): Promise<Validation> {
   return new Promise((resolve, reject) => {
     execFile(
       binary,
@@ -27,7 +31,10 @@ export function validateConfig(binary: string, configPath: string, signal?: Abor
         if (!error) return resolve({ ok: true, errors: [] });
         const lines = `${stderr}\n${stdout}`.split("\n").map((l) => l.trim()).filter(Boolean);
         const errors = lines.filter((l) => /error|critical|invalid|exception|unable|fail/i.test(l));
-        resolve({ ok: false, errors: errors.length ? errors : lines.length ? lines : [error.message] });
+        resolve({
+          ok: false,
+          errors: errors.length ? errors : lines.length ? lines : [error.message],
+        });
       },
     );
   });

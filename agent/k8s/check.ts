@@ -61,7 +61,14 @@ export function checkReport(text: string): WorkloadCheck[] {
   const context = manifestContext(objects);
   return objects.flatMap((object) => {
     const template = findPodTemplate(object);
-    return template ? [checkWorkload(template, { context, namespace: (object as { metadata?: { namespace?: unknown } }).metadata?.namespace })] : [];
+    return template
+      ? [
+        checkWorkload(template, {
+          context,
+          namespace: (object as { metadata?: { namespace?: unknown } }).metadata?.namespace,
+        }),
+      ]
+      : [];
   });
 }
 
@@ -75,7 +82,9 @@ export function checkReport(text: string): WorkloadCheck[] {
  * @throws {ManifestError} when the manifest is not YAML
  */
 export function checkManifest(text: string): Finding[] {
-  return checkReport(text).flatMap(({ ref, findings }) => findings.map((message) => ({ ref, message })));
+  return checkReport(text).flatMap(({ ref, findings }) =>
+    findings.map((message) => ({ ref, message }))
+  );
 }
 
 /**
@@ -91,16 +100,27 @@ export function summaryLine(report: readonly WorkloadCheck[]): string {
   const count = (n: number, one: string, many: string) => `${n} ${n === 1 ? one : many}`;
   const proxies = report.reduce((sum, w) => sum + w.proxies.length, 0);
   const findings = report.reduce((sum, w) => sum + w.findings.length, 0);
-  const line = `${count(report.length, "workload", "workloads")}, ${count(proxies, "proxy", "proxies")}, ${count(findings, "finding", "findings")}`;
-  return report.length ? line : `${line}: nothing to check (no Pod, Deployment, StatefulSet, DaemonSet, Job or CronJob)`;
+  const line = `${count(report.length, "workload", "workloads")}, ${
+    count(proxies, "proxy", "proxies")
+  }, ${count(findings, "finding", "findings")}`;
+  return report.length
+    ? line
+    : `${line}: nothing to check (no Pod, Deployment, StatefulSet, DaemonSet, Job or CronJob)`;
 }
 
 /** The objects of a document: itself, or the items of a list (typed lists' items get their kind). */
 function workloadObjects(value: unknown): unknown[] {
-  if (!isRecord(value) || typeof value.kind !== "string" || !value.kind.endsWith("List") || !Array.isArray(value.items)) return [value];
+  if (
+    !isRecord(value) || typeof value.kind !== "string" || !value.kind.endsWith("List") ||
+    !Array.isArray(value.items)
+  ) return [value];
   // The API server leaves kind out of a typed list's items; kubectl's `kind: List` has it.
   const itemKind = value.kind === "List" ? undefined : value.kind.slice(0, -"List".length);
-  return value.items.flatMap((item) => workloadObjects(itemKind && isRecord(item) && item.kind === undefined ? { ...item, kind: itemKind } : item));
+  return value.items.flatMap((item) =>
+    workloadObjects(
+      itemKind && isRecord(item) && item.kind === undefined ? { ...item, kind: itemKind } : item,
+    )
+  );
 }
 
 /**
@@ -111,15 +131,40 @@ function workloadObjects(value: unknown): unknown[] {
  * checkWorkload(findPodTemplate(deployment)!).notes; // ["no proxy found: only the apps' preStop hooks …"]
  * ```
  */
-export function checkWorkload(template: PodTemplate, manifest?: { context: ManifestContext; namespace: unknown }): WorkloadCheck {
+export function checkWorkload(
+  template: PodTemplate,
+  manifest?: { context: ManifestContext; namespace: unknown },
+): WorkloadCheck {
   const spec = template.spec;
-  if (!spec) return { ref: template.ref, proxies: [], findings: [], notes: ["no pod spec: nothing to check"] };
-  const proxies = findProxies(spec, { ...template.labels, ...template.annotations }, !template.runsToCompletion);
+  if (!spec) {
+    return {
+      ref: template.ref,
+      proxies: [],
+      findings: [],
+      notes: ["no pod spec: nothing to check"],
+    };
+  }
+  const proxies = findProxies(
+    spec,
+    { ...template.labels, ...template.annotations },
+    !template.runsToCompletion,
+  );
   const onlyApps = ": only the apps' preStop hooks against the grace period were checked";
   const notes = proxies.length === 0
     ? [`no proxy found${onlyApps}`]
-    : proxies.filter((p) => p.unmodelled).map((p) => `${p.container} (${p.unmodelled}): timing not modelled${proxies.every((q) => q.unmodelled) ? onlyApps : ""}`);
-  const wiring = manifest ? wiringChecks(template, manifest.namespace, manifest.context, new Set(proxies.flatMap((p) => p.members))) : { findings: [], notes: [] };
+    : proxies.filter((p) => p.unmodelled).map((p) =>
+      `${p.container} (${p.unmodelled}): timing not modelled${
+        proxies.every((q) => q.unmodelled) ? onlyApps : ""
+      }`
+    );
+  const wiring = manifest
+    ? wiringChecks(
+      template,
+      manifest.namespace,
+      manifest.context,
+      new Set(proxies.flatMap((p) => p.members)),
+    )
+    : { findings: [], notes: [] };
   return {
     ref: template.ref,
     proxies: [...new Set(proxies.map((p) => p.container))],
@@ -140,7 +185,8 @@ const f = formatFlagDuration;
 const seconds = (ms: number) => Math.ceil(ms / 1000);
 const describe = (s: Setting) => `${s.what}${s.isDefault ? " (default)" : ""}`;
 /** The fix that moves a setting to `ms`: `set --min-drain ≥ 5s`. */
-const set = (s: Setting, relation: "≥" | "≤", ms: number) => `set ${s.knob} ${relation} ${s.format(ms - s.offsetMs)}`;
+const set = (s: Setting, relation: "≥" | "≤", ms: number) =>
+  `set ${s.knob} ${relation} ${s.format(ms - s.offsetMs)}`;
 
 /** What every rule needs to know about one pod. */
 interface Pod {
@@ -156,19 +202,45 @@ interface Pod {
 export function checkPod(template: PodTemplate, proxies?: ProxyTiming[]): string[] {
   const spec = template.spec;
   if (!spec) return [];
-  const graceMs = (typeof spec.terminationGracePeriodSeconds === "number" ? spec.terminationGracePeriodSeconds : DEFAULT_GRACE_SECONDS) * 1000;
-  proxies ??= findProxies(spec, { ...template.labels, ...template.annotations }, !template.runsToCompletion);
+  const graceMs =
+    (typeof spec.terminationGracePeriodSeconds === "number"
+      ? spec.terminationGracePeriodSeconds
+      : DEFAULT_GRACE_SECONDS) * 1000;
+  proxies ??= findProxies(
+    spec,
+    { ...template.labels, ...template.annotations },
+    !template.runsToCompletion,
+  );
   const members = new Set(proxies.flatMap((p) => p.members));
   const apps: App[] = podContainers(spec)
     .filter((e) => !e.init && !members.has(containerName(e.container)))
     .map(({ container }) => {
       const preStop = preStopOf(container);
-      const preStopMs = preStop.kind === "sleep" ? preStop.ms : preStop.kind === "none" ? 0 : preStop.kind === "app-stop" ? appStopMs(preStop.port, proxies) : undefined;
+      const preStopMs = preStop.kind === "sleep"
+        ? preStop.ms
+        : preStop.kind === "none"
+        ? 0
+        : preStop.kind === "app-stop"
+        ? appStopMs(preStop.port, proxies)
+        : undefined;
       return { name: containerName(container), preStop, preStopMs };
     });
-  const pod: Pod = { graceMs, grace: `terminationGracePeriodSeconds ${graceMs / 1000}`, apps, batch: template.runsToCompletion };
+  const pod: Pod = {
+    graceMs,
+    grace: `terminationGracePeriodSeconds ${graceMs / 1000}`,
+    apps,
+    batch: template.runsToCompletion,
+  };
   return [
-    ...proxies.flatMap((p) => [...p.problems, ...takesRequests(p, pod), ...outlivesApp(p, pod), ...fitsGrace(p, pod), ...nativeFitsGrace(p, pod)]),
+    ...proxies.flatMap((
+      p,
+    ) => [
+      ...p.problems,
+      ...takesRequests(p, pod),
+      ...outlivesApp(p, pod),
+      ...fitsGrace(p, pod),
+      ...nativeFitsGrace(p, pod),
+    ]),
     ...apps.flatMap((app) => appFitsGrace(app, pod)),
   ];
 }
@@ -190,7 +262,9 @@ function hookEnds(app: App): string {
   if (app.preStop.kind === "none") return `${name} has no preStop: it gets SIGTERM at once`;
   if (app.preStop.kind === "app-stop") {
     return app.preStopMs === 0
-      ? `${name} preStop GET /v1/app-stop reaches no lastcall status server (port ${String(app.preStop.port)}): it gets SIGTERM at once`
+      ? `${name} preStop GET /v1/app-stop reaches no lastcall status server (port ${
+        String(app.preStop.port)
+      }): it gets SIGTERM at once`
       : `${name} preStop GET /v1/app-stop ends after ${f(app.preStopMs ?? 0)} (no drain begins)`;
   }
   return `${name} preStop sleep ${f(app.preStopMs ?? 0)} ends`;
@@ -204,15 +278,31 @@ function takesRequests(p: ProxyTiming, pod: Pod): string[] {
   if (!accept) return p.native ? untilAppExits(p, pod) : [];
   const out: string[] = [];
   if (accept.ms <= ENDPOINT_REMOVAL_MS) {
-    out.push(`${p.container} stops taking requests as early as ${f(accept.ms)} after termination starts (${accept.what}${accept.isDefault ? ", default" : ""}), before endpoint removal is over (~${f(ENDPOINT_REMOVAL_MS)}): clients still routed to the pod are refused; ${set(accept, "≥", PAST_REMOVAL_MS)}`);
+    out.push(
+      `${p.container} stops taking requests as early as ${
+        f(accept.ms)
+      } after termination starts (${accept.what}${
+        accept.isDefault ? ", default" : ""
+      }), before endpoint removal is over (~${
+        f(ENDPOINT_REMOVAL_MS)
+      }): clients still routed to the pod are refused; ${set(accept, "≥", PAST_REMOVAL_MS)}`,
+    );
   }
   for (const app of pod.apps) {
     if (app.preStopMs === undefined || app.preStopMs >= accept.ms) continue;
-    let fix = `${app.preStop.kind === "none" ? "add" : "set"} lifecycle.preStop.sleep.seconds: ${seconds(accept.ms)} on container "${app.name}"`;
+    let fix = `${app.preStop.kind === "none" ? "add" : "set"} lifecycle.preStop.sleep.seconds: ${
+      seconds(accept.ms)
+    } on container "${app.name}"`;
     // Closing the proxy's listeners sooner also works, as long as it is still after endpoint removal.
-    if (p.listen && app.preStopMs > ENDPOINT_REMOVAL_MS) fix += `, or ${set(p.listen, "≤", app.preStopMs)}`;
+    if (p.listen && app.preStopMs > ENDPOINT_REMOVAL_MS) {
+      fix += `, or ${set(p.listen, "≤", app.preStopMs)}`;
+    }
     const hook = hookEnds(app);
-    out.push(`${hook} while ${p.container} still takes new requests until ${describe(accept)}: the app stops answering requests the proxy forwards; ${fix}`);
+    out.push(
+      `${hook} while ${p.container} still takes new requests until ${
+        describe(accept)
+      }: the app stops answering requests the proxy forwards; ${fix}`,
+    );
   }
   return out;
 }
@@ -226,7 +316,13 @@ function untilAppExits(p: ProxyTiming, pod: Pod): string[] {
   return pod.apps.flatMap((app) => {
     if (app.preStopMs === undefined || app.preStopMs > ENDPOINT_REMOVAL_MS) return [];
     const hook = hookEnds(app);
-    return [`${hook}, before endpoint removal is over (~${f(ENDPOINT_REMOVAL_MS)}), while ${p.container} (a native sidecar) still takes new requests until the app has exited: the app stops answering requests the proxy forwards; ${app.preStop.kind === "none" ? "add" : "set"} lifecycle.preStop.sleep.seconds: ${seconds(PAST_REMOVAL_MS)} on container "${app.name}"`];
+    return [
+      `${hook}, before endpoint removal is over (~${
+        f(ENDPOINT_REMOVAL_MS)
+      }), while ${p.container} (a native sidecar) still takes new requests until the app has exited: the app stops answering requests the proxy forwards; ${
+        app.preStop.kind === "none" ? "add" : "set"
+      } lifecycle.preStop.sleep.seconds: ${seconds(PAST_REMOVAL_MS)} on container "${app.name}"`,
+    ];
   });
 }
 
@@ -240,9 +336,29 @@ function outlivesApp(p: ProxyTiming, pod: Pod): string[] {
     if (stop.ms >= needMs) return [];
     // The knob's new value must fit in the grace period too.
     const knobMs = needMs - stop.offsetMs;
-    const andGrace = knobMs > pod.graceMs ? ` and terminationGracePeriodSeconds ≥ ${seconds(knobMs)}` : "";
-    if (p.stop) return [`${p.container} ${describe(stop)} is shorter than ${shutdownOf(app, pod)}: the proxy stops while the app still calls out; ${set(stop, "≥", needMs)}${andGrace} ${alternative(p)}`];
-    return [`${p.container} may exit as early as ${f(stop.ms)} after termination starts, at the first poll that finds no connection open (${describe(stop)}), before ${shutdownOf(app, pod)} is over: an app idle for a moment loses its proxy, and its calls out fail from then on; ${set(stop, "≥", needMs)}${andGrace} ${alternative(p)}`];
+    const andGrace = knobMs > pod.graceMs
+      ? ` and terminationGracePeriodSeconds ≥ ${seconds(knobMs)}`
+      : "";
+    if (p.stop) {
+      return [
+        `${p.container} ${describe(stop)} is shorter than ${
+          shutdownOf(app, pod)
+        }: the proxy stops while the app still calls out; ${set(stop, "≥", needMs)}${andGrace} ${
+          alternative(p)
+        }`,
+      ];
+    }
+    return [
+      `${p.container} may exit as early as ${
+        f(stop.ms)
+      } after termination starts, at the first poll that finds no connection open (${
+        describe(stop)
+      }), before ${
+        shutdownOf(app, pod)
+      } is over: an app idle for a moment loses its proxy, and its calls out fail from then on; ${
+        set(stop, "≥", needMs)
+      }${andGrace} ${alternative(p)}`,
+    ];
   });
 }
 
@@ -252,8 +368,14 @@ function fitsGrace(p: ProxyTiming, pod: Pod): string[] {
   if (!deadline || deadline.ms <= pod.graceMs) return [];
   const raise = `terminationGracePeriodSeconds ≥ ${seconds(deadline.ms)}`;
   // When the parts before the knob already pass the deadline, only the grace period helps.
-  const fix = pod.graceMs > deadline.offsetMs ? `${set(deadline, "≤", pod.graceMs)} or ${raise}` : `set ${raise}`;
-  return [`${p.container} ${describe(deadline)} is longer than ${pod.grace}: the kubelet kills the proxy first; ${fix}`];
+  const fix = pod.graceMs > deadline.offsetMs
+    ? `${set(deadline, "≤", pod.graceMs)} or ${raise}`
+    : `set ${raise}`;
+  return [
+    `${p.container} ${
+      describe(deadline)
+    } is longer than ${pod.grace}: the kubelet kills the proxy first; ${fix}`,
+  ];
 }
 
 /** A native sidecar drains after the app: app's shutdown + its drain ≤ grace period. */
@@ -264,19 +386,33 @@ function nativeFitsGrace(p: ProxyTiming, pod: Pod): string[] {
     if (app.preStopMs === undefined) return [];
     const needMs = app.preStopMs + APP_SHUTDOWN_MS + after.ms;
     if (needMs <= pod.graceMs) return [];
-    return [`${p.container} is a native sidecar: its ${describe(after)} starts after ${shutdownOf(app, pod)} and ends past ${pod.grace}: the kubelet kills it mid-drain; set terminationGracePeriodSeconds ≥ ${seconds(needMs)}`];
+    return [
+      `${p.container} is a native sidecar: its ${describe(after)} starts after ${
+        shutdownOf(app, pod)
+      } and ends past ${pod.grace}: the kubelet kills it mid-drain; set terminationGracePeriodSeconds ≥ ${
+        seconds(needMs)
+      }`,
+    ];
   });
 }
 
 /** app's preStop + its shutdown ≤ grace period, proxy or not. */
 function appFitsGrace(app: App, pod: Pod): string[] {
   if (app.preStop.kind !== "sleep" || app.preStop.ms + APP_SHUTDOWN_MS <= pod.graceMs) return [];
-  return [`container "${app.name}" preStop sleep ${f(app.preStop.ms)} leaves less than ${f(APP_SHUTDOWN_MS)} of ${pod.grace} for its shutdown: the kubelet kills it mid-shutdown; set terminationGracePeriodSeconds ≥ ${seconds(app.preStop.ms + APP_SHUTDOWN_MS)}`];
+  return [
+    `container "${app.name}" preStop sleep ${f(app.preStop.ms)} leaves less than ${
+      f(APP_SHUTDOWN_MS)
+    } of ${pod.grace} for its shutdown: the kubelet kills it mid-shutdown; set terminationGracePeriodSeconds ≥ ${
+      seconds(app.preStop.ms + APP_SHUTDOWN_MS)
+    }`,
+  ];
 }
 
 /** `the app's shutdown (preStop sleep 30s)`, or the container's name when there are several. */
 function shutdownOf(app: App, pod: Pod): string {
-  return `${pod.apps.length === 1 ? "the app's" : `container "${app.name}"'s`} shutdown (${hookText(app.preStop)})`;
+  return `${pod.apps.length === 1 ? "the app's" : `container "${app.name}"'s`} shutdown (${
+    hookText(app.preStop)
+  })`;
 }
 
 /** How a finding names an app's preStop. */
@@ -290,6 +426,8 @@ function hookText(preStop: PreStop): string {
 /** The other way out of a proxy-stops-first finding. */
 function alternative(p: ProxyTiming): string {
   if (p.tool === "lastcall") return "or inject lastcall with --mode native (stops after the app)";
-  if (p.tool === "istio") return `or run istio-proxy as a native sidecar (sidecar.istio.io/nativeSidecar: "true"; stops after the app) or use lastcall (waits for the app)`;
+  if (p.tool === "istio") {
+    return `or run istio-proxy as a native sidecar (sidecar.istio.io/nativeSidecar: "true"; stops after the app) or use lastcall (waits for the app)`;
+  }
   return "or use lastcall (waits for the app)";
 }

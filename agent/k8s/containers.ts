@@ -10,9 +10,16 @@ export { parseAnyDuration };
 export type ContainerSpec = Record<string, unknown>;
 
 /** The containers of a pod spec: regular ones, then init containers (flagged). */
-export function podContainers(spec: Record<string, unknown>): { container: ContainerSpec; init: boolean }[] {
-  const list = (key: string) => (Array.isArray(spec[key]) ? (spec[key] as unknown[]).filter(isRecord) : []);
-  return [...list("containers").map((container) => ({ container, init: false })), ...list("initContainers").map((container) => ({ container, init: true }))];
+export function podContainers(
+  spec: Record<string, unknown>,
+): { container: ContainerSpec; init: boolean }[] {
+  const list = (
+    key: string,
+  ) => (Array.isArray(spec[key]) ? (spec[key] as unknown[]).filter(isRecord) : []);
+  return [
+    ...list("containers").map((container) => ({ container, init: false })),
+    ...list("initContainers").map((container) => ({ container, init: true })),
+  ];
 }
 
 /** The container's name, or `?` when it has none. */
@@ -22,7 +29,9 @@ export function containerName(c: ContainerSpec): string {
 
 /** `command` then `args`, the process's argument vector (string items only). */
 export function argv(c: ContainerSpec): string[] {
-  const strings = (v: unknown) => (Array.isArray(v) ? v.filter((s): s is string => typeof s === "string") : []);
+  const strings = (
+    v: unknown,
+  ) => (Array.isArray(v) ? v.filter((s): s is string => typeof s === "string") : []);
   return [...strings(c.command), ...strings(c.args)];
 }
 
@@ -60,13 +69,18 @@ export function envValue(c: ContainerSpec, name: string): string | undefined {
 
 /** What a hook or a command does, as a command line; `sh -c "…"` is split into words. */
 export function handlerArgv(handler: unknown): string[] | undefined {
-  if (!isRecord(handler) || !isRecord(handler.exec) || !Array.isArray(handler.exec.command)) return undefined;
+  if (!isRecord(handler) || !isRecord(handler.exec) || !Array.isArray(handler.exec.command)) {
+    return undefined;
+  }
   const command = handler.exec.command.map(String);
-  if (command.length >= 3 && isShell(command[0]) && command[1] === "-c") return command[2].split(/[\s;&|]+/).filter(Boolean);
+  if (command.length >= 3 && isShell(command[0]) && command[1] === "-c") {
+    return command[2].split(/[\s;&|]+/).filter(Boolean);
+  }
   return command;
 }
 
-const isShell = (path: string) => ["sh", "bash", "ash", "dash"].some((shell) => isProgram(path, shell));
+const isShell = (path: string) =>
+  ["sh", "bash", "ash", "dash"].some((shell) => isProgram(path, shell));
 
 /** The preStop hook, as far as its duration goes. */
 export type PreStop =
@@ -82,7 +96,9 @@ export type PreStop =
 export function preStopOf(c: ContainerSpec): PreStop {
   const hook = isRecord(c.lifecycle) ? c.lifecycle.preStop : undefined;
   if (!isRecord(hook)) return { kind: "none" };
-  if (isRecord(hook.sleep) && typeof hook.sleep.seconds === "number") return { kind: "sleep", ms: hook.sleep.seconds * 1000 };
+  if (isRecord(hook.sleep) && typeof hook.sleep.seconds === "number") {
+    return { kind: "sleep", ms: hook.sleep.seconds * 1000 };
+  }
   const words = handlerArgv(hook);
   if (words) {
     // `sleep 5 && nginx -s quit`: the sleeps are the part whose length is known.
@@ -96,8 +112,12 @@ export function preStopOf(c: ContainerSpec): PreStop {
     if (found) return { kind: "sleep", ms };
     return { kind: "other", what: `exec ${words.join(" ")}` };
   }
-  if (isRecord(hook.httpGet) && hook.httpGet.path === "/v1/app-stop") return { kind: "app-stop", port: hook.httpGet.port };
-  if (isRecord(hook.httpGet)) return { kind: "other", what: `GET ${String(hook.httpGet.path ?? "/")}` };
+  if (isRecord(hook.httpGet) && hook.httpGet.path === "/v1/app-stop") {
+    return { kind: "app-stop", port: hook.httpGet.port };
+  }
+  if (isRecord(hook.httpGet)) {
+    return { kind: "other", what: `GET ${String(hook.httpGet.path ?? "/")}` };
+  }
   return { kind: "other", what: "hook" };
 }
 

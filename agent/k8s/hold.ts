@@ -31,9 +31,13 @@ export function holdReason(
   if (hold === "never" || (hold === "auto" && wiring.generate)) return undefined;
   if (hold === "always") return "--hold-app always";
   const name = `ConfigMap ${wiring.configMap}`;
-  const configMap = context.configMaps.get(`${typeof namespace === "string" ? namespace : ""}/${wiring.configMap}`);
+  const configMap = context.configMaps.get(
+    `${typeof namespace === "string" ? namespace : ""}/${wiring.configMap}`,
+  );
   const text = isRecord(configMap?.data) ? configMap.data[CONFIG_KEY] : undefined;
-  if (typeof text !== "string") return `${name} is not in this manifest, so its listeners may carry the app's calls out`;
+  if (typeof text !== "string") {
+    return `${name} is not in this manifest, so its listeners may carry the app's calls out`;
+  }
   const why = outboundIn(text);
   return why && `${name} ${why}`;
 }
@@ -47,12 +51,24 @@ function outboundIn(text: string): string | undefined {
     return "cannot be read as YAML, so its listeners may carry the app's calls out";
   }
   const seen = readWires(config);
-  if (seen.unseen.length > 0) return `uses ${seen.unseen.join(", ")}, so its listeners may carry the app's calls out`;
-  const resources = isRecord(config) && isRecord(config.static_resources) ? config.static_resources : {};
+  if (seen.unseen.length > 0) {
+    return `uses ${seen.unseen.join(", ")}, so its listeners may carry the app's calls out`;
+  }
+  const resources = isRecord(config) && isRecord(config.static_resources)
+    ? config.static_resources
+    : {};
   const listeners = Array.isArray(resources.listeners) ? resources.listeners.filter(isRecord) : [];
-  const outbound = listeners.find((l) => l.traffic_direction === "OUTBOUND" || l.traffic_direction === 2);
-  if (outbound) return `has the OUTBOUND listener ${String(outbound.name ?? "(unnamed)")} for the app's calls out`;
+  const outbound = listeners.find((l) =>
+    l.traffic_direction === "OUTBOUND" || l.traffic_direction === 2
+  );
+  if (outbound) {
+    return `has the OUTBOUND listener ${
+      String(outbound.name ?? "(unnamed)")
+    } for the app's calls out`;
+  }
   const other = seen.listeners.find((l) => l.appPorts.length === 0);
-  if (other) return `has the listener ${other.name}, which forwards to no app port on loopback: it may carry the app's calls out`;
+  if (other) {
+    return `has the listener ${other.name}, which forwards to no app port on loopback: it may carry the app's calls out`;
+  }
   return undefined;
 }

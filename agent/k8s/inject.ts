@@ -1,7 +1,16 @@
 // `lastcall inject`: adds the sidecar to every pod template of a manifest. Edits go through
 // the YAML syntax tree, so the user's comments and layout survive in the documents it touches,
 // and documents it does not touch are printed back byte for byte.
-import { Document, isMap, isScalar, isSeq, type Node, visit, type YAMLMap, type YAMLSeq } from "yaml";
+import {
+  Document,
+  isMap,
+  isScalar,
+  isSeq,
+  type Node,
+  visit,
+  type YAMLMap,
+  type YAMLSeq,
+} from "yaml";
 import { MANIFEST_YAML, type ManifestDocument, readManifest, renderManifest } from "./manifest.ts";
 import { ownIn, ownItem, ownValue, valueOf } from "./own-node.ts";
 import { findPodTemplate, getPath, isRecord, type PodTemplate } from "./workloads.ts";
@@ -10,7 +19,15 @@ import { otherProxies } from "./other-proxies.ts";
 import { lastcallArgs } from "./proxy-lastcall.ts";
 import { withoutLibc } from "./app-images.ts";
 import { renderJson } from "./json-out.ts";
-import { configMapObject, renameAppPorts, rewireServices, sidecarPorts, type Wiring, type WiringContext, wiringOf } from "./inject-wiring.ts";
+import {
+  configMapObject,
+  renameAppPorts,
+  rewireServices,
+  sidecarPorts,
+  type Wiring,
+  type WiringContext,
+  wiringOf,
+} from "./inject-wiring.ts";
 import { bypasses, selects, serviceOf } from "./services.ts";
 import { configSource, seenConfig } from "./check-wiring.ts";
 import { type HoldApp, holdReason } from "./hold.ts";
@@ -27,8 +44,8 @@ import {
   MIN_GRACE_SECONDS,
   SIDECAR_NAME,
   sidecarContainer,
-  STATUS_PORT,
   type SidecarOptions,
+  STATUS_PORT,
   wrapCommand,
 } from "./sidecar.ts";
 
@@ -99,15 +116,23 @@ export function injectManifest(text: string, options: InjectOptions): InjectResu
       injected++;
       changed.add(d);
       notes.push(...done.notes);
-      for (const s of context.services) if (done.rewired.has(s.doc)) changed.add(documents.find((x) => x.doc === s.doc)!);
+      for (const s of context.services) {
+        if (done.rewired.has(s.doc)) changed.add(documents.find((x) => x.doc === s.doc)!);
+      }
       if (done.configMap) addAfter(d, object, done.configMap, added);
     }
   }
-  for (const d of documents) for (const object of objectsOf(d.doc)) warnings.push(...bypassesOf(d.doc, object, context));
+  for (const d of documents) {
+    for (const object of objectsOf(d.doc)) warnings.push(...bypassesOf(d.doc, object, context));
+  }
   const all = documents.flatMap((d) => [d, ...(added.get(d) ?? [])]);
   for (const list of added.values()) for (const d of list) changed.add(d);
   // A file of comments only holds no document: it comes back as it is.
-  const out = documents.length === 0 || changed.size === 0 ? text : isJson(text) ? renderJson(all, text) : renderManifest(all, changed);
+  const out = documents.length === 0 || changed.size === 0
+    ? text
+    : isJson(text)
+    ? renderJson(all, text)
+    : renderManifest(all, changed);
   return { text: out, warnings, notes, injected, refused };
 }
 
@@ -121,7 +146,10 @@ function contextOf(documents: readonly ManifestDocument[]): WiringContext {
       if (service) context.services.push({ value: service, node, doc });
       const metadata = getPath(value, ["metadata"]) as Record<string, unknown> | undefined;
       if (value.kind === "ConfigMap" && typeof metadata?.name === "string") {
-        context.configMaps.set(`${typeof metadata.namespace === "string" ? metadata.namespace : ""}/${metadata.name}`, value);
+        context.configMaps.set(
+          `${typeof metadata.namespace === "string" ? metadata.namespace : ""}/${metadata.name}`,
+          value,
+        );
       }
     }
   }
@@ -132,10 +160,17 @@ function contextOf(documents: readonly ManifestDocument[]): WiringContext {
  * Puts the generated ConfigMap right after its workload: as the next item of a List, else as
  * a new document after the workload's.
  */
-function addAfter(d: ManifestDocument, object: YAMLMap, configMap: Record<string, unknown>, added: Map<ManifestDocument, ManifestDocument[]>): void {
+function addAfter(
+  d: ManifestDocument,
+  object: YAMLMap,
+  configMap: Record<string, unknown>,
+  added: Map<ManifestDocument, ManifestDocument[]>,
+): void {
   if (object !== d.doc.contents) {
     const items = ownValue(d.doc, d.doc.contents as YAMLMap, "items");
-    if (isSeq(items)) items.items.splice(items.items.indexOf(object) + 1, 0, d.doc.createNode(configMap));
+    if (isSeq(items)) {
+      items.items.splice(items.items.indexOf(object) + 1, 0, d.doc.createNode(configMap));
+    }
     return;
   }
   const doc = new Document(configMap, { version: MANIFEST_YAML.version });
@@ -151,15 +186,23 @@ function bypassesOf(doc: Document, object: YAMLMap, context: WiringContext): str
   const template = findPodTemplate(value);
   if (!template?.spec || !hasSidecar(template.spec)) return [];
   const namespace = getPath(value, ["metadata", "namespace"]) as string | undefined;
-  const apps = new Set(podContainers(template.spec).filter((c) => !c.init && c.container.name !== SIDECAR_NAME).map((c) => String(c.container.name)));
-  const sidecar = podContainers(template.spec).find((c) => c.container.name === SIDECAR_NAME)!.container;
+  const apps = new Set(
+    podContainers(template.spec).filter((c) => !c.init && c.container.name !== SIDECAR_NAME).map((
+      c,
+    ) => String(c.container.name)),
+  );
+  const sidecar =
+    podContainers(template.spec).find((c) => c.container.name === SIDECAR_NAME)!.container;
   const source = configSource(template.spec, sidecar);
   const seen = source && seenConfig(context, namespace, source);
-  const listenerFor = (port: number) => seen?.listeners.find((l) => l.appPorts.includes(port))?.port;
+  const listenerFor = (port: number) =>
+    seen?.listeners.find((l) => l.appPorts.includes(port))?.port;
   // Read again: inject may have rewired them.
   const services = context.services.map((s) => serviceOf(valueOf(s.doc, s.node))!);
   return services.filter((s) => selects(s, template, namespace))
-    .flatMap((s) => bypasses(s, template.spec!, apps, listenerFor).map((line) => `${template.ref}: ${line}`));
+    .flatMap((s) =>
+      bypasses(s, template.spec!, apps, listenerFor).map((line) => `${template.ref}: ${line}`)
+    );
 }
 
 /** The objects of a document: the document itself, or the items of a `kind: List`. */
@@ -182,17 +225,30 @@ interface Injected {
 }
 
 /** Adds the sidecar to one object's pod template; undefined when the object is left as is. */
-function injectObject(doc: Document, object: YAMLMap, options: InjectOptions, context: WiringContext, warn: (line: string, refusal: boolean) => void): Injected | undefined {
+function injectObject(
+  doc: Document,
+  object: YAMLMap,
+  options: InjectOptions,
+  context: WiringContext,
+  warn: (line: string, refusal: boolean) => void,
+): Injected | undefined {
   const value = valueOf(doc, object) as Record<string, unknown>;
   const template = findPodTemplate(value);
   if (!template) return undefined;
-  if (!template.spec || !Array.isArray(template.spec.containers) || template.spec.containers.length === 0) {
-    warn(`${template.ref}: no containers at ${template.specPath.join(".")}.containers: left as is`, true);
+  if (
+    !template.spec || !Array.isArray(template.spec.containers) ||
+    template.spec.containers.length === 0
+  ) {
+    warn(
+      `${template.ref}: no containers at ${template.specPath.join(".")}.containers: left as is`,
+      true,
+    );
     return undefined;
   }
   if (hasSidecar(template.spec) || optedOut(value, template)) return undefined;
   const statusPort = freeStatusPort(template.spec);
-  const wiring = refusalOf(template, options) ?? wiringOf(value, template, options.configMap, statusPort, context);
+  const wiring = refusalOf(template, options) ??
+    wiringOf(value, template, options.configMap, statusPort, context);
   if (typeof wiring === "string") {
     warn(`${template.ref}: ${wiring}`, true);
     return undefined;
@@ -204,10 +260,20 @@ function injectObject(doc: Document, object: YAMLMap, options: InjectOptions, co
   const grace = graceSeconds(template.spec);
   const namespace = getPath(value, ["metadata", "namespace"]);
   const hold = holdReason(options.holdApp ?? "auto", wiring, context, namespace);
-  const sidecar = { ...options, statusPort, ports: sidecarPorts(wiring.wires ?? []), hold: hold !== undefined };
-  const container = compact(doc.createNode(sidecarContainer(grace, sidecar), { aliasDuplicateObjects: false }));
+  const sidecar = {
+    ...options,
+    statusPort,
+    ports: sidecarPorts(wiring.wires ?? []),
+    hold: hold !== undefined,
+  };
+  const container = compact(
+    doc.createNode(sidecarContainer(grace, sidecar), { aliasDuplicateObjects: false }),
+  );
   if (sidecar.statusPort !== STATUS_PORT) {
-    warn(`${template.ref}: port ${STATUS_PORT} is taken in this pod: lastcall's status server uses ${sidecar.statusPort}`, false);
+    warn(
+      `${template.ref}: port ${STATUS_PORT} is taken in this pod: lastcall's status server uses ${sidecar.statusPort}`,
+      false,
+    );
   }
   renameAppPorts(doc, spec, wiring.wires ?? []);
   if (options.mode === "native") {
@@ -221,25 +287,59 @@ function injectObject(doc: Document, object: YAMLMap, options: InjectOptions, co
   addAppStopHooks(doc, spec, statusPort);
   // Without the hold, a long-running app needs no wrap: its preStop orders its SIGTERM after
   // the inbound quiet. A Job's app keeps it: its end is what quits a classic sidecar.
-  if (options.mode === "classic" && (hold || template.runsToCompletion)) wrapApps(doc, spec, template, sidecar, (line) => warn(line, false));
+  if (options.mode === "classic" && (hold || template.runsToCompletion)) {
+    wrapApps(doc, spec, template, sidecar, (line) => warn(line, false));
+  }
   const done = wired(value, template, wiring, context, before);
-  if (hold) done.notes.push(`${template.ref}: the app waits for Envoy to be ready at start (${hold}; --hold-app never to start it at once)`);
+  if (hold) {
+    done.notes.push(
+      `${template.ref}: the app waits for Envoy to be ready at start (${hold}; --hold-app never to start it at once)`,
+    );
+  }
   return done;
 }
 
 /** The notes, Service edits and ConfigMap of a pod's wiring. */
-function wired(value: Record<string, unknown>, template: PodTemplate, wiring: Wiring, context: WiringContext, spec: Record<string, unknown>): Injected {
+function wired(
+  value: Record<string, unknown>,
+  template: PodTemplate,
+  wiring: Wiring,
+  context: WiringContext,
+  spec: Record<string, unknown>,
+): Injected {
   const notes: string[] = [];
   const wires = wiring.wires ?? [];
   const fronts = wires.map((w) => `${w.listenerPort} → app port ${w.appPort}`).join(", ");
-  if (wiring.generate) notes.push(`${template.ref}: Envoy config in ConfigMap ${wiring.configMap} (a new document after it): listeners ${fronts}`);
-  else if (wiring.wires) notes.push(`${template.ref}: Envoy config is your ConfigMap ${wiring.configMap}: ${fronts ? `listeners ${fronts}` : "no listener to a declared app port"}`);
-  else notes.push(`${template.ref}: Envoy config is your ConfigMap ${wiring.configMap}, not in this manifest: Services not rewired, listeners not checked`);
+  if (wiring.generate) {
+    notes.push(
+      `${template.ref}: Envoy config in ConfigMap ${wiring.configMap} (a new document after it): listeners ${fronts}`,
+    );
+  } else if (wiring.wires) {
+    notes.push(
+      `${template.ref}: Envoy config is your ConfigMap ${wiring.configMap}: ${
+        fronts ? `listeners ${fronts}` : "no listener to a declared app port"
+      }`,
+    );
+  } else {notes.push(
+      `${template.ref}: Envoy config is your ConfigMap ${wiring.configMap}, not in this manifest: Services not rewired, listeners not checked`,
+    );}
   const namespace = getPath(value, ["metadata", "namespace"]) as string | undefined;
   const before = new Map(context.services.map((s) => [s, JSON.stringify(s.node.toJSON())]));
-  notes.push(...rewireServices(template, namespace, wires, context, spec).map((line) => `${template.ref}: ${line}`));
-  const rewired = new Set(context.services.filter((s) => before.get(s) !== JSON.stringify(s.node.toJSON())).map((s) => s.doc));
-  return { notes, rewired, ...(wiring.generate ? { configMap: configMapObject(value, wiring.configMap, wires) } : {}) };
+  notes.push(
+    ...rewireServices(template, namespace, wires, context, spec).map((line) =>
+      `${template.ref}: ${line}`
+    ),
+  );
+  const rewired = new Set(
+    context.services.filter((s) => before.get(s) !== JSON.stringify(s.node.toJSON())).map((s) =>
+      s.doc
+    ),
+  );
+  return {
+    notes,
+    rewired,
+    ...(wiring.generate ? { configMap: configMapObject(value, wiring.configMap, wires) } : {}),
+  };
 }
 
 /** Why a pod is left as it is, or undefined when it can take the sidecar. */
@@ -247,7 +347,11 @@ function refusalOf(template: PodTemplate, options: InjectOptions): string | unde
   const spec = template.spec!;
   const others = otherProxies(spec, { ...template.labels, ...template.annotations });
   if (others.length > 0) {
-    return `already has ${others.map((o) => o.what).join(" and ")}: a second proxy would take the same ports and drain on its own; left as is. To move to lastcall: ${others[0].migrate}`;
+    return `already has ${
+      others.map((o) => o.what).join(" and ")
+    }: a second proxy would take the same ports and drain on its own; left as is. To move to lastcall: ${
+      others[0].migrate
+    }`;
   }
   if (spec.hostNetwork === true && !options.hostNetwork) {
     return `uses hostNetwork: its sidecar would take the node's ports (${STATUS_PORT}, Envoy's admin and listeners) on every node it runs on; left as is (--host-network to inject it anyway)`;
@@ -262,7 +366,9 @@ function refusalOf(template: PodTemplate, options: InjectOptions): string | unde
 /** Whether the workload or its pod template says `lastcall/inject: "false"`. */
 function optedOut(object: unknown, template: PodTemplate): boolean {
   const own = getPath(object, ["metadata", "annotations", OPT_OUT_ANNOTATION]);
-  return [own, template.annotations[OPT_OUT_ANNOTATION]].some((v) => v === false || (typeof v === "string" && /^(false|no|off|disabled)$/i.test(v)));
+  return [own, template.annotations[OPT_OUT_ANNOTATION]].some((v) =>
+    v === false || (typeof v === "string" && /^(false|no|off|disabled)$/i.test(v))
+  );
 }
 
 /**
@@ -270,9 +376,13 @@ function optedOut(object: unknown, template: PodTemplate): boolean {
  * (then the next port no container declares), so probes never reach another process.
  */
 function freeStatusPort(spec: Record<string, unknown>): number {
-  const taken = new Set(podContainers(spec).flatMap(({ container }) =>
-    Array.isArray(container.ports) ? container.ports.filter(isRecord).flatMap((p) => [p.containerPort, p.hostPort]) : []
-  ));
+  const taken = new Set(
+    podContainers(spec).flatMap(({ container }) =>
+      Array.isArray(container.ports)
+        ? container.ports.filter(isRecord).flatMap((p) => [p.containerPort, p.hostPort])
+        : []
+    ),
+  );
   let port = STATUS_PORT;
   while (taken.has(port)) port++;
   return port;
@@ -287,7 +397,10 @@ function isJson(text: string): boolean {
 function compact<T extends Node>(node: T): T {
   visit(node, {
     Pair(_, pair) {
-      if (isScalar(pair.key) && (pair.key.value === "args" || pair.key.value === "command") && isSeq(pair.value)) pair.value.flow = true;
+      if (
+        isScalar(pair.key) && (pair.key.value === "args" || pair.key.value === "command") &&
+        isSeq(pair.value)
+      ) pair.value.flow = true;
     },
   });
   return node;
@@ -299,13 +412,18 @@ function compact<T extends Node>(node: T): T {
  * lastcall swapped in).
  */
 function hasSidecar(spec: Record<string, unknown>): boolean {
-  return podContainers(spec).some(({ container }) => container.name === SIDECAR_NAME || ["run", "shutdown-manager"].includes(lastcallArgs(container)?.[0] ?? ""));
+  return podContainers(spec).some(({ container }) =>
+    container.name === SIDECAR_NAME ||
+    ["run", "shutdown-manager"].includes(lastcallArgs(container)?.[0] ?? "")
+  );
 }
 
 /** The pod's termination grace period in seconds (Kubernetes' default when absent). */
 export function graceSeconds(spec: Record<string, unknown>): number {
   const value = spec.terminationGracePeriodSeconds;
-  return typeof value === "number" && Number.isInteger(value) && value >= 0 ? value : DEFAULT_GRACE_SECONDS;
+  return typeof value === "number" && Number.isInteger(value) && value >= 0
+    ? value
+    : DEFAULT_GRACE_SECONDS;
 }
 
 /**
@@ -315,7 +433,13 @@ export function graceSeconds(spec: Record<string, unknown>): number {
  * the proxy (else the sidecar runs forever and the Job never completes). Only an explicit
  * `command` can be wrapped: the image's entrypoint is not in the manifest.
  */
-function wrapApps(doc: Document, spec: YAMLMap, template: PodTemplate, options: SidecarOptions, warn: (line: string) => void): void {
+function wrapApps(
+  doc: Document,
+  spec: YAMLMap,
+  template: PodTemplate,
+  options: SidecarOptions,
+  warn: (line: string) => void,
+): void {
   let wrapped = 0;
   let copied = false;
   const quit = template.runsToCompletion;
@@ -327,9 +451,11 @@ function wrapApps(doc: Document, spec: YAMLMap, template: PodTemplate, options: 
     if (name === SIDECAR_NAME) continue;
     const command = ownValue(doc, c, "command");
     if (!isSeq(command) || command.items.length === 0) {
-      warn(quit
-        ? `${template.ref}: container "${name}" has no command: not wrapped with lastcall exec, so the sidecar keeps running after it ends (set its command, or use --mode native)`
-        : `${template.ref}: container "${name}" has no command: not wrapped with lastcall exec, so on termination the sidecar cannot wait for it to exit and its calls out after the last request in flight may fail (set its command, add --app-port to the sidecar, or use --mode native)`);
+      warn(
+        quit
+          ? `${template.ref}: container "${name}" has no command: not wrapped with lastcall exec, so the sidecar keeps running after it ends (set its command, or use --mode native)`
+          : `${template.ref}: container "${name}" has no command: not wrapped with lastcall exec, so on termination the sidecar cannot wait for it to exit and its calls out after the last request in flight may fail (set its command, add --app-port to the sidecar, or use --mode native)`,
+      );
       continue;
     }
     const original = command.toJSON() as unknown[];
@@ -341,7 +467,11 @@ function wrapApps(doc: Document, spec: YAMLMap, template: PodTemplate, options: 
     const image = (valueOf(doc, c) as Record<string, unknown>).image;
     const lacking = withoutLibc(image);
     if (lacking) {
-      warn(`${template.ref}: container "${name}" runs ${String(image)} (${lacking}): lastcall's copy, a glibc executable, cannot run there, so it is not wrapped with lastcall exec (use --mode native)`);
+      warn(
+        `${template.ref}: container "${name}" runs ${
+          String(image)
+        } (${lacking}): lastcall's copy, a glibc executable, cannot run there, so it is not wrapped with lastcall exec (use --mode native)`,
+      );
       continue;
     }
     wrapped++;
@@ -353,9 +483,15 @@ function wrapApps(doc: Document, spec: YAMLMap, template: PodTemplate, options: 
     sequence(doc, c, "volumeMounts").items.push(doc.createNode(binMount()));
     copied = true;
   }
-  if (quit && wrapped > 1) warn(`${template.ref}: ${wrapped} app containers run under lastcall exec: the first to end starts the proxy's termination, which waits for the others at most --grace (use --mode native)`);
+  if (quit && wrapped > 1) {
+    warn(
+      `${template.ref}: ${wrapped} app containers run under lastcall exec: the first to end starts the proxy's termination, which waits for the others at most --grace (use --mode native)`,
+    );
+  }
   if (!copied) return;
-  sequence(doc, spec, "initContainers").items.push(compact(doc.createNode(installContainer(options.image))));
+  sequence(doc, spec, "initContainers").items.push(
+    compact(doc.createNode(installContainer(options.image))),
+  );
   addVolume(doc, spec, BIN_VOLUME, binVolume());
 }
 
@@ -377,9 +513,16 @@ function addAppStopHooks(doc: Document, spec: YAMLMap, statusPort: number): void
 }
 
 /** Adds a volume unless the pod already has one by that name. */
-function addVolume(doc: Document, spec: YAMLMap, name: string, volume: Record<string, unknown>): void {
+function addVolume(
+  doc: Document,
+  spec: YAMLMap,
+  name: string,
+  volume: Record<string, unknown>,
+): void {
   const volumes = sequence(doc, spec, "volumes");
-  if (volumes.items.some((v) => (valueOf(doc, v) as { name?: unknown } | null)?.name === name)) return;
+  if (volumes.items.some((v) => (valueOf(doc, v) as { name?: unknown } | null)?.name === name)) {
+    return;
+  }
   volumes.items.push(doc.createNode(volume));
 }
 
@@ -400,7 +543,9 @@ function sequence(doc: Document, map: YAMLMap, key: string): YAMLSeq {
   const at = map.items.findIndex((p) => (p.key as { value?: unknown } | null)?.value === key);
   if (at >= 0) map.items[at] = pair;
   else if (key === "initContainers") {
-    const containers = map.items.findIndex((p) => (p.key as { value?: unknown } | null)?.value === "containers");
+    const containers = map.items.findIndex((p) =>
+      (p.key as { value?: unknown } | null)?.value === "containers"
+    );
     map.items.splice(containers >= 0 ? containers : map.items.length, 0, pair);
   } else map.items.push(pair);
   return seq;

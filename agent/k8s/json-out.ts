@@ -34,18 +34,28 @@ function write(doc: Document, node: unknown, indent: string, at: string, source:
   const inner = at + indent;
   if (isMap(node)) {
     if (node.items.length === 0) return "{}";
-    const pairs = node.items.map((p) => `${inner}${JSON.stringify(String(isScalar(p.key) ? p.key.value : p.key))}: ${write(doc, p.value, indent, inner, source)}`);
+    const pairs = node.items.map((p) =>
+      `${inner}${JSON.stringify(String(isScalar(p.key) ? p.key.value : p.key))}: ${
+        write(doc, p.value, indent, inner, source)
+      }`
+    );
     return `{\n${pairs.join(",\n")}\n${at}}`;
   }
   if (isSeq(node)) {
     if (node.items.length === 0) return "[]";
     // A list the author wrote on one line stays on one line.
-    if (oneLine(node.range, source) && node.items.every(isScalar)) return `[${node.items.map((item) => write(doc, item, indent, inner, source)).join(", ")}]`;
-    return `[\n${node.items.map((item) => inner + write(doc, item, indent, inner, source)).join(",\n")}\n${at}]`;
+    if (oneLine(node.range, source) && node.items.every(isScalar)) {
+      return `[${node.items.map((item) => write(doc, item, indent, inner, source)).join(", ")}]`;
+    }
+    return `[\n${
+      node.items.map((item) => inner + write(doc, item, indent, inner, source)).join(",\n")
+    }\n${at}]`;
   }
   if (isScalar(node)) {
     const written = typeof node.source === "string" ? node.source : undefined;
-    if (typeof node.value === "number" && written !== undefined && JSON_NUMBER.test(written)) return written;
+    if (typeof node.value === "number" && written !== undefined && JSON_NUMBER.test(written)) {
+      return written;
+    }
     return JSON.stringify(node.value ?? null);
   }
   return JSON.stringify((node as Node | null)?.toJSON?.() ?? null);

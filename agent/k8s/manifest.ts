@@ -54,7 +54,11 @@ export function readManifest(text: string): ManifestDocument[] {
   return docs.map((doc, i) => {
     const template = templateLine(doc, text);
     if (template !== undefined) {
-      throw new ManifestError(i + 1, template, "an unrendered template ({{ … }}): render it first (helm template, kustomize build) and inject what it prints");
+      throw new ManifestError(
+        i + 1,
+        template,
+        "an unrendered template ({{ … }}): render it first (helm template, kustomize build) and inject what it prints",
+      );
     }
     const error = doc.errors[0];
     if (error) {
@@ -78,7 +82,8 @@ export function readManifest(text: string): ManifestDocument[] {
 }
 
 /** A Go template action as Helm charts write them: `{{ .Values.x }}`, `{{- include "a" . }}`, `{{ end }}`. */
-const TEMPLATE_ACTION = /\{\{-?\s*(?:[.$]|\/\*|(?:if|else|end|range|with|include|template|define|block|toYaml|tpl|printf|quote|default|required|nindent|indent|lookup)\b)[^}]*\}\}/;
+const TEMPLATE_ACTION =
+  /\{\{-?\s*(?:[.$]|\/\*|(?:if|else|end|range|with|include|template|define|block|toYaml|tpl|printf|quote|default|required|nindent|indent|lookup)\b)[^}]*\}\}/;
 
 /**
  * The line of the first template action (`{{ … }}`) the document holds as YAML syntax, or
@@ -98,7 +103,10 @@ function templateLine(doc: Document.Parsed, text: string): number | undefined {
       }
     },
     Scalar(_, scalar) {
-      if (scalar.type === "PLAIN" && typeof scalar.source === "string" && TEMPLATE_ACTION.test(scalar.source)) {
+      if (
+        scalar.type === "PLAIN" && typeof scalar.source === "string" &&
+        TEMPLATE_ACTION.test(scalar.source)
+      ) {
         found = lineOf(scalar.range?.[0] ?? 0);
         return visit.BREAK;
       }
@@ -107,7 +115,9 @@ function templateLine(doc: Document.Parsed, text: string): number | undefined {
   if (found !== undefined || doc.errors.length === 0) return found;
   const start = lineOf(doc.range[0]);
   const lines = text.slice(doc.range[0], doc.range[2]).split("\n");
-  const at = lines.findIndex((line) => TEMPLATE_ACTION.test(line.replace(/(^|\s)#.*$/, "").replace(/"[^"]*"|'[^']*'/g, "")));
+  const at = lines.findIndex((line) =>
+    TEMPLATE_ACTION.test(line.replace(/(^|\s)#.*$/, "").replace(/"[^"]*"|'[^']*'/g, ""))
+  );
   return at < 0 ? undefined : start + at;
 }
 
@@ -128,7 +138,10 @@ function valueError(error: Error): string {
  * renderManifest(readManifest(text), new Set()) === text; // true
  * ```
  */
-export function renderManifest(documents: readonly ManifestDocument[], changed: ReadonlySet<ManifestDocument>): string {
+export function renderManifest(
+  documents: readonly ManifestDocument[],
+  changed: ReadonlySet<ManifestDocument>,
+): string {
   return documents.map((d) => (changed.has(d) ? printed(d) : d.source)).join("");
 }
 
@@ -143,7 +156,13 @@ function printed(d: ManifestDocument): string {
   const again = parseAllDocuments(text, MANIFEST_YAML);
   const same = Array.isArray(again) && again.length === 1 && again[0].errors.length === 0 &&
     isDeepStrictEqual(again[0].toJS({ maxAliasCount: -1 }), d.doc.toJS({ maxAliasCount: -1 }));
-  if (!same) throw new ManifestError(d.index, 1, "lastcall could not print this document back with the same values (please report it): nothing printed");
+  if (!same) {
+    throw new ManifestError(
+      d.index,
+      1,
+      "lastcall could not print this document back with the same values (please report it): nothing printed",
+    );
+  }
   return text;
 }
 

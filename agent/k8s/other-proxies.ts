@@ -10,17 +10,34 @@ export interface OtherProxy {
   migrate: string;
 }
 
-const ISTIO = "remove Istio's injection first (label the namespace or pod sidecar.istio.io/inject=false, apply the manifest without istio-proxy) then inject; lastcall honours Istio's drain variables (docs/migration.md)";
+const ISTIO =
+  "remove Istio's injection first (label the namespace or pod sidecar.istio.io/inject=false, apply the manifest without istio-proxy) then inject; lastcall honours Istio's drain variables (docs/migration.md)";
 const MESH = (name: string, how: string) => `remove ${name}'s injection first (${how}) then inject`;
 
 /** Sidecars by container name: [name, product, migration]. */
 const SIDECARS: readonly (readonly [string, string, string])[] = [
   ["istio-proxy", "Istio's sidecar", ISTIO],
   ["linkerd-proxy", "Linkerd's sidecar", MESH("Linkerd", "annotation linkerd.io/inject: disabled")],
-  ["consul-dataplane", "Consul's sidecar", MESH("Consul", `annotation consul.hashicorp.com/connect-inject: "false"`)],
-  ["envoy-sidecar", "Consul's sidecar", MESH("Consul", `annotation consul.hashicorp.com/connect-inject: "false"`)],
-  ["consul-connect-envoy-sidecar", "Consul's sidecar", MESH("Consul", `annotation consul.hashicorp.com/connect-inject: "false"`)],
-  ["kuma-sidecar", "Kuma's sidecar", MESH("Kuma", "annotation or label kuma.io/sidecar-injection: disabled")],
+  [
+    "consul-dataplane",
+    "Consul's sidecar",
+    MESH("Consul", `annotation consul.hashicorp.com/connect-inject: "false"`),
+  ],
+  [
+    "envoy-sidecar",
+    "Consul's sidecar",
+    MESH("Consul", `annotation consul.hashicorp.com/connect-inject: "false"`),
+  ],
+  [
+    "consul-connect-envoy-sidecar",
+    "Consul's sidecar",
+    MESH("Consul", `annotation consul.hashicorp.com/connect-inject: "false"`),
+  ],
+  [
+    "kuma-sidecar",
+    "Kuma's sidecar",
+    MESH("Kuma", "annotation or label kuma.io/sidecar-injection: disabled"),
+  ],
 ];
 
 /**
@@ -40,9 +57,24 @@ export function meshSidecar(name: string): string | undefined {
 /** Annotations (or labels) that make a mesh inject its sidecar at admission: [key, values, product, migration]. */
 const MARKS: readonly (readonly [string, RegExp, string, string])[] = [
   ["sidecar.istio.io/inject", /^true$/i, "Istio's injection", ISTIO],
-  ["linkerd.io/inject", /^enabled$/i, "Linkerd's injection", MESH("Linkerd", "annotation linkerd.io/inject: disabled")],
-  ["consul.hashicorp.com/connect-inject", /^true$/i, "Consul's injection", MESH("Consul", `annotation consul.hashicorp.com/connect-inject: "false"`)],
-  ["kuma.io/sidecar-injection", /^enabled$/i, "Kuma's injection", MESH("Kuma", "annotation or label kuma.io/sidecar-injection: disabled")],
+  [
+    "linkerd.io/inject",
+    /^enabled$/i,
+    "Linkerd's injection",
+    MESH("Linkerd", "annotation linkerd.io/inject: disabled"),
+  ],
+  [
+    "consul.hashicorp.com/connect-inject",
+    /^true$/i,
+    "Consul's injection",
+    MESH("Consul", `annotation consul.hashicorp.com/connect-inject: "false"`),
+  ],
+  [
+    "kuma.io/sidecar-injection",
+    /^enabled$/i,
+    "Kuma's injection",
+    MESH("Kuma", "annotation or label kuma.io/sidecar-injection: disabled"),
+  ],
 ];
 
 /**
@@ -55,7 +87,10 @@ const MARKS: readonly (readonly [string, RegExp, string, string])[] = [
  * // `Istio's sidecar (container "istio-proxy")`
  * ```
  */
-export function otherProxies(spec: Record<string, unknown>, marks: Record<string, unknown>): OtherProxy[] {
+export function otherProxies(
+  spec: Record<string, unknown>,
+  marks: Record<string, unknown>,
+): OtherProxy[] {
   const found: OtherProxy[] = [];
   for (const { container } of podContainers(spec)) {
     const name = containerName(container);
@@ -68,16 +103,22 @@ export function otherProxies(spec: Record<string, unknown>, marks: Record<string
     // A plain Envoy goes last: its pod's shutdown-manager, when it has one, says more.
     if (envoy) found.push({ what: `${envoy.what} (container "${name}")`, migrate: envoy.migrate });
   }
-  found.sort((a, b) => Number(a.what.startsWith("an Envoy")) - Number(b.what.startsWith("an Envoy")));
+  found.sort((a, b) =>
+    Number(a.what.startsWith("an Envoy")) - Number(b.what.startsWith("an Envoy"))
+  );
   for (const [key, value, product, migrate] of MARKS) {
     const set = marks[key];
-    if (typeof set === "string" && value.test(set)) found.push({ what: `${product} (${key}: ${set})`, migrate });
+    if (typeof set === "string" && value.test(set)) {
+      found.push({ what: `${product} (${key}: ${set})`, migrate });
+    }
   }
   return found;
 }
 
-const CONTOUR = "this pod is Contour's Envoy: keep it, and put lastcall in its shutdown-manager container (docs/migration.md, Contour)";
-const GATEWAY = "this pod is Envoy Gateway's Envoy: keep it, and put lastcall in its shutdown-manager container (docs/migration.md, Envoy Gateway)";
+const CONTOUR =
+  "this pod is Contour's Envoy: keep it, and put lastcall in its shutdown-manager container (docs/migration.md, Contour)";
+const GATEWAY =
+  "this pod is Envoy Gateway's Envoy: keep it, and put lastcall in its shutdown-manager container (docs/migration.md, Envoy Gateway)";
 
 /** Names the Envoy (or its shutdown-manager) a container runs other than under lastcall, or undefined. */
 function envoyOf(container: Record<string, unknown>): OtherProxy | undefined {
@@ -91,7 +132,11 @@ function envoyOf(container: Record<string, unknown>): OtherProxy | undefined {
   }
   if (isProgram(words[0], "lastcall")) return undefined;
   if (isProgram(words[0], "envoy") || /(^|\/)envoyproxy\/envoy[^/]*([:@]|$)/.test(image)) {
-    return { what: "an Envoy", migrate: "this pod runs its own Envoy: run that Envoy under `lastcall run` (docs/kubernetes.md) instead of adding a second one" };
+    return {
+      what: "an Envoy",
+      migrate:
+        "this pod runs its own Envoy: run that Envoy under `lastcall run` (docs/kubernetes.md) instead of adding a second one",
+    };
   }
   return undefined;
 }

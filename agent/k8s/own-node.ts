@@ -1,10 +1,21 @@
 // Editing through YAML anchors: before `inject` edits a value, an alias or merged key is made the
 // mapping's own; the anchored original is left alone.
-import { type Document, isAlias, isMap, isScalar, isSeq, type Node, type YAMLMap, type YAMLSeq } from "yaml";
+import {
+  type Document,
+  isAlias,
+  isMap,
+  isScalar,
+  isSeq,
+  type Node,
+  type YAMLMap,
+  type YAMLSeq,
+} from "yaml";
 
 /** What a mapping means with its merge keys applied and its aliases resolved. */
 export function valueOf(doc: Document, node: unknown): unknown {
-  return isMap(node) || isSeq(node) || isScalar(node) || isAlias(node) ? (node as Node).toJS(doc) : node;
+  return isMap(node) || isSeq(node) || isScalar(node) || isAlias(node)
+    ? (node as Node).toJS(doc)
+    : node;
 }
 
 /** A plain copy of a resolved value, as a node of `doc` (no anchors, no aliases). */
@@ -55,7 +66,11 @@ export function ownItem(doc: Document, seq: YAMLSeq, index: number): unknown {
  * const spec = ownIn(doc, ["spec", "template", "spec"]);
  * ```
  */
-export function ownIn(doc: Document, path: readonly string[], from: unknown = doc.contents): Node | undefined {
+export function ownIn(
+  doc: Document,
+  path: readonly string[],
+  from: unknown = doc.contents,
+): Node | undefined {
   let at: unknown = from;
   for (const key of path) {
     if (!isMap(at)) return undefined;

@@ -19,14 +19,28 @@ import type { ProxyTiming } from "./timing.ts";
  * // "Linkerd's sidecar"
  * ```
  */
-export function findProxies(spec: Record<string, unknown>, annotations: Record<string, unknown>, servesRequests = true): ProxyTiming[] {
+export function findProxies(
+  spec: Record<string, unknown>,
+  annotations: Record<string, unknown>,
+  servesRequests = true,
+): ProxyTiming[] {
   const found: ProxyTiming[] = [];
-  const add = (read: () => ProxyTiming | undefined, container: string, tool: ProxyTiming["tool"]) => {
+  const add = (
+    read: () => ProxyTiming | undefined,
+    container: string,
+    tool: ProxyTiming["tool"],
+  ) => {
     try {
       const proxy = read();
       if (proxy) found.push(proxy);
     } catch (error) {
-      found.push({ container, members: [container], tool, native: false, problems: [`${container}: cannot read its timings: ${(error as Error).message}`] });
+      found.push({
+        container,
+        members: [container],
+        tool,
+        native: false,
+        problems: [`${container}: cannot read its timings: ${(error as Error).message}`],
+      });
     }
   };
   for (const { container, init } of podContainers(spec)) {
@@ -39,8 +53,18 @@ export function findProxies(spec: Record<string, unknown>, annotations: Record<s
   const members = new Set(found.flatMap((p) => p.members));
   for (const { container } of podContainers(spec)) {
     const name = containerName(container);
-    const what = meshSidecar(name) ?? (isBareEnvoy(container) ? "an Envoy without a shutdown manager" : undefined);
-    if (what && !members.has(name)) found.push({ container: name, members: [name], tool: "other", native: false, problems: [], unmodelled: what });
+    const what = meshSidecar(name) ??
+      (isBareEnvoy(container) ? "an Envoy without a shutdown manager" : undefined);
+    if (what && !members.has(name)) {
+      found.push({
+        container: name,
+        members: [name],
+        tool: "other",
+        native: false,
+        problems: [],
+        unmodelled: what,
+      });
+    }
   }
   return found;
 }

@@ -1,15 +1,33 @@
 // Contour's shutdown-manager pair (or lastcall's drop-in for it), read from the pod.
-import { argv, containerName, type ContainerSpec, flagValue, handlerArgv, isProgram, podContainers } from "./containers.ts";
+import {
+  argv,
+  containerName,
+  type ContainerSpec,
+  flagValue,
+  handlerArgv,
+  isProgram,
+  podContainers,
+} from "./containers.ts";
 import { type ProxyTiming, type Setting, setting } from "./timing.ts";
 import { isRecord } from "./workloads.ts";
 
 /** Contour's defaults for its `shutdown` flags (cmd/contour/shutdownmanager.go), as `lastcall shutdown` keeps them. */
-export const CONTOUR_DEFAULTS = { drainDelayMs: 0, checkDelayMs: 0, checkIntervalMs: 5000 } as const;
+export const CONTOUR_DEFAULTS = {
+  drainDelayMs: 0,
+  checkDelayMs: 0,
+  checkIntervalMs: 5000,
+} as const;
 
 /** The Contour subcommand a command line runs: `contour envoy shutdown` → `shutdown`. */
-function contourCommand(words: readonly string[]): { program: string; sub: string; args: string[] } | undefined {
-  if (isProgram(words[0], "contour") && words[1] === "envoy") return { program: "contour envoy", sub: words[2], args: words.slice(3) };
-  if (isProgram(words[0], "lastcall")) return { program: "lastcall", sub: words[1], args: words.slice(2) };
+function contourCommand(
+  words: readonly string[],
+): { program: string; sub: string; args: string[] } | undefined {
+  if (isProgram(words[0], "contour") && words[1] === "envoy") {
+    return { program: "contour envoy", sub: words[2], args: words.slice(3) };
+  }
+  if (isProgram(words[0], "lastcall")) {
+    return { program: "lastcall", sub: words[1], args: words.slice(2) };
+  }
   return undefined;
 }
 
@@ -26,7 +44,9 @@ export function contourProxy(spec: Record<string, unknown>): ProxyTiming | undef
   const port = Number(flagValue(managerArgs, "--serve-port") ?? 8090);
   const problems: string[] = [];
   const preStop = (c: ContainerSpec) => (isRecord(c.lifecycle) ? c.lifecycle.preStop : undefined);
-  const shutdownHook = containers.map((c) => contourCommand(handlerArgv(preStop(c)) ?? [])).find((cmd) => cmd?.sub === "shutdown");
+  const shutdownHook = containers.map((c) => contourCommand(handlerArgv(preStop(c)) ?? [])).find((
+    cmd,
+  ) => cmd?.sub === "shutdown");
   const envoy = containers.find((c) => {
     const hook = preStop(c);
     return isRecord(hook) && isRecord(hook.httpGet) && hook.httpGet.path === "/shutdown";
@@ -34,20 +54,29 @@ export function contourProxy(spec: Record<string, unknown>): ProxyTiming | undef
   const managerName = containerName(manager);
   let hooked = envoy !== undefined && shutdownHook !== undefined;
   if (!envoy) {
-    problems.push(`${managerName}: no container's preStop calls GET :${port}/shutdown: Envoy gets SIGTERM at once and exits without draining; add lifecycle.preStop.httpGet {path: /shutdown, port: ${port}} to the Envoy container`);
+    problems.push(
+      `${managerName}: no container's preStop calls GET :${port}/shutdown: Envoy gets SIGTERM at once and exits without draining; add lifecycle.preStop.httpGet {path: /shutdown, port: ${port}} to the Envoy container`,
+    );
   } else {
     const hookPort = (preStop(envoy) as { httpGet: { port?: unknown } }).httpGet.port;
     if (Number(hookPort) !== port) {
       hooked = false;
-      problems.push(`${containerName(envoy)}: preStop GET /shutdown goes to port ${String(hookPort)}, but ${managerName} serves --serve-port ${port}: the hook fails at once and Envoy exits without draining; use port ${port}`);
+      problems.push(
+        `${containerName(envoy)}: preStop GET /shutdown goes to port ${
+          String(hookPort)
+        }, but ${managerName} serves --serve-port ${port}: the hook fails at once and Envoy exits without draining; use port ${port}`,
+      );
     }
   }
   if (!shutdownHook) {
-    problems.push(`${managerName}: no preStop runs \`shutdown\`: nobody writes the ready file, so Envoy's preStop GET /shutdown blocks until the kubelet kills the pod; add lifecycle.preStop.exec.command: [/bin/contour, envoy, shutdown] to ${managerName}`);
+    problems.push(
+      `${managerName}: no preStop runs \`shutdown\`: nobody writes the ready file, so Envoy's preStop GET /shutdown blocks until the kubelet kills the pod; add lifecycle.preStop.exec.command: [/bin/contour, envoy, shutdown] to ${managerName}`,
+    );
   }
   const flags = shutdownHook?.args ?? [];
   const prefix = `${shutdownHook?.program ?? "contour envoy"} shutdown`;
-  const flag = (name: string, fallbackMs: number) => setting(name, flagValue(flags, name), fallbackMs, `${prefix} ${name}`);
+  const flag = (name: string, fallbackMs: number) =>
+    setting(name, flagValue(flags, name), fallbackMs, `${prefix} ${name}`);
   const drainDelay = flag("--drain-delay", CONTOUR_DEFAULTS.drainDelayMs);
   const checkDelay = flag("--check-delay", CONTOUR_DEFAULTS.checkDelayMs);
   const checkInterval = flag("--check-interval", CONTOUR_DEFAULTS.checkIntervalMs);
@@ -74,7 +103,13 @@ export function contourProxy(spec: Record<string, unknown>): ProxyTiming | undef
   // drain, lastcall keeps Envoy taking requests for --min-drain and until nothing is in flight:
   // that container's own timings, read as a lastcall proxy, are the ones that hold.
   if (envoy && isProgram(argv(envoy)[0], "lastcall") && argv(envoy)[1] === "run") {
-    return { container: name, members: [...new Set([name, managerName])], tool: "contour", native: false, problems };
+    return {
+      container: name,
+      members: [...new Set([name, managerName])],
+      tool: "contour",
+      native: false,
+      problems,
+    };
   }
   return {
     container: name,

@@ -19,8 +19,13 @@ function foldedForm(text: string): Written["folded"] {
   const [header, ...rest] = text.replace(/\n+$/, "").split("\n");
   if (!/^>-?$/.test(header) || rest.length === 0) return undefined;
   const indent = /^ */.exec(rest.find((line) => line.trim() !== "") ?? "")![0];
-  if (indent === "" || rest.some((line) => line.trim() !== "" && !line.startsWith(indent))) return undefined;
-  return { header, lines: rest.map((line) => (line.trim() === "" ? "" : line.slice(indent.length))) };
+  if (indent === "" || rest.some((line) => line.trim() !== "" && !line.startsWith(indent))) {
+    return undefined;
+  }
+  return {
+    header,
+    lines: rest.map((line) => (line.trim() === "" ? "" : line.slice(indent.length))),
+  };
 }
 
 /** A scalar tag of the document's schema, as far as this module uses it. */
@@ -69,7 +74,12 @@ export function keepScalarForms(doc: Document, source: string): void {
           if (!form.folded) return form.text;
           // Folded lines go back at the indentation the printer puts block content at.
           const indent = (rest[0] as { indent?: string } | undefined)?.indent;
-          if (indent) return [form.folded.header, ...form.folded.lines.map((line) => (line === "" ? "" : indent + line))].join("\n");
+          if (indent) {
+            return [
+              form.folded.header,
+              ...form.folded.lines.map((line) => (line === "" ? "" : indent + line)),
+            ].join("\n");
+          }
         }
         return stringify.call(original, node as Scalar, ...rest);
       },

@@ -79,7 +79,6 @@ export const BIN_PATH = `${BIN_DIR}/lastcall`;
  */
 export const MIN_GRACE_SECONDS = 8;
 
-
 /**
  * The `lastcall run` arguments for a pod whose grace period is `graceSeconds`: the status
  * server listens on all addresses because the kubelet probes the pod IP, and the config is
@@ -87,12 +86,25 @@ export const MIN_GRACE_SECONDS = 8;
  */
 export function runArgs(graceSeconds: number, statusPort = STATUS_PORT): string[] {
   const port = statusPort === STATUS_PORT ? [] : ["--status-port", String(statusPort)];
-  return ["run", "--config", CONFIG_FILE, "--grace", `${graceSeconds}s`, "--status-address", "0.0.0.0", ...port, "--watch", CONFIG_FILE];
+  return [
+    "run",
+    "--config",
+    CONFIG_FILE,
+    "--grace",
+    `${graceSeconds}s`,
+    "--status-address",
+    "0.0.0.0",
+    ...port,
+    "--watch",
+    CONFIG_FILE,
+  ];
 }
 
 /** `--status-url` for the hooks and `lastcall exec` when the status port is not the default. */
 function statusUrl(statusPort: number, path = ""): string[] {
-  return statusPort === STATUS_PORT ? [] : ["--status-url", `http://127.0.0.1:${statusPort}${path}`];
+  return statusPort === STATUS_PORT
+    ? []
+    : ["--status-url", `http://127.0.0.1:${statusPort}${path}`];
 }
 
 /**
@@ -103,7 +115,10 @@ function statusUrl(statusPort: number, path = ""): string[] {
  * sidecarContainer(30, SIDECAR_DEFAULTS).restartPolicy; // "Always"
  * ```
  */
-export function sidecarContainer(graceSeconds: number, options: SidecarOptions): Record<string, unknown> {
+export function sidecarContainer(
+  graceSeconds: number,
+  options: SidecarOptions,
+): Record<string, unknown> {
   const port = options.statusPort ?? STATUS_PORT;
   const probe = (path: string) => ({ httpGet: { path, port } });
   // A starting Envoy: the answer waits for it (up to 0.9 s, in the kubelet's 1 s timeout), so
@@ -141,7 +156,15 @@ export function sidecarContainer(graceSeconds: number, options: SidecarOptions):
     readinessProbe: { ...ready, periodSeconds: 1 },
     livenessProbe: probe("/healthz/live"),
     // Holding: the kubelet starts the next container only once this hook returns.
-    ...(hold ? { lifecycle: { postStart: { exec: { command: ["lastcall", "wait", ...statusUrl(port, "/healthz/ready")] } } } } : {}),
+    ...(hold
+      ? {
+        lifecycle: {
+          postStart: {
+            exec: { command: ["lastcall", "wait", ...statusUrl(port, "/healthz/ready")] },
+          },
+        },
+      }
+      : {}),
     ...mounts,
   };
 }
@@ -179,11 +202,23 @@ export function binMount(): Record<string, unknown> {
  * runs and when it exited. `quit` (Jobs): the app's end also stops the proxy; otherwise the
  * kubelet restarts an app that ends, and the proxy stays.
  */
-export function wrapCommand(command: readonly string[], quit: boolean, statusPort = STATUS_PORT): string[] {
-  return [BIN_PATH, "exec", ...statusUrl(statusPort, "/healthz/ready"), ...(quit ? [] : ["--no-quit"]), "--", ...command];
+export function wrapCommand(
+  command: readonly string[],
+  quit: boolean,
+  statusPort = STATUS_PORT,
+): string[] {
+  return [
+    BIN_PATH,
+    "exec",
+    ...statusUrl(statusPort, "/healthz/ready"),
+    ...(quit ? [] : ["--no-quit"]),
+    "--",
+    ...command,
+  ];
 }
 
 /** Whether a command already runs under `lastcall exec`. */
 export function isWrapped(command: readonly unknown[]): boolean {
-  return typeof command[0] === "string" && /(^|\/)lastcall$/.test(command[0]) && command[1] === "exec";
+  return typeof command[0] === "string" && /(^|\/)lastcall$/.test(command[0]) &&
+    command[1] === "exec";
 }

@@ -58,15 +58,37 @@ export const secondsText = (ms: number) => `${Math.ceil(ms / 1000)}`;
 export const formatFlagDuration = (ms: number) => (ms === 0 ? "0s" : formatDuration(ms));
 
 /** A setting read from `value`, or `fallback` (a default, in ms) when absent. */
-export function setting(name: string, value: string | undefined, fallback: number, knob = name, format = formatFlagDuration): Setting {
-  if (value === undefined) return { ms: fallback, what: `${name} ${formatFlagDuration(fallback)}`, isDefault: true, knob, offsetMs: 0, format };
+export function setting(
+  name: string,
+  value: string | undefined,
+  fallback: number,
+  knob = name,
+  format = formatFlagDuration,
+): Setting {
+  if (value === undefined) {
+    return {
+      ms: fallback,
+      what: `${name} ${formatFlagDuration(fallback)}`,
+      isDefault: true,
+      knob,
+      offsetMs: 0,
+      format,
+    };
+  }
   let ms: number;
   try {
     ms = parseAnyDuration(value);
   } catch {
     throw new RangeError(`${name} "${value}" is not a duration`);
   }
-  return { ms, what: `${name} ${formatFlagDuration(ms)}`, isDefault: false, knob, offsetMs: 0, format };
+  return {
+    ms,
+    what: `${name} ${formatFlagDuration(ms)}`,
+    isDefault: false,
+    knob,
+    offsetMs: 0,
+    format,
+  };
 }
 
 /**
@@ -99,11 +121,27 @@ export function goDurationMs(text: string): number | undefined {
  * ```
  * @throws {RangeError} naming the setting when the value is not a Go duration
  */
-export function goSetting(name: string, value: string | undefined, fallback: number, knob = name): Setting {
+export function goSetting(
+  name: string,
+  value: string | undefined,
+  fallback: number,
+  knob = name,
+): Setting {
   if (value === undefined) return setting(name, undefined, fallback, knob);
   const ms = goDurationMs(value);
-  if (ms === undefined) throw new RangeError(`${name} "${value}" is not a Go duration (e.g. ${/^\d+$/.test(value) ? `${value}s` : "10s"})`);
-  return { ms, what: `${name} ${formatFlagDuration(ms)}`, isDefault: false, knob, offsetMs: 0, format: formatFlagDuration };
+  if (ms === undefined) {
+    throw new RangeError(
+      `${name} "${value}" is not a Go duration (e.g. ${/^\d+$/.test(value) ? `${value}s` : "10s"})`,
+    );
+  }
+  return {
+    ms,
+    what: `${name} ${formatFlagDuration(ms)}`,
+    isDefault: false,
+    knob,
+    offsetMs: 0,
+    format: formatFlagDuration,
+  };
 }
 
 /** The earlier of two settings (the one that binds). */
@@ -112,4 +150,5 @@ export const earlier = (a: Setting, b: Setting) => (b.ms < a.ms ? b : a);
 export const later = (a: Setting, b: Setting) => (b.ms > a.ms ? b : a);
 
 /** A native sidecar: an init container the kubelet restarts, and stops after the app. */
-export const isNative = (c: ContainerSpec, init: boolean): boolean => init && c.restartPolicy === "Always";
+export const isNative = (c: ContainerSpec, init: boolean): boolean =>
+  init && c.restartPolicy === "Always";

@@ -58,7 +58,9 @@ export function getPath(value: unknown, path: readonly string[]): unknown {
  * ```
  */
 export function findPodTemplate(object: unknown): PodTemplate | undefined {
-  if (!isRecord(object) || typeof object.kind !== "string" || !Object.hasOwn(POD_PATHS, object.kind)) return undefined;
+  if (
+    !isRecord(object) || typeof object.kind !== "string" || !Object.hasOwn(POD_PATHS, object.kind)
+  ) return undefined;
   const kind = object.kind as WorkloadKind;
   const podPath = POD_PATHS[kind];
   const spec = getPath(object, [...podPath, "spec"]);
@@ -72,7 +74,8 @@ export function findPodTemplate(object: unknown): PodTemplate | undefined {
     spec: isRecord(spec) ? spec : undefined,
     annotations: isRecord(annotations) ? annotations : {},
     labels: isRecord(labels) ? labels : {},
-    runsToCompletion: kind === "Job" || kind === "CronJob" || restartPolicy === "Never" || restartPolicy === "OnFailure",
+    runsToCompletion: kind === "Job" || kind === "CronJob" || restartPolicy === "Never" ||
+      restartPolicy === "OnFailure",
   };
 }
 

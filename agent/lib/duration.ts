@@ -32,7 +32,11 @@ export function parseDuration(text: string): number {
   const unitMs = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 }[match[2] ?? "s"] as number;
   const ms = Math.round(Number(match[1]) * unitMs);
   // Also refuses Infinity, which a long enough string of digits becomes.
-  if (!(ms <= MAX_DURATION_MS)) throw new DurationTooLongError(`Duration longer than a timer can hold (${MAX_DURATION_TEXT}): "${text}"`);
+  if (!(ms <= MAX_DURATION_MS)) {
+    throw new DurationTooLongError(
+      `Duration longer than a timer can hold (${MAX_DURATION_TEXT}): "${text}"`,
+    );
+  }
   return ms;
 }
 
@@ -73,7 +77,8 @@ const GO_LIMIT = 1n << 63n;
  * @throws {RangeError} when Go would refuse the text (syntax, unknown unit, beyond int64 ns)
  */
 export function parseGoDuration(text: string): number {
-  const invalid = () => new RangeError(`Cannot parse Go duration: "${text}" (use e.g. 1m30s, 500ms)`);
+  const invalid = () =>
+    new RangeError(`Cannot parse Go duration: "${text}" (use e.g. 1m30s, 500ms)`);
   let s = text;
   const negative = s.startsWith("-");
   if (negative || s.startsWith("+")) s = s.slice(1);
@@ -138,6 +143,10 @@ export function parseAnyDuration(text: string): number {
   } catch {
     return parseDuration(trimmed);
   }
-  if (ms > MAX_DURATION_MS) throw new DurationTooLongError(`Duration longer than a timer can hold (${MAX_DURATION_TEXT}): "${text}"`);
+  if (ms > MAX_DURATION_MS) {
+    throw new DurationTooLongError(
+      `Duration longer than a timer can hold (${MAX_DURATION_TEXT}): "${text}"`,
+    );
+  }
   return ms;
 }

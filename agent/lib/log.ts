@@ -16,14 +16,19 @@ export type EventLog = (event: string, fields?: Record<string, unknown>) => void
  * log("start", { pid: 42 }); // {"ts":"…","event":"start","pid":42}
  * ```
  */
-export function createEventLog(format: LogFormat = "json", write: (line: string) => void = writeLog): EventLog {
+export function createEventLog(
+  format: LogFormat = "json",
+  write: (line: string) => void = writeLog,
+): EventLog {
   return function logEvent(event, fields = {}) {
     const ts = new Date().toISOString();
     if (format === "json") {
       write(JSON.stringify({ ts, event, ...fields }));
       return;
     }
-    const pairs = Object.entries(fields).map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`);
+    const pairs = Object.entries(fields).map(([k, v]) =>
+      `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`
+    );
     write([ts, event, ...pairs].join(" "));
   };
 }

@@ -59,10 +59,15 @@ export class RetryError extends Error {
  * @throws {RetryError} when every try failed (its `cause` is the last error)
  * @throws the signal's reason when `signal` aborts
  */
-export async function retry<T>(fn: (signal: AbortSignal) => Promise<T>, options: RetryOptions = {}): Promise<T> {
+export async function retry<T>(
+  fn: (signal: AbortSignal) => Promise<T>,
+  options: RetryOptions = {},
+): Promise<T> {
   const { maxAttempts = Infinity, delayMs = 0, signal = NEVER, onError } = options;
   if (!(maxAttempts >= 1) || (maxAttempts !== Infinity && !Number.isInteger(maxAttempts))) {
-    throw new RangeError(`Cannot retry: maxAttempts must be a whole number of 1 or more, not ${maxAttempts}`);
+    throw new RangeError(
+      `Cannot retry: maxAttempts must be a whole number of 1 or more, not ${maxAttempts}`,
+    );
   }
   const pause = typeof delayMs === "number" ? () => delayMs : delayMs;
   for (let attempt = 1;; attempt++) {

@@ -28,7 +28,11 @@ async function fingerprint(paths: readonly string[]): Promise<string> {
  * const stop = await watchFiles(["/etc/envoy/envoy.yaml"], (changed) => reload(changed));
  * ```
  */
-export async function watchFiles(paths: readonly string[], onChange: (paths: string[]) => void, options: WatchOptions = {}): Promise<() => void> {
+export async function watchFiles(
+  paths: readonly string[],
+  onChange: (paths: string[]) => void,
+  options: WatchOptions = {},
+): Promise<() => void> {
   const settleMs = options.settleMs ?? 250;
   const files = paths.map((p) => resolve(p));
   let last = await fingerprint(files);

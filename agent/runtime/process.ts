@@ -79,7 +79,14 @@ function flushed(stream: NodeJS.WriteStream): Promise<void> {
 }
 
 /** The signals lastcall gives a meaning to, in every command (docs/operations.md, "Signals"). */
-export const HANDLED_SIGNALS = ["SIGTERM", "SIGINT", "SIGQUIT", "SIGHUP", "SIGUSR1", "SIGUSR2"] as const;
+export const HANDLED_SIGNALS = [
+  "SIGTERM",
+  "SIGINT",
+  "SIGQUIT",
+  "SIGHUP",
+  "SIGUSR1",
+  "SIGUSR2",
+] as const;
 
 /** One of {@linkcode HANDLED_SIGNALS}. */
 export type HandledSignal = typeof HANDLED_SIGNALS[number];
@@ -102,7 +109,9 @@ export function signalStatus(signal: NodeJS.Signals): number {
 // a signal without a handler is dropped. A listener is never removed either: removing Node's
 // last one puts the default action back. Commands add handlers with onSignal; a signal no
 // command handles is dealt with by unhandled().
-const handlers = new Map<HandledSignal, Array<() => void>>(HANDLED_SIGNALS.map((signal) => [signal, []]));
+const handlers = new Map<HandledSignal, Array<() => void>>(
+  HANDLED_SIGNALS.map((signal) => [signal, []]),
+);
 
 /** A signal no command handles: a stop signal ends the process (nothing runs yet, or any more); the others are ignored. */
 function unhandled(signal: HandledSignal): void {
@@ -176,9 +185,11 @@ export function onSignal(signal: HandledSignal, handler: () => void): () => void
  */
 export function nextSignal<S extends HandledSignal>(signals: readonly S[]): Promise<S> {
   return new Promise((resolve) => {
-    const offs = signals.map((signal) => onSignal(signal, () => {
-      for (const off of offs) off();
-      resolve(signal);
-    }));
+    const offs = signals.map((signal) =>
+      onSignal(signal, () => {
+        for (const off of offs) off();
+        resolve(signal);
+      })
+    );
   });
 }

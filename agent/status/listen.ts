@@ -18,12 +18,16 @@ export function listen(app: Hono, address: string, port: number): Promise<Status
     const server = serve({ fetch: app.fetch, hostname: address, port }, (info) => {
       resolve({
         port: info.port,
-        close: () => new Promise((done) => {
-          (server as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
-          server.close(() => done());
-        }),
+        close: () =>
+          new Promise((done) => {
+            (server as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
+            server.close(() => done());
+          }),
       });
     });
-    server.once("error", (error: Error) => reject(new Error(`Cannot listen on ${address}:${port}: ${error.message}`)));
+    server.once(
+      "error",
+      (error: Error) => reject(new Error(`Cannot listen on ${address}:${port}: ${error.message}`)),
+    );
   });
 }

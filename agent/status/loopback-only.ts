@@ -55,7 +55,9 @@ export function loopbackOnly(): MiddlewareHandler {
     const peer = peerAddress(c);
     if (!isLoopbackAddress(peer)) {
       const from = peer === undefined ? "an unknown address" : peer;
-      return c.json({ error: `${c.req.method} ${c.req.path} is accepted only from loopback, not from ${from}` }, 403);
+      return c.json({
+        error: `${c.req.method} ${c.req.path} is accepted only from loopback, not from ${from}`,
+      }, 403);
     }
     await next();
   };

@@ -31,29 +31,90 @@ export interface MetricsSource {
  */
 export function createMetrics(source: MetricsSource): Registry {
   const registry = new Registry();
-  const gauge = (name: string, help: string, collect: (g: Gauge) => void, labelNames: string[] = []) =>
-    new Gauge({ name, help, labelNames, registers: [registry], collect() { collect(this as Gauge); } });
+  const gauge = (
+    name: string,
+    help: string,
+    collect: (g: Gauge) => void,
+    labelNames: string[] = [],
+  ) =>
+    new Gauge({
+      name,
+      help,
+      labelNames,
+      registers: [registry],
+      collect() {
+        collect(this as Gauge);
+      },
+    });
 
-  gauge("lastcall_envoy_restarts_total", "Crash restarts of Envoy since lastcall started", (g) => g.set(source.state().restarts));
-  gauge("lastcall_hot_restarts_total", "Hot restarts (new epochs) since lastcall started", (g) => g.set(source.state().hotRestarts));
-  gauge("lastcall_reloads_rejected_total", "Reloads refused because the new config did not validate", (g) => g.set(source.state().reloadsRejected));
-  gauge("lastcall_envoy_epoch", "Hot-restart epoch of the current Envoy", (g) => g.set(source.state().current?.epoch ?? -1));
-  gauge("lastcall_envoy_processes", "Live Envoy processes (hot-restart parents included)", (g) => g.set(source.state().epochs.length));
+  gauge(
+    "lastcall_envoy_restarts_total",
+    "Crash restarts of Envoy since lastcall started",
+    (g) => g.set(source.state().restarts),
+  );
+  gauge(
+    "lastcall_hot_restarts_total",
+    "Hot restarts (new epochs) since lastcall started",
+    (g) => g.set(source.state().hotRestarts),
+  );
+  gauge(
+    "lastcall_reloads_rejected_total",
+    "Reloads refused because the new config did not validate",
+    (g) => g.set(source.state().reloadsRejected),
+  );
+  gauge(
+    "lastcall_envoy_epoch",
+    "Hot-restart epoch of the current Envoy",
+    (g) => g.set(source.state().current?.epoch ?? -1),
+  );
+  gauge(
+    "lastcall_envoy_processes",
+    "Live Envoy processes (hot-restart parents included)",
+    (g) => g.set(source.state().epochs.length),
+  );
   gauge("lastcall_phase", "1 for the agent's current phase", (g) => {
     const phase = source.state().phase;
     for (const p of PHASES) g.set({ phase: p }, p === phase ? 1 : 0);
   }, ["phase"]);
-  gauge("lastcall_ready", "1 when /healthz/ready answers 200", (g) => g.set(source.ready() ? 1 : 0));
-  gauge("lastcall_inflight_requests", "Requests in flight in Envoy, as the filter last reported", (g) => g.set(source.inflight()));
-  gauge("lastcall_filter_reports_total", "Filter reports accepted", (g) => g.set(source.reports().accepted));
-  gauge("lastcall_filter_stale_reports_total", "Filter probe answers ignored: older than one already seen, or to a probe never issued", (g) => g.set(source.reports().stale));
-  gauge("lastcall_filter_unknown_reports_total", "Reports naming no live Envoy of this agent (answered, nothing kept)", (g) => g.set(source.reports().unknown));
-  gauge("lastcall_filter_refused_reports_total", "Reports refused for a missing or wrong token", (g) => g.set(source.reports().refused));
+  gauge(
+    "lastcall_ready",
+    "1 when /healthz/ready answers 200",
+    (g) => g.set(source.ready() ? 1 : 0),
+  );
+  gauge(
+    "lastcall_inflight_requests",
+    "Requests in flight in Envoy, as the filter last reported",
+    (g) => g.set(source.inflight()),
+  );
+  gauge(
+    "lastcall_filter_reports_total",
+    "Filter reports accepted",
+    (g) => g.set(source.reports().accepted),
+  );
+  gauge(
+    "lastcall_filter_stale_reports_total",
+    "Filter probe answers ignored: older than one already seen, or to a probe never issued",
+    (g) => g.set(source.reports().stale),
+  );
+  gauge(
+    "lastcall_filter_unknown_reports_total",
+    "Reports naming no live Envoy of this agent (answered, nothing kept)",
+    (g) => g.set(source.reports().unknown),
+  );
+  gauge(
+    "lastcall_filter_refused_reports_total",
+    "Reports refused for a missing or wrong token",
+    (g) => g.set(source.reports().refused),
+  );
   // The termination's outcome, set right before lastcall exits (see lastcall_drain_duration_seconds).
-  gauge("lastcall_drain_seconds", "Duration of the termination's drain, from signal to Envoy stop", (g) => {
-    const t = source.state().termination;
-    if (t) g.set(t.drainMs / 1000);
-  });
+  gauge(
+    "lastcall_drain_seconds",
+    "Duration of the termination's drain, from signal to Envoy stop",
+    (g) => {
+      const t = source.state().termination;
+      if (t) g.set(t.drainMs / 1000);
+    },
+  );
   gauge("lastcall_inflight_at_stop", "Requests still in flight when Envoy was stopped", (g) => {
     const t = source.state().termination;
     if (t) g.set(t.inflightAtStop);
@@ -67,19 +128,45 @@ export function createMetrics(source: MetricsSource): Registry {
   return registry;
 }
 
-type GaugeMaker = (name: string, help: string, collect: (g: Gauge) => void, labelNames?: string[]) => Gauge;
+type GaugeMaker = (
+  name: string,
+  help: string,
+  collect: (g: Gauge) => void,
+  labelNames?: string[],
+) => Gauge;
 
 function addXdsMetrics(gauge: GaugeMaker, xds: () => XdsStatsSnapshot): void {
-  gauge("lastcall_xds_streams", "xDS streams Envoy has open to lastcall's proxy", (g) => g.set(xds().streamsActive));
-  gauge("lastcall_xds_streams_total", "xDS streams Envoy opened to lastcall's proxy", (g) => g.set(xds().streamsTotal));
+  gauge(
+    "lastcall_xds_streams",
+    "xDS streams Envoy has open to lastcall's proxy",
+    (g) => g.set(xds().streamsActive),
+  );
+  gauge(
+    "lastcall_xds_streams_total",
+    "xDS streams Envoy opened to lastcall's proxy",
+    (g) => g.set(xds().streamsTotal),
+  );
   gauge("lastcall_xds_responses_total", "xDS responses relayed to Envoy, by resource type", (g) => {
     for (const [type, n] of Object.entries(xds().responses)) g.set({ type }, n);
   }, ["type"]);
-  gauge("lastcall_xds_listeners_rewritten_total", "Listeners from LDS (gRPC or file) that got the filter", (g) => g.set(xds().listenersRewritten));
-  gauge("lastcall_xds_nacks_total", "NACKs from Envoy; cause lastcall when the rejected change was lastcall's", (g) => {
-    const n = xds().nacks;
-    g.set({ cause: "lastcall" }, n.lastcall);
-    g.set({ cause: "control_plane" }, n.control_plane);
-  }, ["cause"]);
-  gauge("lastcall_xds_upstream_errors_total", "Relayed xDS streams the control plane ended with an error or never took", (g) => g.set(xds().upstreamErrors));
+  gauge(
+    "lastcall_xds_listeners_rewritten_total",
+    "Listeners from LDS (gRPC or file) that got the filter",
+    (g) => g.set(xds().listenersRewritten),
+  );
+  gauge(
+    "lastcall_xds_nacks_total",
+    "NACKs from Envoy; cause lastcall when the rejected change was lastcall's",
+    (g) => {
+      const n = xds().nacks;
+      g.set({ cause: "lastcall" }, n.lastcall);
+      g.set({ cause: "control_plane" }, n.control_plane);
+    },
+    ["cause"],
+  );
+  gauge(
+    "lastcall_xds_upstream_errors_total",
+    "Relayed xDS streams the control plane ended with an error or never took",
+    (g) => g.set(xds().upstreamErrors),
+  );
 }

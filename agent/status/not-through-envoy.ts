@@ -42,20 +42,34 @@ async function exists(pid: number, proc: string): Promise<boolean> {
  * if (maker.kind === "envoy") refuse();
  * ```
  */
-export async function connectionMaker(ports: ConnectionPorts, envoyPids: number[], proc = "/proc"): Promise<ConnectionMaker> {
+export async function connectionMaker(
+  ports: ConnectionPorts,
+  envoyPids: number[],
+  proc = "/proc",
+): Promise<ConnectionMaker> {
   const table = await readTcpTable(proc);
   if (!table) return { kind: "untold" };
   // Every row with these ports (a TIME_WAIT row has inode 0 and no owner): if any is an Envoy's,
   // the connection is refused.
   const inodes = new Set(
-    table.filter((s) => s.localPort === ports.clientPort && s.remotePort === ports.serverPort && s.state !== TCP_STATE.listen && s.inode !== 0)
+    table.filter((s) =>
+      s.localPort === ports.clientPort && s.remotePort === ports.serverPort &&
+      s.state !== TCP_STATE.listen && s.inode !== 0
+    )
       .map((s) => s.inode),
   );
-  if (inodes.size === 0) return { kind: "unknown", why: `no client socket for port ${ports.clientPort} in ${proc}/net/tcp` };
+  if (inodes.size === 0) {
+    return {
+      kind: "unknown",
+      why: `no client socket for port ${ports.clientPort} in ${proc}/net/tcp`,
+    };
+  }
   for (const pid of envoyPids) {
     const owned = await socketInodes(pid, proc);
     if (!owned) {
-      if (await exists(pid, proc)) return { kind: "unknown", why: `cannot read the sockets of Envoy pid ${pid}` };
+      if (await exists(pid, proc)) {
+        return { kind: "unknown", why: `cannot read the sockets of Envoy pid ${pid}` };
+      }
       continue; // exited: it holds nothing
     }
     for (const inode of inodes) if (owned.has(inode)) return { kind: "envoy", pid };
@@ -65,7 +79,9 @@ export async function connectionMaker(ports: ConnectionPorts, envoyPids: number[
 
 /** The ports of the connection the request came on; undefined without a socket (`app.request()`). */
 export function connectionPorts(c: Context): ConnectionPorts | undefined {
-  const socket = (c.env as { incoming?: { socket?: { remotePort?: unknown; localPort?: unknown } } } | undefined)?.incoming?.socket;
+  const socket =
+    (c.env as { incoming?: { socket?: { remotePort?: unknown; localPort?: unknown } } } | undefined)
+      ?.incoming?.socket;
   const clientPort = socket?.remotePort;
   const serverPort = socket?.localPort;
   if (typeof clientPort !== "number" || typeof serverPort !== "number") return undefined;
@@ -85,16 +101,25 @@ export function connectionPorts(c: Context): ConnectionPorts | undefined {
  * app.post("/drain", loopbackOnly(), notThroughEnvoy((p) => connectionMaker(p, envoyPids())), handler);
  * ```
  */
-export function notThroughEnvoy(maker: (ports: ConnectionPorts) => Promise<ConnectionMaker>): MiddlewareHandler {
+export function notThroughEnvoy(
+  maker: (ports: ConnectionPorts) => Promise<ConnectionMaker>,
+): MiddlewareHandler {
   return async function notThroughEnvoy(c, next) {
     const route = `${c.req.method} ${c.req.path}`;
     const ports = connectionPorts(c);
-    if (!ports) return c.json({ error: `${route} is refused: no socket tells who is calling` }, 403);
+    if (!ports) {
+      return c.json({ error: `${route} is refused: no socket tells who is calling` }, 403);
+    }
     const who = await maker(ports);
     if (who.kind === "envoy") {
-      return c.json({ error: `${route} is not accepted through Envoy: the connection comes from Envoy pid ${who.pid}` }, 403);
+      return c.json({
+        error:
+          `${route} is not accepted through Envoy: the connection comes from Envoy pid ${who.pid}`,
+      }, 403);
     }
-    if (who.kind === "unknown") return c.json({ error: `${route} is refused: cannot tell who is calling (${who.why})` }, 403);
+    if (who.kind === "unknown") {
+      return c.json({ error: `${route} is refused: cannot tell who is calling (${who.why})` }, 403);
+    }
     await next();
   };
 }

@@ -54,11 +54,16 @@ export function reportTokenMatches(given: string | undefined, expected: Uint8Arr
  * app.post("/v1/inflight", requireReportToken(createReportToken()), handler);
  * ```
  */
-export function requireReportToken(token: string, onRefused: () => void = () => {}): MiddlewareHandler {
+export function requireReportToken(
+  token: string,
+  onRefused: () => void = () => {},
+): MiddlewareHandler {
   // Also guards JavaScript callers that pass none: a missing token must not open the route.
   const length = typeof token === "string" ? token.length : 0;
   if (length < MIN_REPORT_TOKEN_LENGTH) {
-    throw new RangeError(`Report token too short: ${length} characters (at least ${MIN_REPORT_TOKEN_LENGTH})`);
+    throw new RangeError(
+      `Report token too short: ${length} characters (at least ${MIN_REPORT_TOKEN_LENGTH})`,
+    );
   }
   const expected = new TextEncoder().encode(token);
   return async function requireReportToken(c, next) {

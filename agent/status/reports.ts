@@ -80,7 +80,9 @@ export class ReportDesk {
     // A VM that has no id yet gets one with this answer (the first it takes is its own): the
     // holders of a drain are kept per VM.
     const named = book && report.vm === undefined ? { vm: String(this.#nextVm++) } : {};
-    if (book && report.vm && report.holders) book.record(instance, report.epoch, report.vm, report.holders);
+    if (book && report.vm && report.holders) {
+      book.record(instance, report.epoch, report.vm, report.holders);
+    }
     let probe = this.#tracker.probeFor(instance);
     const wasDraining = this.#options.draining(instance);
     // A filter VM that does not know of the drain yet (its report came after the drain began
@@ -89,7 +91,9 @@ export class ReportDesk {
     if (probe === undefined && !uninformed) probe = await this.#hold(instance, wasDraining);
     const draining = this.#options.draining(instance);
     // While a drain waits, each VM names what holds it about once a second, asked in an answer.
-    if (draining && book && report.vm && book.wants(instance, report.vm)) return { draining, probe, holders: MAX_HOLDERS, ...named };
+    if (draining && book && report.vm && book.wants(instance, report.vm)) {
+      return { draining, probe, holders: MAX_HOLDERS, ...named };
+    }
     return { draining, probe, ...named };
   }
 
@@ -97,13 +101,18 @@ export class ReportDesk {
   drainStarted(): void {
     for (const instance of [...this.#holds.keys()]) {
       // A copy: each release removes its hold from the list (iterating the list itself skipped every other one).
-      for (const hold of [...this.#holds.get(instance) ?? []]) hold.release(this.#tracker.probeFor(instance));
+      for (const hold of [...this.#holds.get(instance) ?? []]) {
+        hold.release(this.#tracker.probeFor(instance));
+      }
     }
   }
 
   /** Holds a report for 90 % of the heartbeat period (never longer than the filter waits). */
   #hold(instance: string, draining: boolean): Promise<number | undefined> {
-    const holdMs = Math.min(this.#options.heartbeatMs * 0.9, reportTimeoutMs(this.#options.heartbeatMs) - 500);
+    const holdMs = Math.min(
+      this.#options.heartbeatMs * 0.9,
+      reportTimeoutMs(this.#options.heartbeatMs) - 500,
+    );
     return new Promise((resolve) => {
       const list = this.#holds.get(instance) ?? [];
       this.#holds.set(instance, list);
@@ -120,7 +129,9 @@ export class ReportDesk {
       list.push(hold);
       if (list.length > MAX_HOLDS) list[0]!.release();
       // A drain that began between the report and the hold must not wait for the timer.
-      if (!draining && this.#options.draining(instance)) hold.release(this.#tracker.probeFor(instance));
+      if (!draining && this.#options.draining(instance)) {
+        hold.release(this.#tracker.probeFor(instance));
+      }
     });
   }
 

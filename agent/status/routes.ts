@@ -8,7 +8,11 @@ import type { AppReport } from "../supervise/app-watch.ts";
 import type { AppStopAnswer } from "../drain/app-stop.ts";
 import { bodyCap } from "./body-cap.ts";
 import { loopbackOnly } from "./loopback-only.ts";
-import { type ConnectionMaker, type ConnectionPorts, notThroughEnvoy } from "./not-through-envoy.ts";
+import {
+  type ConnectionMaker,
+  type ConnectionPorts,
+  notThroughEnvoy,
+} from "./not-through-envoy.ts";
 import { requireReportToken } from "./report-token.ts";
 import type { ReportAnswer } from "./reports.ts";
 
@@ -94,7 +98,8 @@ export interface StatusControls {
  */
 export function createStatusApp(controls: StatusControls): Hono {
   const app = new Hono();
-  const control = () => [loopbackOnly(), notThroughEnvoy((ports) => controls.connectionMaker(ports))] as const;
+  const control = () =>
+    [loopbackOnly(), notThroughEnvoy((ports) => controls.connectionMaker(ports))] as const;
   const capped = bodyCap({ maxBytes: REQUEST_MAX_BYTES });
   app.use("*", (c, next) => (c.req.path === REPORT_PATH ? next() : capped(c, next)));
   app.get("/healthz/ready", async function ready(c) {
@@ -111,7 +116,9 @@ export function createStatusApp(controls: StatusControls): Hono {
     return c.json(await controls.appStop());
   });
   app.get("/metrics", async function metrics(c) {
-    return c.body(await controls.metrics(), 200, { "content-type": "text/plain; version=0.0.4; charset=utf-8" });
+    return c.body(await controls.metrics(), 200, {
+      "content-type": "text/plain; version=0.0.4; charset=utf-8",
+    });
   });
   app.post(
     REPORT_PATH,
@@ -138,12 +145,25 @@ export function createStatusApp(controls: StatusControls): Hono {
     return c.json({ quitting: true });
   });
   app.post("/v1/app", ...control(), async function appState(c) {
-    const body = await c.req.json().catch(() => undefined) as { state?: unknown; id?: unknown; pid?: unknown; status?: unknown } | undefined;
+    const body = await c.req.json().catch(() => undefined) as {
+      state?: unknown;
+      id?: unknown;
+      pid?: unknown;
+      status?: unknown;
+    } | undefined;
     if (body?.state !== "running" && body?.state !== "exited") {
-      return c.json({ error: `app state must be "running" or "exited", not ${JSON.stringify(body?.state)?.slice(0, 40)}` }, 400);
+      return c.json({
+        error: `app state must be "running" or "exited", not ${
+          JSON.stringify(body?.state)?.slice(0, 40)
+        }`,
+      }, 400);
     }
     if (body.id !== undefined && (typeof body.id !== "string" || !/^[\w.-]{1,64}$/.test(body.id))) {
-      return c.json({ error: `app id must be 1 to 64 letters, digits, _ . or -, not ${JSON.stringify(body.id)?.slice(0, 40)}` }, 400);
+      return c.json({
+        error: `app id must be 1 to 64 letters, digits, _ . or -, not ${
+          JSON.stringify(body.id)?.slice(0, 40)
+        }`,
+      }, 400);
     }
     const taken = controls.app?.({
       state: body.state,
@@ -151,7 +171,9 @@ export function createStatusApp(controls: StatusControls): Hono {
       pid: typeof body.pid === "number" ? body.pid : undefined,
       status: typeof body.status === "number" ? body.status : undefined,
     });
-    return taken === false ? c.json({ error: "too many apps reported" }, 429) : c.json({ ok: true });
+    return taken === false
+      ? c.json({ error: "too many apps reported" }, 429)
+      : c.json({ ok: true });
   });
   app.post("/drain", ...control(), function drain(c) {
     controls.drain({ nativeSidecar: c.req.query("sidecar") === "native" });
@@ -167,7 +189,9 @@ export const READY_WAIT_MAX_MS = 5000;
 function readyWaitMs(text: string | undefined): number | string {
   if (text === undefined) return 0;
   const ms = /^\d{1,5}$/.test(text) ? Number(text) : Number.NaN;
-  return ms <= READY_WAIT_MAX_MS ? ms : `wait_ms "${text}" is not a whole number of milliseconds from 0 to ${READY_WAIT_MAX_MS}`;
+  return ms <= READY_WAIT_MAX_MS
+    ? ms
+    : `wait_ms "${text}" is not a whole number of milliseconds from 0 to ${READY_WAIT_MAX_MS}`;
 }
 
 /**

@@ -50,13 +50,29 @@ export function readyNow(v: StatusView): boolean {
 export async function readiness(v: StatusView): Promise<ReadinessAnswer> {
   if (v.state.drainStartedAt !== undefined) return { ready: false, reason: "draining" };
   const serving = v.envoys.serving();
-  if (serving?.hung) return { ready: false, reason: `Envoy epoch ${serving.info.epoch} (pid ${serving.info.pid}) is not answering its admin` };
+  if (serving?.hung) {
+    return {
+      ready: false,
+      reason:
+        `Envoy epoch ${serving.info.epoch} (pid ${serving.info.pid}) is not answering its admin`,
+    };
+  }
   if (serving) return { ready: true, reason: "LIVE" };
   const newest = v.envoys.newest();
   if (!newest) {
-    return { ready: false, reason: v.state.lastExitReason ? `Envoy restarting: ${v.state.lastExitReason}` : "Envoy not started" };
+    return {
+      ready: false,
+      reason: v.state.lastExitReason
+        ? `Envoy restarting: ${v.state.lastExitReason}`
+        : "Envoy not started",
+    };
   }
-  if (!newest.admin) return { ready: false, reason: `Envoy epoch ${newest.info.epoch} starting: admin address not yet known` };
+  if (!newest.admin) {
+    return {
+      ready: false,
+      reason: `Envoy epoch ${newest.info.epoch} starting: admin address not yet known`,
+    };
+  }
   const answer = await newest.admin.readiness(1000);
   return { ready: false, reason: answer.reason ?? answer.state };
 }
@@ -71,7 +87,11 @@ export function snapshot(v: StatusView): StateSnapshot {
   return {
     ...structuredClone(v.state),
     inflight: v.tracker.inflight(v.envoys.reporters()),
-    filter: !v.filtered ? "disabled" : reporters.length === 0 ? "not inserted" : v.tracker.status(reporters[0]),
+    filter: !v.filtered
+      ? "disabled"
+      : reporters.length === 0
+      ? "not inserted"
+      : v.tracker.status(reporters[0]),
     ...(drain ? { drain } : {}),
   };
 }
@@ -112,13 +132,22 @@ export interface StatusWiring {
  * ```
  * @throws {StartError} when the port is taken (one line, exit 2)
  */
-export async function serveStatus(address: string, port: number, w: StatusWiring): Promise<StatusServer> {
+export async function serveStatus(
+  address: string,
+  port: number,
+  w: StatusWiring,
+): Promise<StatusServer> {
   let refused = 0;
   const metrics = createMetrics({
     state: () => w.view().state,
     inflight: () => w.view().tracker.inflight(w.view().envoys.reporters()),
     ready: () => readyNow(w.view()),
-    reports: () => ({ accepted: reportsAccepted(w.view()), stale: w.view().tracker.staleReports, unknown: w.view().tracker.unknownReports, refused }),
+    reports: () => ({
+      accepted: reportsAccepted(w.view()),
+      stale: w.view().tracker.staleReports,
+      unknown: w.view().tracker.unknownReports,
+      refused,
+    }),
     xds: () => w.view().envoys.xdsStats.snapshot(),
     drains: w.drainMetrics,
   });
@@ -134,7 +163,8 @@ export async function serveStatus(address: string, port: number, w: StatusWiring
     drain: w.drain,
     appStop: w.appStop,
     // Control requests an Envoy of this agent carries (a user's route to the status port) are refused.
-    connectionMaker: (ports) => connectionMaker(ports, w.view().envoys.all().map((live) => live.info.pid)),
+    connectionMaker: (ports) =>
+      connectionMaker(ports, w.view().envoys.all().map((live) => live.info.pid)),
   });
   return await listen(app, address, port).catch((error: Error) => {
     throw new StartError(error.message);

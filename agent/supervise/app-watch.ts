@@ -116,7 +116,12 @@ export class AppWatch {
       return true;
     }
     this.#heard = true;
-    this.#log(report.state === "running" ? "app_running" : "app_exited", { pid: report.pid, status: report.status, via: "lastcall exec", running: this.#running.size });
+    this.#log(report.state === "running" ? "app_running" : "app_exited", {
+      pid: report.pid,
+      status: report.status,
+      via: "lastcall exec",
+      running: this.#running.size,
+    });
     if (report.state === "exited" && this.#running.size === 0) this.#tellGone("lastcall exec");
     return true;
   }
@@ -155,7 +160,13 @@ export class AppWatch {
       if (silentMs < this.#leaseMs) continue;
       this.#running.delete(id);
       expired = true;
-      this.#log("app_expired", { id, pid: lease.pid, silent_ms: silentMs, via: "lastcall exec", running: this.#running.size });
+      this.#log("app_expired", {
+        id,
+        pid: lease.pid,
+        silent_ms: silentMs,
+        via: "lastcall exec",
+        running: this.#running.size,
+      });
     }
     if (expired && this.#running.size === 0) this.#tellGone("lastcall exec (lease expired)");
     if (this.#running.size === 0 && this.#sweeper !== undefined) {
@@ -172,7 +183,9 @@ export class AppWatch {
 
   /** The apps `lastcall exec` said run (not one known only by its port), for `/v1/state`. */
   apps(): Array<{ id: string; pid?: number }> {
-    return [...this.#running].map(([id, lease]) => (lease.pid === undefined ? { id } : { id, pid: lease.pid }));
+    return [...this.#running].map((
+      [id, lease],
+    ) => (lease.pid === undefined ? { id } : { id, pid: lease.pid }));
   }
 
   /** Whether an app is known to run now. */
@@ -187,7 +200,10 @@ export class AppWatch {
   async waitGone(signal: AbortSignal): Promise<boolean> {
     if (!await this.running()) return false;
     const viaExec = this.#running.size > 0;
-    this.#log("app_wait", { via: viaExec ? "lastcall exec" : `port ${this.#port}`, ...(viaExec ? { running: this.#running.size } : {}) });
+    this.#log("app_wait", {
+      via: viaExec ? "lastcall exec" : `port ${this.#port}`,
+      ...(viaExec ? { running: this.#running.size } : {}),
+    });
     while (await this.running()) await delay(APP_POLL_MS, signal);
     if (!viaExec) this.#log("app_exited", { via: `port ${this.#port}` });
     return true;

@@ -17,7 +17,9 @@ export interface BackoffOptions {
 export function restartDelay(attempt: number, options: BackoffOptions = {}): number {
   const initial = options.initialMs ?? 200;
   const max = options.maxMs ?? 10_000;
-  if (!Number.isInteger(attempt) || attempt < 1) throw new RangeError(`Restart attempt must be 1 or more: ${attempt}`);
+  if (!Number.isInteger(attempt) || attempt < 1) {
+    throw new RangeError(`Restart attempt must be 1 or more: ${attempt}`);
+  }
   return Math.min(max, initial * 2 ** Math.min(attempt - 1, 30));
 }
 

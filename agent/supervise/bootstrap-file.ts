@@ -4,7 +4,12 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import YAML from "yaml";
 import { StartError } from "../lib/errors.ts";
-import { AGENT_CLUSTER, type Bootstrap, deriveBootstrap, reportTimeoutMs } from "../envoy/bootstrap.ts";
+import {
+  AGENT_CLUSTER,
+  type Bootstrap,
+  deriveBootstrap,
+  reportTimeoutMs,
+} from "../envoy/bootstrap.ts";
 import { setIdlePressure } from "../envoy/idle-close.ts";
 import { statusTarget } from "../envoy/status-target.ts";
 import { validateConfig } from "../envoy/validate.ts";
@@ -78,7 +83,11 @@ export async function readEnvoyConfig(path: string): Promise<{ text: string; par
  * ```
  * @throws {StartError} naming the file and Envoy's own lines when the config cannot be used
  */
-export async function prepareBootstrap(envoyBinary: string, o: RunOptions, request: BootstrapRequest): Promise<PreparedBootstrap> {
+export async function prepareBootstrap(
+  envoyBinary: string,
+  o: RunOptions,
+  request: BootstrapRequest,
+): Promise<PreparedBootstrap> {
   const written = await writeBootstrap(o, request);
   await checkBootstrap(envoyBinary, o, written.path, request.signal);
   return written;
@@ -93,7 +102,12 @@ export async function prepareBootstrap(envoyBinary: string, o: RunOptions, reque
  * ```
  * @throws {StartError} naming the user's config and quoting Envoy's own lines when it is refused
  */
-export async function checkBootstrap(envoyBinary: string, o: RunOptions, path: string, signal?: AbortSignal): Promise<void> {
+export async function checkBootstrap(
+  envoyBinary: string,
+  o: RunOptions,
+  path: string,
+  signal?: AbortSignal,
+): Promise<void> {
   const validation = await validateConfig(envoyBinary, path, signal);
   if (!validation.ok) throw new StartError(`Envoy rejected config ${o.config}`, validation.errors);
 }
@@ -108,7 +122,10 @@ export async function checkBootstrap(envoyBinary: string, o: RunOptions, path: s
  * ```
  * @throws {StartError} in one line naming the file when the config cannot be read or derived
  */
-export async function writeBootstrap(o: RunOptions, request: BootstrapRequest): Promise<PreparedBootstrap> {
+export async function writeBootstrap(
+  o: RunOptions,
+  request: BootstrapRequest,
+): Promise<PreparedBootstrap> {
   const { text, parsed } = await readEnvoyConfig(o.config);
   const statusAddress = await statusTarget(o.statusAddress);
   let bootstrap: Bootstrap;

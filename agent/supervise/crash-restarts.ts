@@ -53,7 +53,8 @@ export class CrashRestarts {
     const attempt = this.#budget.spend(ranMs);
     if (attempt === undefined) {
       state.phase = "stopped";
-      const message = `Envoy kept exiting (last: ${lastExit}); restart budget of ${this.#budget.limit} spent`;
+      const message =
+        `Envoy kept exiting (last: ${lastExit}); restart budget of ${this.#budget.limit} spent`;
       log("gave_up", { restarts: this.#budget.spent, last_exit: lastExit, message });
       this.#deps.gaveUp(message);
       return;
@@ -72,7 +73,11 @@ export class CrashRestarts {
       await this.#deps.start(signal);
     } catch (error) {
       if (signal.aborted) return;
-      this.#deps.log("restart_failed", { attempt: this.#attempt, error: (error as Error).message, details: (error as StartError).details ?? [] });
+      this.#deps.log("restart_failed", {
+        attempt: this.#attempt,
+        error: (error as Error).message,
+        details: (error as StartError).details ?? [],
+      });
       this.crashed((error as Error).message, 0);
     }
   }

@@ -49,7 +49,12 @@ export interface Epoch {
   /** Set once lastcall asked it to stop: its exit is then no crash. */
   stopAsked?: boolean;
   /** How the drain of this old epoch of a reload ended, for its `epoch_exit` line. */
-  drained?: { drain_reason: string; inflight_at_stop: number; bytes_unsent_at_stop?: number; delivery_unchecked?: string[] };
+  drained?: {
+    drain_reason: string;
+    inflight_at_stop: number;
+    bytes_unsent_at_stop?: number;
+    delivery_unchecked?: string[];
+  };
 }
 
 /**
@@ -174,13 +179,16 @@ export class Envoys {
   async start(request: StartRequest): Promise<{ live: Epoch; configChanged: boolean }> {
     const o = this.#options;
     const parent = request.hot ? this.newest() : undefined;
-    const generation = parent
-      ? this.#generation
-      : { number: this.#generation.number + 1, baseIdPath: join(this.#runDir, `base-id-g${this.#generation.number + 1}`) };
+    const generation = parent ? this.#generation : {
+      number: this.#generation.number + 1,
+      baseIdPath: join(this.#runDir, `base-id-g${this.#generation.number + 1}`),
+    };
     const epoch = parent ? parent.info.epoch + 1 : 0;
     const instance = `${ownPid()}-${generation.number}-${epoch}`;
     const name = `envoy-g${generation.number}-epoch${epoch}`;
-    const xdsRedirect = request.filterWasm && request.xds ? xdsRedirectFor(this.#runDir, name) : undefined;
+    const xdsRedirect = request.filterWasm && request.xds
+      ? xdsRedirectFor(this.#runDir, name)
+      : undefined;
     const identified = request.identified ?? Promise.resolve();
     const written = writeBootstrap(o, {
       runDir: this.#runDir,
@@ -204,10 +212,12 @@ export class Envoys {
     // accepts the config.
     const validating = new AbortController();
     const checkSignal = AbortSignal.any([request.signal, validating.signal]);
-    const validation = checkBootstrap(this.#binary, o, prepared.path, checkSignal).catch(async (error) => {
-      await identified;
-      throw error;
-    });
+    const validation = checkBootstrap(this.#binary, o, prepared.path, checkSignal).catch(
+      async (error) => {
+        await identified;
+        throw error;
+      },
+    );
     if (parent) await validation;
     else validation.catch(() => {}); // awaited below, once Envoy was spawned
     if (epoch > 0 && generation.baseId === undefined) {
@@ -217,25 +227,34 @@ export class Envoys {
     const b = prepared.bootstrap;
     const filtered = request.filterWasm !== undefined;
     const reporters = [
-      ...(filtered && b.filteredListeners.length + b.outboundListeners.length > 0 ? [instance] : []),
+      ...(filtered && b.filteredListeners.length + b.outboundListeners.length > 0
+        ? [instance]
+        : []),
       ...(filtered && b.tcpListeners.length > 0 ? [`${instance}${TCP_INSTANCE_SUFFIX}`] : []),
     ];
     // The xDS proxy serves before Envoy starts; LDS listeners that get the filter add reporters.
     const xds = b.xds && request.xds
-      ? await startProxyFor(b.xds, this.xdsStats, request.xds, { http: instance, tcp: `${instance}${TCP_INSTANCE_SUFFIX}` }, reporters)
+      ? await startProxyFor(b.xds, this.xdsStats, request.xds, {
+        http: instance,
+        tcp: `${instance}${TCP_INSTANCE_SUFFIX}`,
+      }, reporters)
       : undefined;
-    const process = await spawnEnvoy(this.#binary, envoyArgs({
-      configPath: prepared.path,
-      concurrency: o.concurrency,
-      epoch,
-      baseIdPath: generation.baseIdPath,
-      baseId: generation.baseId,
-      hotRestart: o.hotRestart,
-      adminAddressPath,
-      drainTimeMs: o.drainTimeMs,
-      parentShutdownMs: o.parentShutdownMs,
-      extraArgs: o.envoyArgs,
-    }), { holdOutput: !parent }).catch(async (error) => {
+    const process = await spawnEnvoy(
+      this.#binary,
+      envoyArgs({
+        configPath: prepared.path,
+        concurrency: o.concurrency,
+        epoch,
+        baseIdPath: generation.baseIdPath,
+        baseId: generation.baseId,
+        hotRestart: o.hotRestart,
+        adminAddressPath,
+        drainTimeMs: o.drainTimeMs,
+        parentShutdownMs: o.parentShutdownMs,
+        extraArgs: o.envoyArgs,
+      }),
+      { holdOutput: !parent },
+    ).catch(async (error) => {
       await xds?.close();
       throw error;
     });
@@ -286,7 +305,11 @@ export class Envoys {
       const url = await pollUntil(() => readAdminAddress(adminAddressPath), 25, stop);
       live.admin = new AdminClient(url);
       live.info.adminUrl = url;
-      await pollUntil(async () => (await live.admin!.readiness(1000)).live ? true : undefined, 50, stop);
+      await pollUntil(
+        async () => (await live.admin!.readiness(1000)).live ? true : undefined,
+        50,
+        stop,
+      );
     } catch {
       return false;
     }

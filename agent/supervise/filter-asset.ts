@@ -17,10 +17,19 @@ async function embedded(): Promise<ArrayBuffer | undefined> {
 
 /** filter.wasm beside the code (the bundle's dist/, or dist/ from the sources). */
 function besideCode(): string {
-  const candidates = [new URL("./filter.wasm", import.meta.url), new URL("../../dist/filter.wasm", import.meta.url)]
+  const candidates = [
+    new URL("./filter.wasm", import.meta.url),
+    new URL("../../dist/filter.wasm", import.meta.url),
+  ]
     .map((url) => fileURLToPath(url));
   const found = candidates.find((path) => existsSync(path));
-  if (!found) throw new Error(`Filter module not found: looked at ${candidates.join(", ")} (run npm run build:filter, or pass --filter-wasm)`);
+  if (!found) {
+    throw new Error(
+      `Filter module not found: looked at ${
+        candidates.join(", ")
+      } (run npm run build:filter, or pass --filter-wasm)`,
+    );
+  }
   return found;
 }
 
@@ -35,7 +44,10 @@ function besideCode(): string {
  * @param runDir where an embedded copy is written (0600)
  * @throws when no filter module can be found, naming the places looked at
  */
-export async function filterWasmPath(explicit: string | undefined, runDir: string): Promise<string> {
+export async function filterWasmPath(
+  explicit: string | undefined,
+  runDir: string,
+): Promise<string> {
   if (explicit) {
     if (!existsSync(explicit)) throw new Error(`Filter module not found: ${explicit}`);
     return explicit;

@@ -19,13 +19,20 @@ export interface HealthOptions {
  * watchHealth(() => envoys.all(), log, controller.signal);
  * ```
  */
-export function watchHealth(live: () => Epoch[], log: EventLog, signal: AbortSignal, options: HealthOptions = {}): void {
+export function watchHealth(
+  live: () => Epoch[],
+  log: EventLog,
+  signal: AbortSignal,
+  options: HealthOptions = {},
+): void {
   const periodMs = options.periodMs ?? 1000;
   const silentMs = options.silentMs ?? 3000;
   const lastAnswer = new WeakMap<Epoch, number>();
   const asking = new WeakSet<Epoch>();
   const ask = async (envoy: Epoch) => {
-    if (!envoy.admin || envoy.adminHandedOver || !envoy.process.running || asking.has(envoy)) return;
+    if (!envoy.admin || envoy.adminHandedOver || !envoy.process.running || asking.has(envoy)) {
+      return;
+    }
     asking.add(envoy);
     const readiness = await envoy.admin.readiness(periodMs);
     asking.delete(envoy);
@@ -42,7 +49,12 @@ export function watchHealth(live: () => Epoch[], log: EventLog, signal: AbortSig
     const since = lastAnswer.get(envoy) ?? envoy.startedAt;
     if (!envoy.hung && envoy.ready && now - since >= silentMs && envoy.process.running) {
       envoy.hung = true;
-      log("envoy_unresponsive", { epoch: envoy.info.epoch, pid: envoy.info.pid, silent_ms: now - since, error: readiness.reason });
+      log("envoy_unresponsive", {
+        epoch: envoy.info.epoch,
+        pid: envoy.info.pid,
+        silent_ms: now - since,
+        error: readiness.reason,
+      });
     }
   };
   const timer = setInterval(() => {

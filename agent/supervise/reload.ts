@@ -43,14 +43,23 @@ export async function reload(c: ReloadContext, reason: string, signal: AbortSign
   }
   c.log("reload", { reason });
   // Envoy refuses a hot restart while the previous epoch is still initializing.
-  if (!newest.ready) c.log("reload_waiting", { reason, why: `epoch ${newest.info.epoch} is not ready yet` });
+  if (!newest.ready) {
+    c.log("reload_waiting", { reason, why: `epoch ${newest.info.epoch} is not ready yet` });
+  }
   await unlessAborted(newest.whenReady, signal);
   const serving = newest.info.epoch;
   try {
     if (c.options.hotRestart) {
       // Envoy ends a grandparent as the next child starts: the last reload's parent finishes first.
-      const finishing = c.envoys.all().filter((l) => l !== newest && l.drained === undefined).map((l) => l.info.epoch);
-      if (finishing.length > 0) c.log("reload_waiting", { reason, why: `epochs ${finishing.join(", ")} still finishing their requests` });
+      const finishing = c.envoys.all().filter((l) => l !== newest && l.drained === undefined).map((
+        l,
+      ) => l.info.epoch);
+      if (finishing.length > 0) {
+        c.log("reload_waiting", {
+          reason,
+          why: `epochs ${finishing.join(", ")} still finishing their requests`,
+        });
+      }
       await unlessAborted(c.oldFinished(), signal);
       await c.start(true, signal);
       c.state.hotRestarts++;

@@ -58,8 +58,11 @@ export async function prepareRunDir(dir: string): Promise<void> {
     foreign.push(name);
   }
   if (foreign.length) {
-    const shown = foreign.sort().slice(0, 3).join(", ") + (foreign.length > 3 ? `, … (${foreign.length} in all)` : "");
-    throw fail(`it holds files lastcall did not write (${shown}); give lastcall a folder of its own`);
+    const shown = foreign.sort().slice(0, 3).join(", ") +
+      (foreign.length > 3 ? `, … (${foreign.length} in all)` : "");
+    throw fail(
+      `it holds files lastcall did not write (${shown}); give lastcall a folder of its own`,
+    );
   }
   try {
     await Promise.all(entries.map((name) => rm(join(dir, name), { force: true })));

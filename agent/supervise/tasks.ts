@@ -29,7 +29,10 @@ export class TaskChain {
    * Runs `step` after the steps before it, unless they were pre-empted. Returns false when a step
    * with the same `key` still waits its turn (this one joins it).
    */
-  run(step: (signal: AbortSignal) => Promise<void>, options: { fatal?: boolean; key?: string } = {}): boolean {
+  run(
+    step: (signal: AbortSignal) => Promise<void>,
+    options: { fatal?: boolean; key?: string } = {},
+  ): boolean {
     const { fatal = false, key } = options;
     if (key !== undefined && this.#waiting.has(key)) return false;
     if (key !== undefined) this.#waiting.add(key);

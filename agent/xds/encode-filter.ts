@@ -54,23 +54,39 @@ function encodeMessage(json: unknown, type: string, path: string): Uint8Array {
   // Fields in number order, as protobuf serializers write them.
   const entries = Object.entries(json as Json);
   for (const [key] of entries) {
-    if (!schema[key]) throw new FilterEncodingError(`Cannot encode ${path}.${key}: no such field of ${type} in lastcall's schema`);
+    if (!schema[key]) {
+      throw new FilterEncodingError(
+        `Cannot encode ${path}.${key}: no such field of ${type} in lastcall's schema`,
+      );
+    }
   }
   entries.sort(([a], [b]) => schema[a][0] - schema[b][0]);
   for (const [key, value] of entries) {
     const [number, kind] = schema[key];
     const at = `${path}.${key}`;
     if (kind === "string") {
-      if (typeof value !== "string") throw new FilterEncodingError(`Cannot encode ${at}: not a string: ${JSON.stringify(value)}`);
+      if (typeof value !== "string") {
+        throw new FilterEncodingError(
+          `Cannot encode ${at}: not a string: ${JSON.stringify(value)}`,
+        );
+      }
       if (value !== "") parts.push(stringField(number, value));
     } else if (kind === "bool") {
-      if (typeof value !== "boolean") throw new FilterEncodingError(`Cannot encode ${at}: not a boolean: ${JSON.stringify(value)}`);
+      if (typeof value !== "boolean") {
+        throw new FilterEncodingError(
+          `Cannot encode ${at}: not a boolean: ${JSON.stringify(value)}`,
+        );
+      }
       if (value) parts.push(varintField(number, 1));
     } else if (kind === "any") {
       parts.push(lenField(number, encodeAny(value, at)));
     } else if ("enum" in kind) {
       const n = kind.enum[String(value)];
-      if (n === undefined) throw new FilterEncodingError(`Cannot encode ${at}: unknown value ${JSON.stringify(value)}`);
+      if (n === undefined) {
+        throw new FilterEncodingError(
+          `Cannot encode ${at}: unknown value ${JSON.stringify(value)}`,
+        );
+      }
       if (n !== 0) parts.push(varintField(number, n));
     } else {
       parts.push(lenField(number, encodeMessage(value, kind.message, at)));
@@ -83,9 +99,16 @@ function encodeMessage(json: unknown, type: string, path: string): Uint8Array {
 function encodeAny(json: unknown, path: string): Uint8Array {
   const typeUrl = (json as Json | null)?.["@type"];
   const type = typeof typeUrl === "string" ? ANY_TYPES[typeUrl] : undefined;
-  if (!type) throw new FilterEncodingError(`Cannot encode ${path}: unknown @type ${JSON.stringify(typeUrl)}`);
+  if (!type) {
+    throw new FilterEncodingError(
+      `Cannot encode ${path}: unknown @type ${JSON.stringify(typeUrl)}`,
+    );
+  }
   const { "@type": _, ...fields } = json as Json;
-  return concat([stringField(1, typeUrl as string), lenField(2, encodeMessage(fields, type, path))]);
+  return concat([
+    stringField(1, typeUrl as string),
+    lenField(2, encodeMessage(fields, type, path)),
+  ]);
 }
 
 /**

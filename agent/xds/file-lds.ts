@@ -21,7 +21,11 @@ export interface FileRelayContext {
 }
 
 /** The content Envoy gets for the user's file content, and the listeners that got the filter. */
-export function rewriteFile(content: Uint8Array, format: XdsFile["format"], context: Pick<FileRelayContext, "filters" | "encoded">): {
+export function rewriteFile(
+  content: Uint8Array,
+  format: XdsFile["format"],
+  context: Pick<FileRelayContext, "filters" | "encoded">,
+): {
   content: Uint8Array;
   listeners: JsonListenerRewrite[];
 } {
@@ -69,15 +73,24 @@ export async function relayFile(file: XdsFile, context: FileRelayContext): Promi
     context.stats.filesWritten++;
     context.stats.listenersRewritten += rewrite.listeners.filter((l) => l.http + l.tcp > 0).length;
     context.log("xds_listeners", {
-      service: "file", path: file.source, listeners: rewrite.listeners.map((l) => l.name),
+      service: "file",
+      path: file.source,
+      listeners: rewrite.listeners.map((l) => l.name),
       filtered: rewrite.listeners.filter((l) => l.http + l.tcp > 0).map((l) => l.name),
-      counted: rewrite.listeners.map((l) => ({ name: l.name, direction: l.direction, counted: l.counted, delivery: l.delivery })),
+      counted: rewrite.listeners.map((l) => ({
+        name: l.name,
+        direction: l.direction,
+        counted: l.counted,
+        delivery: l.delivery,
+      })),
     });
     context.onListeners(rewrite.listeners);
   };
   let queue = publish();
   await queue;
   return await watchFiles([file.source], () => {
-    queue = queue.then(publish).catch((error: Error) => context.log("xds_file_write_failed", { path: file.copy, error: error.message }));
+    queue = queue.then(publish).catch((error: Error) =>
+      context.log("xds_file_write_failed", { path: file.copy, error: error.message })
+    );
   });
 }

@@ -5,10 +5,12 @@ import { type Counting, countingOf, type Direction, directionOf } from "../envoy
 import { type DeliveryCheck, deliveryOf } from "../envoy/delivery-check.ts";
 
 type Json = Record<string, unknown>;
-const isObject = (v: unknown): v is Json => typeof v === "object" && v !== null && !Array.isArray(v);
+const isObject = (v: unknown): v is Json =>
+  typeof v === "object" && v !== null && !Array.isArray(v);
 
 const LISTENER_TYPE = "type.googleapis.com/envoy.config.listener.v3.Listener";
-const HCM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+const HCM_TYPE =
+  "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const TCP_PROXY_TYPE = "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy";
 
 /** What was inserted into one listener. */
@@ -28,15 +30,22 @@ export interface JsonListenerRewrite {
   tcp: number;
 }
 
-const typeOf = (filter: Json) => (isObject(filter.typed_config) ? filter.typed_config["@type"] : undefined);
+const typeOf = (
+  filter: Json,
+) => (isObject(filter.typed_config) ? filter.typed_config["@type"] : undefined);
 
 /** Inserts the filters into one listener (modified in place). */
-export function insertIntoListener(listener: Json, filters: { http: Json; tcp: Json }): JsonListenerRewrite {
+export function insertIntoListener(
+  listener: Json,
+  filters: { http: Json; tcp: Json },
+): JsonListenerRewrite {
   const direction = directionOf(listener.traffic_direction);
   const outbound = direction === "OUTBOUND";
   const marked = direction === "unmarked";
   if (marked) listener.traffic_direction = "INBOUND";
-  const chains = Array.isArray(listener.filter_chains) ? listener.filter_chains.filter(isObject) : [];
+  const chains = Array.isArray(listener.filter_chains)
+    ? listener.filter_chains.filter(isObject)
+    : [];
   if (isObject(listener.default_filter_chain)) chains.push(listener.default_filter_chain);
   let http = 0;
   let tcp = 0;
@@ -45,7 +54,9 @@ export function insertIntoListener(listener: Json, filters: { http: Json; tcp: J
   for (const chain of chains) {
     const list = Array.isArray(chain.filters) ? chain.filters.filter(isObject) : [];
     const hasHcm = list.some((f) => typeOf(f) === HCM_TYPE);
-    const hasTcpProxy = list.some((f) => typeOf(f) === TCP_PROXY_TYPE || f.name === "envoy.filters.network.tcp_proxy");
+    const hasTcpProxy = list.some((f) =>
+      typeOf(f) === TCP_PROXY_TYPE || f.name === "envoy.filters.network.tcp_proxy"
+    );
     const hadTcp = list.some((f) => f.name === filters.tcp.name);
     const addTcp = !outbound && hasTcpProxy && !hasHcm && !hadTcp;
     if (addTcp) {
@@ -64,7 +75,15 @@ export function insertIntoListener(listener: Json, filters: { http: Json; tcp: J
     }
   }
   const counted = countingOf({ direction, http: httpAfter, tcp: tcpAfter });
-  return { name: String(listener.name ?? ""), direction, marked, counted, delivery: deliveryOf(listener), http, tcp };
+  return {
+    name: String(listener.name ?? ""),
+    direction,
+    marked,
+    counted,
+    delivery: deliveryOf(listener),
+    http,
+    tcp,
+  };
 }
 
 /**
@@ -75,7 +94,12 @@ export function insertIntoListener(listener: Json, filters: { http: Json; tcp: J
  * const listeners = insertIntoResponse(YAML.parse(text), plan.filters);
  * ```
  */
-export function insertIntoResponse(response: unknown, filters: { http: Json; tcp: Json }): JsonListenerRewrite[] {
+export function insertIntoResponse(
+  response: unknown,
+  filters: { http: Json; tcp: Json },
+): JsonListenerRewrite[] {
   if (!isObject(response) || !Array.isArray(response.resources)) return [];
-  return response.resources.filter((r) => isObject(r) && r["@type"] === LISTENER_TYPE).map((r) => insertIntoListener(r as Json, filters));
+  return response.resources.filter((r) => isObject(r) && r["@type"] === LISTENER_TYPE).map((r) =>
+    insertIntoListener(r as Json, filters)
+  );
 }

@@ -1,14 +1,36 @@
 // Inserts the filter into one Listener at the wire level, copying every other byte as it came.
-import { type Counting, countingOf, type Direction, TRAFFIC_DIRECTION } from "../envoy/direction.ts";
+import {
+  type Counting,
+  countingOf,
+  type Direction,
+  TRAFFIC_DIRECTION,
+} from "../envoy/direction.ts";
 import { type DeliveryCheck, deliveryOf } from "../envoy/delivery-check.ts";
-import { concat, lenField, readFields, stringOf, varintField, WIRE, type WireField } from "./wire.ts";
+import {
+  concat,
+  lenField,
+  readFields,
+  stringOf,
+  varintField,
+  WIRE,
+  type WireField,
+} from "./wire.ts";
 
-const HCM_TYPE = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
+const HCM_TYPE =
+  "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
 const TCP_PROXY_TYPE = "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy";
 
 /** Field numbers of Envoy's API used here (envoy/config/listener/v3, http_connection_manager/v3). */
 const F = {
-  listener: { name: 1, address: 2, filterChains: 3, trafficDirection: 16, udpListenerConfig: 18, defaultFilterChain: 25, additionalAddresses: 33 },
+  listener: {
+    name: 1,
+    address: 2,
+    filterChains: 3,
+    trafficDirection: 16,
+    udpListenerConfig: 18,
+    defaultFilterChain: 25,
+    additionalAddresses: 33,
+  },
   additionalAddress: { address: 1 },
   address: { socketAddress: 1, pipe: 2, envoyInternalAddress: 3 },
   socketAddress: { protocol: 1 },
@@ -56,7 +78,11 @@ function isLen(field: WireField, number: number): boolean {
 /** The type URL and payload of an Any, with the Any's own fields. */
 function readAny(bytes: Uint8Array): { typeUrl: string; value?: WireField; fields: WireField[] } {
   const fields = readFields(bytes);
-  return { typeUrl: stringOf(fields, F.any.typeUrl) ?? "", value: fields.find((f) => isLen(f, F.any.value)), fields };
+  return {
+    typeUrl: stringOf(fields, F.any.typeUrl) ?? "",
+    value: fields.find((f) => isLen(f, F.any.value)),
+    fields,
+  };
 }
 
 /** The Any with its value replaced; its other fields are kept in place. */
@@ -68,7 +94,9 @@ function withAnyValue(fields: WireField[], value: Uint8Array): Uint8Array {
 function rewriteHcm(bytes: Uint8Array, filters: EncodedFilters): Uint8Array | undefined {
   const fields = readFields(bytes);
   const existing = fields.filter((f) => isLen(f, F.hcm.httpFilters));
-  if (existing.some((f) => stringOf(readFields(f.value), F.httpFilter.name) === filters.httpName)) return undefined;
+  if (existing.some((f) => stringOf(readFields(f.value), F.httpFilter.name) === filters.httpName)) {
+    return undefined;
+  }
   const entry = lenField(F.hcm.httpFilters, filters.http);
   if (existing.length === 0) return concat([bytes, entry]);
   return concat(fields.map((f) => (f === existing[0] ? concat([entry, f.raw]) : f.raw)));
@@ -89,10 +117,17 @@ function rewriteChain(bytes: Uint8Array, filters: EncodedFilters, outbound: bool
   const parsed = filterFields.map((f) => {
     const own = readFields(f.value);
     const typed = own.find((g) => isLen(g, F.filter.typedConfig));
-    return { field: f, own, name: stringOf(own, F.filter.name) ?? "", any: typed ? readAny(typed.value) : undefined };
+    return {
+      field: f,
+      own,
+      name: stringOf(own, F.filter.name) ?? "",
+      any: typed ? readAny(typed.value) : undefined,
+    };
   });
   const hasHcm = parsed.some((p) => p.any?.typeUrl === HCM_TYPE);
-  const hasTcpProxy = parsed.some((p) => p.any?.typeUrl === TCP_PROXY_TYPE || p.name === "envoy.filters.network.tcp_proxy");
+  const hasTcpProxy = parsed.some((p) =>
+    p.any?.typeUrl === TCP_PROXY_TYPE || p.name === "envoy.filters.network.tcp_proxy"
+  );
   // Open connections are counted on inbound tcp_proxy only: an app's idle outbound pools would
   // hold every drain until the deadline (as for static listeners).
   const hadTcp = parsed.some((p) => p.name === filters.tcpName);
@@ -106,7 +141,17 @@ function rewriteChain(bytes: Uint8Array, filters: EncodedFilters, outbound: bool
     const hcm = rewriteHcm(p.any.value.value, filters);
     if (!hcm) continue;
     const any = withAnyValue(p.any.fields, hcm);
-    replaced.set(p.field, lenField(F.chain.filters, concat(p.own.map((g) => (isLen(g, F.filter.typedConfig) ? lenField(F.filter.typedConfig, any) : g.raw)))));
+    replaced.set(
+      p.field,
+      lenField(
+        F.chain.filters,
+        concat(
+          p.own.map((
+            g,
+          ) => (isLen(g, F.filter.typedConfig) ? lenField(F.filter.typedConfig, any) : g.raw)),
+        ),
+      ),
+    );
     http++;
   }
   const tcpAfter = addTcp || hadTcp ? 1 : 0;
@@ -121,8 +166,14 @@ function rewriteChain(bytes: Uint8Array, filters: EncodedFilters, outbound: bool
 
 /** The direction a Listener's fields say (the last `traffic_direction` wins, as in protobuf). */
 function directionOfFields(fields: WireField[]): Direction {
-  const value = fields.filter((f) => f.number === F.listener.trafficDirection && f.wireType === WIRE.varint).at(-1)?.varint;
-  return value === TRAFFIC_DIRECTION.OUTBOUND ? "OUTBOUND" : value === TRAFFIC_DIRECTION.INBOUND ? "INBOUND" : "unmarked";
+  const value = fields.filter((f) =>
+    f.number === F.listener.trafficDirection && f.wireType === WIRE.varint
+  ).at(-1)?.varint;
+  return value === TRAFFIC_DIRECTION.OUTBOUND
+    ? "OUTBOUND"
+    : value === TRAFFIC_DIRECTION.INBOUND
+    ? "INBOUND"
+    : "unmarked";
 }
 
 /** An encoded `envoy.config.core.v3.Address` as the JSON {@linkcode deliveryOf} reads. */
@@ -130,10 +181,14 @@ function addressJson(bytes: Uint8Array | undefined): Record<string, unknown> | u
   if (!bytes) return undefined;
   const fields = readFields(bytes);
   if (fields.some((f) => isLen(f, F.address.pipe))) return { pipe: {} };
-  if (fields.some((f) => isLen(f, F.address.envoyInternalAddress))) return { envoy_internal_address: {} };
+  if (fields.some((f) => isLen(f, F.address.envoyInternalAddress))) {
+    return { envoy_internal_address: {} };
+  }
   const socket = fields.find((f) => isLen(f, F.address.socketAddress));
   if (!socket) return undefined;
-  const protocol = readFields(socket.value).filter((f) => f.number === F.socketAddress.protocol && f.wireType === WIRE.varint).at(-1)?.varint;
+  const protocol = readFields(socket.value).filter((f) =>
+    f.number === F.socketAddress.protocol && f.wireType === WIRE.varint
+  ).at(-1)?.varint;
   return { socket_address: { protocol: protocol ?? 0 } };
 }
 
@@ -142,8 +197,14 @@ function deliveryOfFields(fields: WireField[]): DeliveryCheck {
   return deliveryOf({
     address: addressJson(fields.filter((f) => isLen(f, F.listener.address)).at(-1)?.value),
     additional_addresses: fields.filter((f) => isLen(f, F.listener.additionalAddresses))
-      .map((f) => ({ address: addressJson(readFields(f.value).find((g) => isLen(g, F.additionalAddress.address))?.value) })),
-    ...(fields.some((f) => isLen(f, F.listener.udpListenerConfig)) ? { udp_listener_config: {} } : {}),
+      .map((f) => ({
+        address: addressJson(
+          readFields(f.value).find((g) => isLen(g, F.additionalAddress.address))?.value,
+        ),
+      })),
+    ...(fields.some((f) => isLen(f, F.listener.udpListenerConfig))
+      ? { udp_listener_config: {} }
+      : {}),
   });
 }
 
@@ -168,7 +229,9 @@ export function rewriteListener(bytes: Uint8Array, filters: EncodedFilters): Lis
   let httpAfter = 0;
   let tcpAfter = 0;
   const out = fields.map((f) => {
-    if (!isLen(f, F.listener.filterChains) && !isLen(f, F.listener.defaultFilterChain)) return f.raw;
+    if (!isLen(f, F.listener.filterChains) && !isLen(f, F.listener.defaultFilterChain)) {
+      return f.raw;
+    }
     const chain = rewriteChain(f.value, filters, outbound);
     http += chain.http;
     tcp += chain.tcp;
@@ -179,6 +242,15 @@ export function rewriteListener(bytes: Uint8Array, filters: EncodedFilters): Lis
   if (marked) out.push(varintField(F.listener.trafficDirection, TRAFFIC_DIRECTION.INBOUND));
   const counted = countingOf({ direction, http: httpAfter, tcp: tcpAfter });
   const delivery = deliveryOfFields(fields);
-  return { bytes: http + tcp > 0 || marked ? concat(out) : bytes, name, outbound, direction, marked, counted, delivery, http, tcp };
+  return {
+    bytes: http + tcp > 0 || marked ? concat(out) : bytes,
+    name,
+    outbound,
+    direction,
+    marked,
+    counted,
+    delivery,
+    http,
+    tcp,
+  };
 }
-

@@ -35,7 +35,11 @@ export interface ResponseRewrite {
 const isLen = (f: WireField, n: number) => f.number === n && f.wireType === WIRE.len;
 
 /** Rewrites an Any holding a Listener (or a Resource wrapping one); undefined when unchanged. */
-function rewriteAny(bytes: Uint8Array, filters: EncodedFilters, found: ListenerRewrite[]): Uint8Array | undefined {
+function rewriteAny(
+  bytes: Uint8Array,
+  filters: EncodedFilters,
+  found: ListenerRewrite[],
+): Uint8Array | undefined {
   const fields = readFields(bytes);
   const typeUrl = stringOf(fields, F.any.typeUrl);
   const value = fields.find((f) => isLen(f, F.any.value));
@@ -53,7 +57,11 @@ function rewriteAny(bytes: Uint8Array, filters: EncodedFilters, found: ListenerR
 }
 
 /** A `Resource`: its `resource` Any is rewritten in place. */
-function rewriteResource(bytes: Uint8Array, filters: EncodedFilters, found: ListenerRewrite[]): Uint8Array | undefined {
+function rewriteResource(
+  bytes: Uint8Array,
+  filters: EncodedFilters,
+  found: ListenerRewrite[],
+): Uint8Array | undefined {
   const fields = readFields(bytes);
   let changed = false;
   const out = fields.map((f) => {
@@ -75,7 +83,11 @@ function rewriteResource(bytes: Uint8Array, filters: EncodedFilters, found: List
  * ```
  * @throws {WireError} when the message is not well-formed protobuf
  */
-export function rewriteResponse(bytes: Uint8Array, variant: Variant, filters: EncodedFilters): ResponseRewrite {
+export function rewriteResponse(
+  bytes: Uint8Array,
+  variant: Variant,
+  filters: EncodedFilters,
+): ResponseRewrite {
   const fields = readFields(bytes);
   const f = variant === "sotw" ? F.response : F.deltaResponse;
   const typeUrl = stringOf(fields, f.typeUrl) ?? "";
@@ -86,7 +98,9 @@ export function rewriteResponse(bytes: Uint8Array, variant: Variant, filters: En
   const out = fields.map((field) => {
     if (!isLen(field, f.resources)) return field.raw;
     // SotW resources are Anys; delta resources are Resources wrapping an Any.
-    const rewritten = variant === "sotw" ? rewriteAny(field.value, filters, listeners) : rewriteResource(field.value, filters, listeners);
+    const rewritten = variant === "sotw"
+      ? rewriteAny(field.value, filters, listeners)
+      : rewriteResource(field.value, filters, listeners);
     if (!rewritten) return field.raw;
     changed = true;
     return lenField(field.number, rewritten);
@@ -114,7 +128,9 @@ export function summarizeRequest(bytes: Uint8Array, variant: Variant): RequestSu
   const detail = fields.find((field) => isLen(field, f.errorDetail));
   if (detail) {
     const status = readFields(detail.value);
-    const code = status.find((s) => s.number === F.status.code && s.wireType === WIRE.varint)?.varint ?? 0;
+    const code = status.find((s) =>
+      s.number === F.status.code && s.wireType === WIRE.varint
+    )?.varint ?? 0;
     const message = status.find((s) => isLen(s, F.status.message));
     summary.error = { code, message: message ? text(message.value) : "" };
   }

@@ -26,7 +26,9 @@ const OWN_FOLDER_PREFIX = "lastcall-xds-";
 /** The socket's own folder in the temp folder, when it has one (see xdsRedirectFor). */
 function ownFolderOf(socketPath: string): string | undefined {
   const folder = dirname(socketPath);
-  return dirname(folder) === tmpdir() && basename(folder).startsWith(OWN_FOLDER_PREFIX) ? folder : undefined;
+  return dirname(folder) === tmpdir() && basename(folder).startsWith(OWN_FOLDER_PREFIX)
+    ? folder
+    : undefined;
 }
 
 /**
@@ -37,15 +39,31 @@ function ownFolderOf(socketPath: string): string | undefined {
  */
 export function xdsRedirectFor(runDir: string, name: string): XdsRedirectOptions {
   let socketPath = join(runDir, `${name}.xds.sock`);
-  if (socketPath.length > MAX_SOCKET_PATH) socketPath = join(tmpdir(), `${OWN_FOLDER_PREFIX}${randomBytes(6).toString("hex")}`, "xds.sock");
-  return { socketPath, token: randomBytes(16).toString("hex"), fileBase: join(runDir, `${name}-lds`) };
+  if (socketPath.length > MAX_SOCKET_PATH) {
+    socketPath = join(
+      tmpdir(),
+      `${OWN_FOLDER_PREFIX}${randomBytes(6).toString("hex")}`,
+      "xds.sock",
+    );
+  }
+  return {
+    socketPath,
+    token: randomBytes(16).toString("hex"),
+    fileBase: join(runDir, `${name}-lds`),
+  };
 }
 
 /**
  * Starts the proxy of one Envoy process; each filter variant it inserts adds that process's
  * reporter id to `reporters` (once) and tells the agent.
  */
-export async function startProxyFor(plan: XdsPlan, stats: XdsStats, hooks: XdsHooks, ids: { http: string; tcp: string }, reporters: string[]): Promise<XdsProxy> {
+export async function startProxyFor(
+  plan: XdsPlan,
+  stats: XdsStats,
+  hooks: XdsHooks,
+  ids: { http: string; tcp: string },
+  reporters: string[],
+): Promise<XdsProxy> {
   const { startXdsProxy } = await loadXdsProxy();
   const ownFolder = ownFolderOf(plan.socketPath);
   // Made now, 0700, and never one already there (mkdir fails on an existing name).

@@ -57,16 +57,24 @@ export async function startXdsProxy(options: XdsProxyOptions): Promise<XdsProxy>
   let server: grpc.Server | undefined;
   try {
     for (const file of plan.files) {
-      stops.push(await relayFile(file, { filters: plan.filters, encoded, stats, log, onListeners }));
+      stops.push(
+        await relayFile(file, { filters: plan.filters, encoded, stats, log, onListeners }),
+      );
     }
     if (plan.upstream) {
       const upstream = plan.upstream;
-      server = new grpc.Server({ "grpc.max_receive_message_length": -1, "grpc.max_send_message_length": -1 });
+      server = new grpc.Server({
+        "grpc.max_receive_message_length": -1,
+        "grpc.max_send_message_length": -1,
+      });
       const handlers: grpc.UntypedServiceImplementation = {};
       for (const [name, method] of Object.entries(XDS_METHODS)) {
         handlers[name] = (call: grpc.ServerDuplexStream<Buffer, Buffer>) => {
           if (call.metadata.get(XDS_TOKEN_HEADER)[0] !== plan.token) {
-            call.emit("error", { code: grpc.status.PERMISSION_DENIED, details: "lastcall: not this Envoy's xDS stream" });
+            call.emit("error", {
+              code: grpc.status.PERMISSION_DENIED,
+              details: "lastcall: not this Envoy's xDS stream",
+            });
             return;
           }
           relayStream(call, method, { upstream, filters: encoded, stats, log, onListeners });
@@ -75,7 +83,11 @@ export async function startXdsProxy(options: XdsProxyOptions): Promise<XdsProxy>
       server.addService(xdsServiceDefinition(), handlers);
       await rm(plan.socketPath, { force: true });
       await new Promise<void>((resolve, reject) => {
-        server!.bindAsync(`unix:${plan.socketPath}`, grpc.ServerCredentials.createInsecure(), (error) => (error ? reject(error) : resolve()));
+        server!.bindAsync(
+          `unix:${plan.socketPath}`,
+          grpc.ServerCredentials.createInsecure(),
+          (error) => (error ? reject(error) : resolve()),
+        );
       });
     }
   } catch (error) {

@@ -7,10 +7,12 @@ export const XDS_CLUSTER = "lastcall_xds";
 export const XDS_TOKEN_HEADER = "x-lastcall-xds-token";
 
 type Json = Record<string, unknown>;
-const isObject = (v: unknown): v is Json => typeof v === "object" && v !== null && !Array.isArray(v);
+const isObject = (v: unknown): v is Json =>
+  typeof v === "object" && v !== null && !Array.isArray(v);
 const GRPC_API_TYPES = new Set(["GRPC", "DELTA_GRPC", "AGGREGATED_GRPC", "AGGREGATED_DELTA_GRPC"]);
 const TLS_TYPE = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext";
-const RAW_BUFFER_TYPE = "type.googleapis.com/envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer";
+const RAW_BUFFER_TYPE =
+  "type.googleapis.com/envoy.extensions.transport_sockets.raw_buffer.v3.RawBuffer";
 
 /** Where the proxy of one Envoy process serves, and where its rewritten files go. */
 export interface XdsRedirectOptions {
@@ -64,10 +66,14 @@ export interface XdsPlan {
 function addressOf(cluster: Json): XdsUpstream["address"] | string {
   const assignment = isObject(cluster.load_assignment) ? cluster.load_assignment : {};
   const endpoints = Array.isArray(assignment.endpoints) ? assignment.endpoints : [];
-  const lb = isObject(endpoints[0]) && Array.isArray(endpoints[0].lb_endpoints) ? endpoints[0].lb_endpoints : [];
+  const lb = isObject(endpoints[0]) && Array.isArray(endpoints[0].lb_endpoints)
+    ? endpoints[0].lb_endpoints
+    : [];
   const endpoint = isObject(lb[0]) && isObject(lb[0].endpoint) ? lb[0].endpoint : {};
   const address = isObject(endpoint.address) ? endpoint.address : {};
-  if (isObject(address.pipe) && typeof address.pipe.path === "string") return { path: address.pipe.path };
+  if (isObject(address.pipe) && typeof address.pipe.path === "string") {
+    return { path: address.pipe.path };
+  }
   const socket = address.socket_address;
   if (isObject(socket) && typeof socket.address === "string" && socket.port_value !== undefined) {
     return { host: socket.address, port: Number(socket.port_value) };
@@ -89,14 +95,20 @@ function upstreamOf(config: Json, source: "ads" | "lds", service: unknown): XdsU
   if (!isObject(service)) return "no grpc_services";
   if (isObject(service.envoy_grpc)) {
     const name = String(service.envoy_grpc.cluster_name ?? "");
-    const statics = isObject(config.static_resources) && Array.isArray(config.static_resources.clusters) ? config.static_resources.clusters : [];
+    const statics =
+      isObject(config.static_resources) && Array.isArray(config.static_resources.clusters)
+        ? config.static_resources.clusters
+        : [];
     const cluster = statics.find((c) => isObject(c) && c.name === name) as Json | undefined;
     if (!cluster) return `envoy_grpc cluster ${name} is not a static cluster`;
     const address = addressOf(cluster);
     if (typeof address === "string") return `cluster ${name}: ${address}`;
     const tls = tlsOf(cluster);
     if (typeof tls === "string") return `cluster ${name}: ${tls}`;
-    const authority = typeof service.envoy_grpc.authority === "string" && service.envoy_grpc.authority !== "" ? service.envoy_grpc.authority : name;
+    const authority =
+      typeof service.envoy_grpc.authority === "string" && service.envoy_grpc.authority !== ""
+        ? service.envoy_grpc.authority
+        : name;
     return { source, name, authority, address, ...(tls ? { tls } : {}) };
   }
   if (isObject(service.google_grpc)) {
@@ -106,9 +118,14 @@ function upstreamOf(config: Json, source: "ads" | "lds", service: unknown): XdsU
     if (!match) return `google_grpc target_uri ${target} is not host:port`;
     if (g.call_credentials !== undefined) return "google_grpc call_credentials are not supported";
     const credentials = isObject(g.channel_credentials) ? g.channel_credentials : {};
-    if (Object.keys(credentials).some((k) => k !== "ssl_credentials")) return "google_grpc channel_credentials other than ssl_credentials are not supported";
+    if (Object.keys(credentials).some((k) => k !== "ssl_credentials")) {
+      return "google_grpc channel_credentials other than ssl_credentials are not supported";
+    }
     return {
-      source, name: target, authority: target, address: { host: match[1], port: Number(match[2]) },
+      source,
+      name: target,
+      authority: target,
+      address: { host: match[1], port: Number(match[2]) },
       ...(isObject(credentials.ssl_credentials) ? { googleSsl: credentials.ssl_credentials } : {}),
     };
   }
@@ -119,10 +136,21 @@ function upstreamOf(config: Json, source: "ads" | "lds", service: unknown): XdsU
 function toProxy(service: Json, token: string): Json {
   const { envoy_grpc: _e, google_grpc: _g, ...rest } = service;
   const metadata = Array.isArray(service.initial_metadata) ? service.initial_metadata : [];
-  return { ...rest, envoy_grpc: { cluster_name: XDS_CLUSTER }, initial_metadata: [...metadata, { key: XDS_TOKEN_HEADER, value: token }] };
+  return {
+    ...rest,
+    envoy_grpc: { cluster_name: XDS_CLUSTER },
+    initial_metadata: [...metadata, { key: XDS_TOKEN_HEADER, value: token }],
+  };
 }
 
-function redirectApi(config: Json, api: Json, source: "ads" | "lds", options: XdsRedirectOptions, plan: XdsPlan, what: string): void {
+function redirectApi(
+  config: Json,
+  api: Json,
+  source: "ads" | "lds",
+  options: XdsRedirectOptions,
+  plan: XdsPlan,
+  what: string,
+): void {
   if (!GRPC_API_TYPES.has(String(api.api_type))) {
     plan.unseen.push(`${what} (api_type ${String(api.api_type)})`);
     return;
@@ -155,18 +183,46 @@ function fileFormat(path: string): XdsFile["format"] | undefined {
  * ```
  * @throws {Error} when the bootstrap already has a cluster named {@linkcode XDS_CLUSTER}
  */
-export function redirectXds(config: Json, options: XdsRedirectOptions, filters: XdsPlan["filters"]): XdsPlan | undefined {
+export function redirectXds(
+  config: Json,
+  options: XdsRedirectOptions,
+  filters: XdsPlan["filters"],
+): XdsPlan | undefined {
   const dynamic = config.dynamic_resources;
   if (!isObject(dynamic) || !isObject(dynamic.lds_config)) return undefined;
   const lds = dynamic.lds_config;
-  const plan: XdsPlan = { socketPath: options.socketPath, token: options.token, files: [], filters, relayed: [], unseen: [] };
+  const plan: XdsPlan = {
+    socketPath: options.socketPath,
+    token: options.token,
+    files: [],
+    filters,
+    relayed: [],
+    unseen: [],
+  };
   if (isObject(lds.ads)) {
-    if (isObject(dynamic.ads_config)) redirectApi(config, dynamic.ads_config, "ads", options, plan, "LDS over ADS (dynamic_resources.ads_config)");
-    else plan.unseen.push("LDS over ADS (no ads_config)");
+    if (isObject(dynamic.ads_config)) {
+      redirectApi(
+        config,
+        dynamic.ads_config,
+        "ads",
+        options,
+        plan,
+        "LDS over ADS (dynamic_resources.ads_config)",
+      );
+    } else plan.unseen.push("LDS over ADS (no ads_config)");
   } else if (isObject(lds.api_config_source)) {
-    redirectApi(config, lds.api_config_source, "lds", options, plan, "LDS (dynamic_resources.lds_config.api_config_source)");
+    redirectApi(
+      config,
+      lds.api_config_source,
+      "lds",
+      options,
+      plan,
+      "LDS (dynamic_resources.lds_config.api_config_source)",
+    );
   } else if (isObject(lds.path_config_source) || typeof lds.path === "string") {
-    const source = isObject(lds.path_config_source) ? String(lds.path_config_source.path ?? "") : String(lds.path);
+    const source = isObject(lds.path_config_source)
+      ? String(lds.path_config_source.path ?? "")
+      : String(lds.path);
     const format = fileFormat(source);
     if (!format) {
       plan.unseen.push(`LDS file ${source} (only .json, .yaml and .pb files are rewritten)`);
@@ -184,14 +240,18 @@ export function redirectXds(config: Json, options: XdsRedirectOptions, filters: 
   if (plan.upstream) {
     const resources = (config.static_resources ??= {}) as Json;
     const clusters = (resources.clusters ??= []) as Json[];
-    if (clusters.some((c) => c.name === XDS_CLUSTER)) throw new Error(`Envoy config already has a cluster named ${XDS_CLUSTER}`);
+    if (clusters.some((c) => c.name === XDS_CLUSTER)) {
+      throw new Error(`Envoy config already has a cluster named ${XDS_CLUSTER}`);
+    }
     clusters.push({
       name: XDS_CLUSTER,
       type: "STATIC",
       connect_timeout: "1s",
       load_assignment: {
         cluster_name: XDS_CLUSTER,
-        endpoints: [{ lb_endpoints: [{ endpoint: { address: { pipe: { path: options.socketPath } } } }] }],
+        endpoints: [{
+          lb_endpoints: [{ endpoint: { address: { pipe: { path: options.socketPath } } } }],
+        }],
       },
       typed_extension_protocol_options: {
         "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {

@@ -9,11 +9,30 @@ import type { XdsStats } from "./stats.ts";
 import { upstreamChannel } from "./upstream.ts";
 
 /** The xDS methods lastcall serves: ADS and LDS, state of the world and delta. */
-export const XDS_METHODS: Record<string, { path: string; variant: Variant; service: "ADS" | "LDS" }> = {
-  StreamAggregatedResources: { path: "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources", variant: "sotw", service: "ADS" },
-  DeltaAggregatedResources: { path: "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources", variant: "delta", service: "ADS" },
-  StreamListeners: { path: "/envoy.service.listener.v3.ListenerDiscoveryService/StreamListeners", variant: "sotw", service: "LDS" },
-  DeltaListeners: { path: "/envoy.service.listener.v3.ListenerDiscoveryService/DeltaListeners", variant: "delta", service: "LDS" },
+export const XDS_METHODS: Record<
+  string,
+  { path: string; variant: Variant; service: "ADS" | "LDS" }
+> = {
+  StreamAggregatedResources: {
+    path: "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources",
+    variant: "sotw",
+    service: "ADS",
+  },
+  DeltaAggregatedResources: {
+    path: "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources",
+    variant: "delta",
+    service: "ADS",
+  },
+  StreamListeners: {
+    path: "/envoy.service.listener.v3.ListenerDiscoveryService/StreamListeners",
+    variant: "sotw",
+    service: "LDS",
+  },
+  DeltaListeners: {
+    path: "/envoy.service.listener.v3.ListenerDiscoveryService/DeltaListeners",
+    variant: "delta",
+    service: "LDS",
+  },
 };
 
 /** What every relayed stream of one proxy shares. */
@@ -38,7 +57,11 @@ const OURS = /lastcall|wasm/i;
  * server.addService(definition, { StreamAggregatedResources: (call) => relayStream(call, XDS_METHODS.StreamAggregatedResources, context) });
  * ```
  */
-export function relayStream(down: grpc.ServerDuplexStream<Buffer, Buffer>, method: (typeof XDS_METHODS)[string], context: RelayContext): void {
+export function relayStream(
+  down: grpc.ServerDuplexStream<Buffer, Buffer>,
+  method: (typeof XDS_METHODS)[string],
+  context: RelayContext,
+): void {
   const { stats, log } = context;
   const metadata = down.metadata.clone();
   metadata.remove(XDS_TOKEN_HEADER);
@@ -56,7 +79,11 @@ export function relayStream(down: grpc.ServerDuplexStream<Buffer, Buffer>, metho
     up?.cancel();
     client?.close();
     if (!status || status.code === grpc.status.OK) down.end();
-    else down.emit("error", { code: status.code, details: status.details ?? "", metadata: status.metadata ?? new grpc.Metadata() });
+    else {down.emit("error", {
+        code: status.code,
+        details: status.details ?? "",
+        metadata: status.metadata ?? new grpc.Metadata(),
+      });}
   };
   down.on("cancelled", () => finish());
   down.on("error", () => finish());
@@ -74,11 +101,21 @@ export function relayStream(down: grpc.ServerDuplexStream<Buffer, Buffer>, metho
         if (rewrite.typeUrl === LISTENER_TYPE) {
           const filtered = rewrite.listeners.filter((l) => l.http + l.tcp > 0);
           stats.listenersRewritten += filtered.length;
-          if (filtered.length > 0 || rewrite.listeners.some((l) => l.marked)) changed.add(rewrite.nonce);
+          if (filtered.length > 0 || rewrite.listeners.some((l) => l.marked)) {
+            changed.add(rewrite.nonce);
+          }
           log("xds_listeners", {
-            service: method.service, variant: method.variant, nonce: rewrite.nonce,
-            listeners: rewrite.listeners.map((l) => l.name), filtered: filtered.map((l) => l.name),
-            counted: rewrite.listeners.map((l) => ({ name: l.name, direction: l.direction, counted: l.counted, delivery: l.delivery })),
+            service: method.service,
+            variant: method.variant,
+            nonce: rewrite.nonce,
+            listeners: rewrite.listeners.map((l) => l.name),
+            filtered: filtered.map((l) => l.name),
+            counted: rewrite.listeners.map((l) => ({
+              name: l.name,
+              direction: l.direction,
+              counted: l.counted,
+              delivery: l.delivery,
+            })),
           });
           context.onListeners(rewrite.listeners);
         }
@@ -92,7 +129,12 @@ export function relayStream(down: grpc.ServerDuplexStream<Buffer, Buffer>, metho
     up.on("status", (status: grpc.StatusObject) => {
       if (status.code !== grpc.status.OK && !done) {
         stats.upstreamErrors++;
-        log("xds_upstream_ended", { service: method.service, upstream: context.upstream.name, code: grpc.status[status.code], details: status.details });
+        log("xds_upstream_ended", {
+          service: method.service,
+          upstream: context.upstream.name,
+          code: grpc.status[status.code],
+          details: status.details,
+        });
       }
       finish(status);
     });
@@ -100,9 +142,17 @@ export function relayStream(down: grpc.ServerDuplexStream<Buffer, Buffer>, metho
       try {
         const request = summarizeRequest(message, method.variant);
         if (request.error) {
-          const cause = changed.has(request.responseNonce) && OURS.test(request.error.message) ? "lastcall" : "control_plane";
+          const cause = changed.has(request.responseNonce) && OURS.test(request.error.message)
+            ? "lastcall"
+            : "control_plane";
           stats.nacks[cause]++;
-          log("xds_nack", { service: method.service, type_url: request.typeUrl, nonce: request.responseNonce, cause, message: request.error.message.slice(0, 2000) });
+          log("xds_nack", {
+            service: method.service,
+            type_url: request.typeUrl,
+            nonce: request.responseNonce,
+            cause,
+            message: request.error.message.slice(0, 2000),
+          });
         }
       } catch { /* passed on as it came */ }
       up!.write(message);
@@ -110,8 +160,15 @@ export function relayStream(down: grpc.ServerDuplexStream<Buffer, Buffer>, metho
     down.on("end", () => up?.end());
   }).catch((error: Error) => {
     stats.upstreamErrors++;
-    log("xds_upstream_failed", { service: method.service, upstream: context.upstream.name, error: error.message });
-    finish({ code: grpc.status.UNAVAILABLE, details: `lastcall: cannot reach the control plane: ${error.message}` });
+    log("xds_upstream_failed", {
+      service: method.service,
+      upstream: context.upstream.name,
+      error: error.message,
+    });
+    finish({
+      code: grpc.status.UNAVAILABLE,
+      details: `lastcall: cannot reach the control plane: ${error.message}`,
+    });
   });
 }
 
@@ -120,8 +177,14 @@ export function xdsServiceDefinition(): grpc.ServiceDefinition {
   const definition: Record<string, grpc.MethodDefinition<Buffer, Buffer>> = {};
   for (const [name, m] of Object.entries(XDS_METHODS)) {
     definition[name] = {
-      path: m.path, requestStream: true, responseStream: true, originalName: name,
-      requestSerialize: identity, requestDeserialize: identity, responseSerialize: identity, responseDeserialize: identity,
+      path: m.path,
+      requestStream: true,
+      responseStream: true,
+      originalName: name,
+      requestSerialize: identity,
+      requestDeserialize: identity,
+      responseSerialize: identity,
+      responseDeserialize: identity,
     };
   }
   return definition;

@@ -75,7 +75,9 @@ export function readFields(bytes: Uint8Array): WireField[] {
       default:
         throw new WireError(`Wire type ${wireType} of field ${number} at byte ${start}`);
     }
-    if (at > bytes.length) throw new WireError(`Field ${number} at byte ${start} runs past the end`);
+    if (at > bytes.length) {
+      throw new WireError(`Field ${number} at byte ${start} runs past the end`);
+    }
     fields.push({ number, wireType, raw: bytes.subarray(start, at), value, varint });
   }
   return fields;

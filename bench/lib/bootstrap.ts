@@ -36,12 +36,23 @@ const ADMIN_LOG_FORMAT = "%START_TIME(%s.%3f)% %REQ(:METHOD)% %REQ(:PATH)%\n";
 
 /** When Envoy received each admin request `method path` (Date.now() ms), from an admin access log's text. */
 export function adminRequestTimes(log: string, method: string, path: string): number[] {
-  return log.split("\n").map((line) => line.split(" ")).filter((f) => f[1] === method && f[2] === path).map((f) => Math.round(Number(f[0]) * 1000));
+  return log.split("\n").map((line) => line.split(" ")).filter((f) =>
+    f[1] === method && f[2] === path
+  ).map((f) => Math.round(Number(f[0]) * 1000));
 }
 
 /** The lastcall filter as `lastcall run` would configure it, for Envoys run without the agent. */
-export function lastcallFilter(wasm = FILTER_WASM, configuration = '{"heartbeat_ms":1000}'): FilterVariant {
-  return { kind: "wasm", wasm, vmId: "lastcall_inflight", rootId: "lastcall_inflight", configuration };
+export function lastcallFilter(
+  wasm = FILTER_WASM,
+  configuration = '{"heartbeat_ms":1000}',
+): FilterVariant {
+  return {
+    kind: "wasm",
+    wasm,
+    vmId: "lastcall_inflight",
+    rootId: "lastcall_inflight",
+    configuration,
+  };
 }
 
 /** A bootstrap with the `ingress` listener, as JSON-ready object. */
@@ -56,31 +67,48 @@ export function benchBootstrap(options: BenchBootstrapOptions): Record<string, u
         config: {
           name: filter.vmId,
           root_id: filter.rootId,
-          vm_config: { vm_id: filter.vmId, runtime: "envoy.wasm.runtime.v8", code: { local: { filename: filter.wasm } } },
-          configuration: { "@type": "type.googleapis.com/google.protobuf.StringValue", value: filter.configuration },
+          vm_config: {
+            vm_id: filter.vmId,
+            runtime: "envoy.wasm.runtime.v8",
+            code: { local: { filename: filter.wasm } },
+          },
+          configuration: {
+            "@type": "type.googleapis.com/google.protobuf.StringValue",
+            value: filter.configuration,
+          },
         },
       },
     });
   }
-  httpFilters.push({ name: "envoy.filters.http.router", typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router" } });
+  httpFilters.push({
+    name: "envoy.filters.http.router",
+    typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router" },
+  });
   const route = options.upstreamPort === undefined
     ? { match: { prefix: "/" }, direct_response: { status: 200, body: { inline_string: "ok" } } }
     : { match: { prefix: "/" }, route: { cluster: "app", timeout: "0s" } };
   const clusters: unknown[] = [];
   if (options.upstreamPort !== undefined) clusters.push(localCluster("app", options.upstreamPort));
-  if (options.agentPort !== undefined) clusters.push(localCluster("lastcall_agent", options.agentPort));
-  for (let i = 0; i < (options.extraClusters ?? 0); i++) clusters.push(localCluster(`c${i}`, options.upstreamPort ?? 9));
+  if (options.agentPort !== undefined) {
+    clusters.push(localCluster("lastcall_agent", options.agentPort));
+  }
+  for (let i = 0; i < (options.extraClusters ?? 0); i++) {
+    clusters.push(localCluster(`c${i}`, options.upstreamPort ?? 9));
+  }
   const config: Record<string, unknown> = {
     static_resources: {
       listeners: [{
         name: "ingress",
         traffic_direction: "INBOUND",
-        address: { socket_address: { address: "127.0.0.1", port_value: options.listenerPort ?? 0 } },
+        address: {
+          socket_address: { address: "127.0.0.1", port_value: options.listenerPort ?? 0 },
+        },
         filter_chains: [{
           filters: [{
             name: "envoy.filters.network.http_connection_manager",
             typed_config: {
-              "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+              "@type":
+                "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
               stat_prefix: "ingress",
               codec_type: "AUTO",
               upgrade_configs: [{ upgrade_type: "websocket" }],

@@ -15,7 +15,11 @@ export const QUICK = process.argv.includes("--quick") || process.env.LASTCALL_BE
 /** The Envoy binary (set by build/bench.mjs from build/setup.mjs). */
 export function envoyBinary(): string {
   const binary = process.env.ENVOY_BIN;
-  if (!binary) throw new Error("Cannot run the benchmark: ENVOY_BIN is not set (run it through npm run bench)");
+  if (!binary) {
+    throw new Error(
+      "Cannot run the benchmark: ENVOY_BIN is not set (run it through npm run bench)",
+    );
+  }
   return binary;
 }
 
@@ -28,7 +32,13 @@ export function progress(script: string, line: string): void {
 export function writeResult(name: string, result: Record<string, unknown>): void {
   const dir = join(ROOT, "bench/results");
   mkdirSync(dir, { recursive: true });
-  const body = { ...result, quick: QUICK, date: new Date().toISOString(), node: process.version, cpus: (process.env.BENCH_CPUS ?? "") || undefined };
+  const body = {
+    ...result,
+    quick: QUICK,
+    date: new Date().toISOString(),
+    node: process.version,
+    cpus: (process.env.BENCH_CPUS ?? "") || undefined,
+  };
   writeFileSync(join(dir, `${name}.json`), `${JSON.stringify(body, null, 2)}\n`);
 }
 
@@ -49,8 +59,16 @@ export interface Child {
 }
 
 /** Spawns a command with stdout/stderr captured. */
-export function start(command: string, args: string[], options: { env?: Record<string, string>; cwd?: string; onLine?: (line: string) => void } = {}): Child {
-  const child = spawn(command, args, { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...options.env }, cwd: options.cwd });
+export function start(
+  command: string,
+  args: string[],
+  options: { env?: Record<string, string>; cwd?: string; onLine?: (line: string) => void } = {},
+): Child {
+  const child = spawn(command, args, {
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, ...options.env },
+    cwd: options.cwd,
+  });
   let output = "";
   let partial = "";
   const keep = (chunk: string) => {
@@ -88,7 +106,12 @@ export function start(command: string, args: string[], options: { env?: Record<s
 }
 
 /** Polls `check` every `intervalMs` until it returns a value, or throws after `timeoutMs`. */
-export async function until<T>(check: () => T | undefined | Promise<T | undefined>, what: string, timeoutMs = 20_000, intervalMs = 20): Promise<T> {
+export async function until<T>(
+  check: () => T | undefined | Promise<T | undefined>,
+  what: string,
+  timeoutMs = 20_000,
+  intervalMs = 20,
+): Promise<T> {
   const deadline = performance.now() + timeoutMs;
   let last: unknown;
   for (;;) {
@@ -98,13 +121,22 @@ export async function until<T>(check: () => T | undefined | Promise<T | undefine
     } catch (error) {
       last = error;
     }
-    if (performance.now() > deadline) throw new Error(`Timed out after ${timeoutMs} ms waiting for ${what}${last instanceof Error ? `: ${last.message}` : ""}`);
+    if (performance.now() > deadline) {
+      throw new Error(
+        `Timed out after ${timeoutMs} ms waiting for ${what}${
+          last instanceof Error ? `: ${last.message}` : ""
+        }`,
+      );
+    }
     await sleep(intervalMs);
   }
 }
 
 /** GET on 127.0.0.1 with a deadline; resolves with the status and body text. */
-export async function get(url: string, timeoutMs = 5000): Promise<{ status: number; body: string }> {
+export async function get(
+  url: string,
+  timeoutMs = 5000,
+): Promise<{ status: number; body: string }> {
   const response = await fetch(url, { signal: AbortSignal.timeout(timeoutMs) });
   return { status: response.status, body: await response.text() };
 }

@@ -11,13 +11,26 @@ import type { AdminAddress } from "./bootstrap.ts";
 export type Admin = { url: string } | { socketPath: string };
 
 /** GET or POST on Envoy's admin; resolves with status, body and the time it took. */
-export function adminCall(admin: Admin, path: string, options: { method?: string; timeoutMs?: number } = {}): Promise<{ status: number; body: string; ms: number }> {
+export function adminCall(
+  admin: Admin,
+  path: string,
+  options: { method?: string; timeoutMs?: number } = {},
+): Promise<{ status: number; body: string; ms: number }> {
   const began = performance.now();
   return new Promise((done, fail) => {
-    const target = "url" in admin ? { ...urlParts(admin.url), path } : { socketPath: admin.socketPath, path };
-    const req = request({ ...target, method: options.method ?? "GET", agent: false, timeout: options.timeoutMs ?? 10_000 }, (res) => {
+    const target = "url" in admin
+      ? { ...urlParts(admin.url), path }
+      : { socketPath: admin.socketPath, path };
+    const req = request({
+      ...target,
+      method: options.method ?? "GET",
+      agent: false,
+      timeout: options.timeoutMs ?? 10_000,
+    }, (res) => {
       let body = "";
-      res.setEncoding("utf8").on("data", (chunk: string) => { body += chunk; }).on("end", () => {
+      res.setEncoding("utf8").on("data", (chunk: string) => {
+        body += chunk;
+      }).on("end", () => {
         done({ status: res.statusCode ?? 0, body, ms: performance.now() - began });
       }).on("error", fail);
     });
@@ -35,16 +48,26 @@ function urlParts(url: string): { host: string; port: number } {
 /** Port of a named listener, from `/listeners?format=json`. */
 export async function listenerPort(admin: Admin, name = "ingress"): Promise<number> {
   const body = JSON.parse((await adminCall(admin, "/listeners?format=json")).body) as {
-    listener_statuses?: { name: string; local_address?: { socket_address?: { port_value?: number } } }[];
+    listener_statuses?: {
+      name: string;
+      local_address?: { socket_address?: { port_value?: number } };
+    }[];
   };
-  const port = body.listener_statuses?.find((l) => l.name === name)?.local_address?.socket_address?.port_value;
+  const port = body.listener_statuses?.find((l) => l.name === name)?.local_address?.socket_address
+    ?.port_value;
   if (!port) throw new Error(`Envoy has no listener named ${name}`);
   return port;
 }
 
 /** Resolves once `/ready` answers 200. */
 export async function untilReady(admin: Admin, what: string, timeoutMs = 30_000): Promise<void> {
-  await until(async () => ((await adminCall(admin, "/ready", { timeoutMs: 2000 })).status === 200 ? true : undefined), `${what} /ready`, timeoutMs);
+  await until(
+    async () => ((await adminCall(admin, "/ready", { timeoutMs: 2000 })).status === 200
+      ? true
+      : undefined),
+    `${what} /ready`,
+    timeoutMs,
+  );
 }
 
 /** A running benchmark Envoy. */
@@ -69,18 +92,32 @@ export interface StartBenchEnvoyOptions {
  * Starts Envoy with `bootstrap(admin)`: admin on a free TCP port (or on a Unix socket in its own
  * folder with `pipe`), then waits for `/ready`.
  */
-export async function startBenchEnvoy(bootstrap: (admin: AdminAddress, dir: string) => Record<string, unknown>, options: StartBenchEnvoyOptions & { pipe?: boolean } = {}): Promise<BenchEnvoy> {
+export async function startBenchEnvoy(
+  bootstrap: (admin: AdminAddress, dir: string) => Record<string, unknown>,
+  options: StartBenchEnvoyOptions & { pipe?: boolean } = {},
+): Promise<BenchEnvoy> {
   const dir = mkdtempSync(join(tmpdir(), "lcperf-envoy-"));
   const address: AdminAddress = options.pipe ? { pipe: join(dir, "admin.sock") } : { port: 0 };
   const config = bootstrap(address, dir);
   writeFileSync(join(dir, "envoy.json"), JSON.stringify(config));
   const addressFile = join(dir, "admin-address");
   const child = start(envoyBinary(), [
-    "-c", join(dir, "envoy.json"), "--concurrency", String(options.concurrency ?? 2),
-    "--admin-address-path", addressFile, "--disable-hot-restart", "--local-address-ip-version", "v4",
-    "-l", "warning", ...(options.args ?? []),
+    "-c",
+    join(dir, "envoy.json"),
+    "--concurrency",
+    String(options.concurrency ?? 2),
+    "--admin-address-path",
+    addressFile,
+    "--disable-hot-restart",
+    "--local-address-ip-version",
+    "v4",
+    "-l",
+    "warning",
+    ...(options.args ?? []),
   ]);
-  const died = child.exited.then(() => { throw new Error(`Envoy exited early:\n${child.output().slice(-3000)}`); });
+  const died = child.exited.then(() => {
+    throw new Error(`Envoy exited early:\n${child.output().slice(-3000)}`);
+  });
   died.catch(() => {});
   const stop = async () => {
     child.kill("SIGTERM");
@@ -94,9 +131,16 @@ export async function startBenchEnvoy(bootstrap: (admin: AdminAddress, dir: stri
     if ("pipe" in address) {
       admin = { socketPath: address.pipe };
     } else {
-      const text = await Promise.race([until(() => {
-        try { return readFileSync(addressFile, "utf8").trim() || undefined; } catch { return undefined; }
-      }, "Envoy's admin address"), died]);
+      const text = await Promise.race([
+        until(() => {
+          try {
+            return readFileSync(addressFile, "utf8").trim() || undefined;
+          } catch {
+            return undefined;
+          }
+        }, "Envoy's admin address"),
+        died,
+      ]);
       admin = { url: `http://${text}` };
     }
     await Promise.race([untilReady(admin, "Envoy"), died]);

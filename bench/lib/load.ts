@@ -27,16 +27,43 @@ end
 `;
 
 /** Saturating HTTP/1.1 load with wrk: `connections` keep-alive connections, one thread. */
-export function wrk(url: string, options: { connections: number; seconds: number; threads?: number }): LoadResult {
+export function wrk(
+  url: string,
+  options: { connections: number; seconds: number; threads?: number },
+): LoadResult {
   const dir = mkdtempSync(join(tmpdir(), "lcperf-wrk-"));
   try {
     const script = join(dir, "done.lua");
     writeFileSync(script, WRK_SCRIPT);
-    const result = spawnSync("wrk", ["-t", String(options.threads ?? 1), "-c", String(options.connections), "-d", `${options.seconds}s`, "-s", script, url], { encoding: "utf8" });
+    const result = spawnSync("wrk", [
+      "-t",
+      String(options.threads ?? 1),
+      "-c",
+      String(options.connections),
+      "-d",
+      `${options.seconds}s`,
+      "-s",
+      script,
+      url,
+    ], { encoding: "utf8" });
     const line = result.stdout.split("\n").find((l) => l.startsWith("{"));
-    if (result.status !== 0 || !line) throw new Error(`wrk failed: ${result.stdout}${result.stderr}`);
-    const r = JSON.parse(line) as { requests: number; duration_us: number; errors: number; p50: number; p99: number };
-    return { rps: r.requests / (r.duration_us / 1e6), requests: r.requests, errors: r.errors, p50_us: r.p50, p99_us: r.p99 };
+    if (result.status !== 0 || !line) {
+      throw new Error(`wrk failed: ${result.stdout}${result.stderr}`);
+    }
+    const r = JSON.parse(line) as {
+      requests: number;
+      duration_us: number;
+      errors: number;
+      p50: number;
+      p99: number;
+    };
+    return {
+      rps: r.requests / (r.duration_us / 1e6),
+      requests: r.requests,
+      errors: r.errors,
+      p50_us: r.p50,
+      p99_us: r.p99,
+    };
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
@@ -60,12 +87,25 @@ export function h2load(url: string, options: H2loadOptions): LoadResult {
   const dir = mkdtempSync(join(tmpdir(), "lcperf-h2load-"));
   try {
     const log = join(dir, "requests.log");
-    const args = ["-t", "1", "-c", String(options.clients), "-m", String(options.streams ?? 1), "-D", String(options.seconds), "--log-file", log];
+    const args = [
+      "-t",
+      "1",
+      "-c",
+      String(options.clients),
+      "-m",
+      String(options.streams ?? 1),
+      "-D",
+      String(options.seconds),
+      "--log-file",
+      log,
+    ];
     if (options.h1) args.push("--h1");
     if (options.rpsPerClient) args.push("--rps", String(options.rpsPerClient));
     const result = spawnSync("h2load", [...args, url], { encoding: "utf8", maxBuffer: 64 << 20 });
     if (result.status !== 0) throw new Error(`h2load failed: ${result.stdout}${result.stderr}`);
-    const done = /requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored/.exec(result.stdout);
+    const done =
+      /requests: \d+ total, \d+ started, (\d+) done, (\d+) succeeded, (\d+) failed, (\d+) errored/
+        .exec(result.stdout);
     const seconds = /finished in ([\d.]+)(m?s)/.exec(result.stdout);
     if (!done || !seconds) throw new Error(`Cannot read h2load's summary:\n${result.stdout}`);
     const elapsed = Number(seconds[1]) / (seconds[2] === "ms" ? 1000 : 1);

@@ -1,6 +1,6 @@
 // What the kernel says about a process: CPU time, memory, children, whether it is gone. Linux
 // /proc only (the benchmark machine), read synchronously so a poll loop stays cheap.
-import { readFileSync, readdirSync, readlinkSync } from "node:fs";
+import { readdirSync, readFileSync, readlinkSync } from "node:fs";
 
 /** Clock ticks per second of /proc/<pid>/stat (USER_HZ; 100 on every Linux the benchmark targets). */
 export const CLOCK_TICKS = 100;
@@ -49,7 +49,8 @@ export interface Memory {
 /** Reads a process's memory; zeros when it is gone. */
 export function memory(pid: number): Memory {
   const text = read(`/proc/${pid}/status`) ?? "";
-  const kb = (name: string) => Number(new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(text)?.[1] ?? 0) * 1024;
+  const kb = (name: string) =>
+    Number(new RegExp(`^${name}:\\s+(\\d+) kB`, "m").exec(text)?.[1] ?? 0) * 1024;
   return { rss: kb("VmRSS"), peak: kb("VmHWM"), anon: kb("RssAnon"), file: kb("RssFile") };
 }
 

@@ -7,7 +7,7 @@ import { waitFor } from "../../test/support/envoy.ts";
 import { runCommand } from "../../test/support/kube-process.ts";
 import type { KubeCluster } from "../../test/support/kube.ts";
 import { type LoadOptions, type LoadSummary, startLoad } from "../../test/support/kube-load.ts";
-import { followLogs, type Watched, watchApi } from "../../test/support/kube-workload.ts";
+import { followLogs, watchApi, type Watched } from "../../test/support/kube-workload.ts";
 import { ANCHORS } from "./context.ts";
 import type { PodOptions, RolloutContender, RolloutImages } from "./rollout-pods.ts";
 
@@ -48,9 +48,13 @@ export interface RolloutRun {
  */
 export async function anchorsImage(envoyImage: string, binaries: string[]): Promise<string> {
   const { statSync } = await import("node:fs");
-  const key = binaries.map((b) => `${b}-${statSync(join(ANCHORS, b)).size}-${Math.round(statSync(join(ANCHORS, b)).mtimeMs)}`).join("_");
+  const key = binaries.map((b) =>
+    `${b}-${statSync(join(ANCHORS, b)).size}-${Math.round(statSync(join(ANCHORS, b)).mtimeMs)}`
+  ).join("_");
   const { createHash } = await import("node:crypto");
-  const tag = `localhost/lastcall-bench/anchors:${createHash("sha256").update(`${envoyImage} ${key}`).digest("hex").slice(0, 12)}`;
+  const tag = `localhost/lastcall-bench/anchors:${
+    createHash("sha256").update(`${envoyImage} ${key}`).digest("hex").slice(0, 12)
+  }`;
   const exists = await podman(["image", "exists", tag]).then(() => true, () => false);
   if (exists) return tag;
   const dir = mkdtempSync(join(tmpdir(), "lcroll-img-"));
@@ -59,10 +63,23 @@ export async function anchorsImage(envoyImage: string, binaries: string[]): Prom
     for (const b of binaries) copyFileSync(join(ANCHORS, b), join(dir, "bin", b));
     const { writeFileSync } = await import("node:fs");
     writeFileSync(join(dir, "Containerfile"), `FROM ${envoyImage}\nCOPY bin/ /usr/local/bin/\n`);
-    await podman(["build", "--quiet", "--layers=false", "--pull=never", "--network", "none", "-t", tag, "-f", join(dir, "Containerfile"), dir]);
+    await podman([
+      "build",
+      "--quiet",
+      "--layers=false",
+      "--pull=never",
+      "--network",
+      "none",
+      "-t",
+      tag,
+      "-f",
+      join(dir, "Containerfile"),
+      dir,
+    ]);
     // Older builds of it (other binaries) do not pile up in podman's storage.
     const repository = tag.slice(0, tag.lastIndexOf(":"));
-    const stale = (await podman(["images", "--format", "{{.Repository}}:{{.Tag}}", repository])).split("\n").filter((t: string) => t && t !== tag && t.startsWith(`${repository}:`));
+    const stale = (await podman(["images", "--format", "{{.Repository}}:{{.Tag}}", repository]))
+      .split("\n").filter((t: string) => t && t !== tag && t.startsWith(`${repository}:`));
     if (stale.length > 0) await podman(["rmi", "--force", ...stale]).catch(() => {});
   } finally {
     rmSync(dir, { recursive: true, force: true });
@@ -101,45 +118,89 @@ export async function rolloutOnce(options: RolloutOnceOptions): Promise<RolloutR
   let load: ReturnType<typeof startLoad> | undefined;
   try {
     await kubectl(["rollout", "status", "deployment/demo", timeout]).catch(async (error) => {
-      throw new Error(`${(error as Error).message}\n${await kubectl(["describe", "pods", "-l", "app=demo"]).catch(() => "")}`.slice(0, 6000));
+      throw new Error(
+        `${(error as Error).message}\n${await kubectl(["describe", "pods", "-l", "app=demo"]).catch(
+          () => "",
+        )}`.slice(0, 6000),
+      );
     });
-    const ip = (await kubectl(["get", "service", "demo", "-o", "jsonpath={.spec.clusterIP}"])).trim();
+    const ip = (await kubectl(["get", "service", "demo", "-o", "jsonpath={.spec.clusterIP}"]))
+      .trim();
     const url = `http://${ip}`;
     // kube-proxy programs the rules a moment after the slice: wait for the ClusterIP itself.
     let lastError = "";
     const answers = async () => {
-      const response = await fetch(`${url}/`, { signal: AbortSignal.timeout(2000) }).catch((e: Error & { cause?: { code?: string } }) => {
-        lastError = `${e.message} ${e.cause?.code ?? ""}`;
-        throw e;
-      });
+      const response = await fetch(`${url}/`, { signal: AbortSignal.timeout(2000) }).catch(
+        (e: Error & { cause?: { code?: string } }) => {
+          lastError = `${e.message} ${e.cause?.code ?? ""}`;
+          throw e;
+        },
+      );
       return response.status === 200 ? true : undefined;
     };
-    await waitFor(answers, { timeoutMs: 60_000, intervalMs: 100, what: `${url} to answer` }).catch(async (error) => {
-      // Say what the Service looked like: its endpoints and kube-proxy's rules for it.
-      const slices = await kubectl(["get", "endpointslices", "-l", "kubernetes.io/service-name=demo", "-o", "jsonpath={range .items[*].endpoints[*]}{.addresses[0]} ready={.conditions.ready};{end}"]).catch((e) => String(e));
-      const rules = (await runCommand("iptables-save", ["-t", "nat"])).stdout.split("\n").filter((l) => l.includes(ip)).length;
-      throw new Error(`${(error as Error).message} (last: ${lastError}); endpoints: ${slices}; ${rules} nat rules name ${ip}`);
-    });
-    const oldPods = names(await kubectl(["get", "pods", "-l", "app=demo", "-o", "jsonpath={.items[*].metadata.name}"]));
-    const agentLogs = contender.agentContainer ? oldPods.map((pod) => followLogs(cluster, pod, contender.agentContainer!)) : [];
+    await waitFor(answers, { timeoutMs: 60_000, intervalMs: 100, what: `${url} to answer` }).catch(
+      async (error) => {
+        // Say what the Service looked like: its endpoints and kube-proxy's rules for it.
+        const slices = await kubectl([
+          "get",
+          "endpointslices",
+          "-l",
+          "kubernetes.io/service-name=demo",
+          "-o",
+          "jsonpath={range .items[*].endpoints[*]}{.addresses[0]} ready={.conditions.ready};{end}",
+        ]).catch((e) => String(e));
+        const rules =
+          (await runCommand("iptables-save", ["-t", "nat"])).stdout.split("\n").filter((l) =>
+            l.includes(ip)
+          ).length;
+        throw new Error(
+          `${
+            (error as Error).message
+          } (last: ${lastError}); endpoints: ${slices}; ${rules} nat rules name ${ip}`,
+        );
+      },
+    );
+    const oldPods = names(
+      await kubectl(["get", "pods", "-l", "app=demo", "-o", "jsonpath={.items[*].metadata.name}"]),
+    );
+    const agentLogs = contender.agentContainer
+      ? oldPods.map((pod) => followLogs(cluster, pod, contender.agentContainer!))
+      : [];
     load = startLoad({ url, ...options.load });
     const running = load;
-    await waitFor(() => (running.ok >= options.warmUpAnswers ? true : undefined), { timeoutMs: 60_000, intervalMs: 50, what: `${options.warmUpAnswers} answers before the rollout` });
+    await waitFor(() => (running.ok >= options.warmUpAnswers ? true : undefined), {
+      timeoutMs: 60_000,
+      intervalMs: 50,
+      what: `${options.warmUpAnswers} answers before the rollout`,
+    });
     const restartAt = Date.now();
     await kubectl(["rollout", "restart", "deployment/demo"]);
     await kubectl(["rollout", "status", "deployment/demo", timeout]);
     const rolledAt = Date.now();
-    const gone = (name: string) => pods.events.some((e) => e.type === "DELETED" && e.object.metadata.name === name);
-    await waitFor(() => (oldPods.every(gone) ? true : undefined), { timeoutMs: options.pod.graceS * 1000 + 60_000, intervalMs: 100, what: `old pods ${oldPods.join(", ")} gone` });
-    const lastGone = Math.max(...pods.events.filter((e) => e.type === "DELETED" && oldPods.includes(e.object.metadata.name)).map((e) => e.at));
+    const gone = (name: string) =>
+      pods.events.some((e) => e.type === "DELETED" && e.object.metadata.name === name);
+    await waitFor(() => (oldPods.every(gone) ? true : undefined), {
+      timeoutMs: options.pod.graceS * 1000 + 60_000,
+      intervalMs: 100,
+      what: `old pods ${oldPods.join(", ")} gone`,
+    });
+    const lastGone = Math.max(
+      ...pods.events.filter((e) => e.type === "DELETED" && oldPods.includes(e.object.metadata.name))
+        .map((e) => e.at),
+    );
     const summary = await load.stop();
     load = undefined;
     const { failed, ...rest } = summary;
     await attributeFailures(failed, ip, pods.events);
-    await Promise.race([Promise.all(agentLogs.map((l) => l.ended)), new Promise((done) => setTimeout(done, 5000))]);
+    await Promise.race([
+      Promise.all(agentLogs.map((l) => l.ended)),
+      new Promise((done) => setTimeout(done, 5000)),
+    ]);
     const ends = oldPods.map((pod, i) => {
       const end = podEnd(pod, pods.events, summary.startedAt);
-      if (agentLogs[i]) end.agent_events = agentEvents(agentLogs[i]!.lines, summary.startedAt + end.deleted_at_ms);
+      if (agentLogs[i]) {
+        end.agent_events = agentEvents(agentLogs[i]!.lines, summary.startedAt + end.deleted_at_ms);
+      }
       return end;
     });
     return {
@@ -155,8 +216,22 @@ export async function rolloutOnce(options: RolloutOnceOptions): Promise<RolloutR
   } finally {
     pods.stop();
     await load?.stop();
-    await kubectl(["delete", "deployment/demo", "service/demo", "configmap/rollout-envoy", "configmap/demo-lastcall-envoy", "--ignore-not-found", "--wait=true", "--timeout=120s"]).catch((e) => options.log(`cleanup: ${String(e).split("\n")[0]}`));
-    await waitFor(async () => ((await kubectl(["get", "pods", "-l", "app=demo", "-o", "name"])).trim() === "" ? true : undefined), { timeoutMs: 120_000, intervalMs: 250, what: "demo pods gone" })
+    await kubectl([
+      "delete",
+      "deployment/demo",
+      "service/demo",
+      "configmap/rollout-envoy",
+      "configmap/demo-lastcall-envoy",
+      "--ignore-not-found",
+      "--wait=true",
+      "--timeout=120s",
+    ]).catch((e) => options.log(`cleanup: ${String(e).split("\n")[0]}`));
+    await waitFor(
+      async () => ((await kubectl(["get", "pods", "-l", "app=demo", "-o", "name"])).trim() === ""
+        ? true
+        : undefined),
+      { timeoutMs: 120_000, intervalMs: 250, what: "demo pods gone" },
+    )
       .catch((e) => options.log(`cleanup: ${String(e).split("\n")[0]}`));
   }
 }
@@ -168,13 +243,21 @@ function podEnd(pod: string, events: Watched[], loadStartedAt: number): PodEnd {
   const gone = mine.find((e) => e.type === "DELETED")?.at;
   const exits: Record<string, number | null> = {};
   for (const e of mine) {
-    const statuses = [...(e.object.status?.initContainerStatuses ?? []), ...(e.object.status?.containerStatuses ?? [])];
+    const statuses = [
+      ...(e.object.status?.initContainerStatuses ?? []),
+      ...(e.object.status?.containerStatuses ?? []),
+    ];
     for (const c of statuses) {
       const ended = c.state?.terminated ?? c.lastState?.terminated;
       if (ended) exits[c.name] = ended.exitCode ?? null;
     }
   }
-  return { pod, termination_ms: deleted !== undefined && gone !== undefined ? gone - deleted : Number.NaN, deleted_at_ms: (deleted ?? Number.NaN) - loadStartedAt, exits };
+  return {
+    pod,
+    termination_ms: deleted !== undefined && gone !== undefined ? gone - deleted : Number.NaN,
+    deleted_at_ms: (deleted ?? Number.NaN) - loadStartedAt,
+    exits,
+  };
 }
 
 /** Pods not among `oldPods`: first seen → first seen with condition Ready (NaN if never). */
@@ -185,22 +268,32 @@ function newPods(oldPods: string[], events: Watched[]): Array<{ pod: string; rea
     if (oldPods.includes(name)) continue;
     const pod = seen.get(name) ?? { added: e.at };
     seen.set(name, pod);
-    const ready = (e.object.status?.conditions ?? []).some((c: { type: string; status: string }) => c.type === "Ready" && c.status === "True");
+    const ready = (e.object.status?.conditions ?? []).some((c: { type: string; status: string }) =>
+      c.type === "Ready" && c.status === "True"
+    );
     if (ready && pod.ready === undefined) pod.ready = e.at;
   }
-  return [...seen].map(([pod, t]) => ({ pod, ready_ms: t.ready === undefined ? Number.NaN : t.ready - t.added }));
+  return [...seen].map(([pod, t]) => ({
+    pod,
+    ready_ms: t.ready === undefined ? Number.NaN : t.ready - t.added,
+  }));
 }
 
 const DETAIL = ["source", "reason", "signal", "inflight", "inflight_at_stop", "mode", "waited_ms"];
 
 /** lastcall's JSON event lines as rows, ms after `t0` (epoch ms). */
-function agentEvents(lines: Array<{ at: number; line: string }>, t0: number): Array<{ at_ms: number; event: string; detail: string }> {
+function agentEvents(
+  lines: Array<{ at: number; line: string }>,
+  t0: number,
+): Array<{ at_ms: number; event: string; detail: string }> {
   const rows: Array<{ at_ms: number; event: string; detail: string }> = [];
   for (const { line } of lines) {
     try {
       const { ts, event, ...fields } = JSON.parse(line) as Record<string, unknown>;
       if (typeof event !== "string") continue;
-      const detail = Object.entries(fields).filter(([k]) => DETAIL.includes(k)).map(([k, v]) => `${k}=${v}`).join(" ");
+      const detail = Object.entries(fields).filter(([k]) => DETAIL.includes(k)).map(([k, v]) =>
+        `${k}=${v}`
+      ).join(" ");
       rows.push({ at_ms: Date.parse(String(ts)) - t0, event, detail });
     } catch {
       // not an event line
@@ -213,11 +306,19 @@ function agentEvents(lines: Array<{ at: number; line: string }>, t0: number): Ar
  * Names the pod each failed request reached: conntrack's entry for the client's port to the
  * ClusterIP (kept ~120 s after the close) gives the pod IP the Service sent it to.
  */
-async function attributeFailures(failed: Array<{ local_port?: number; pod?: string }>, clusterIp: string, events: Watched[]): Promise<void> {
+async function attributeFailures(
+  failed: Array<{ local_port?: number; pod?: string }>,
+  clusterIp: string,
+  events: Watched[],
+): Promise<void> {
   if (!failed.some((f) => f.local_port)) return;
-  const { stdout } = await runCommand("conntrack", ["-L", "-p", "tcp", "--orig-dst", clusterIp], { timeoutMs: 10_000 });
+  const { stdout } = await runCommand("conntrack", ["-L", "-p", "tcp", "--orig-dst", clusterIp], {
+    timeoutMs: 10_000,
+  });
   const podIp = new Map<string, string>();
-  for (const e of events) if (e.object.status?.podIP) podIp.set(e.object.status.podIP, e.object.metadata.name);
+  for (const e of events) {
+    if (e.object.status?.podIP) podIp.set(e.object.status.podIP, e.object.metadata.name);
+  }
   const bySport = new Map<number, string>();
   for (const line of stdout.split("\n")) {
     const sport = /sport=(\d+)/.exec(line)?.[1];

@@ -46,7 +46,10 @@ const LATE_EVERY_MS = 100;
 function classify(error: unknown): FailureKind {
   const code = (error as { code?: string }).code ?? "";
   if (code === "ECONNREFUSED") return "refused";
-  if (code === "ECONNRESET" || code === "EPIPE" || /hang up|reset|aborted|premature/i.test(String(error))) return "reset";
+  if (
+    code === "ECONNRESET" || code === "EPIPE" ||
+    /hang up|reset|aborted|premature/i.test(String(error))
+  ) return "reset";
   return "other";
 }
 
@@ -56,7 +59,14 @@ export class Workload {
   readonly #random: () => number;
   readonly #agents: Agent[] = [];
   readonly #pending = new Set<Promise<unknown>>();
-  readonly #outcome: WorkloadOutcome = { ok: 0, failed: { "5xx": 0, refused: 0, reset: 0, other: 0 }, lastGoodAt: 0, lastGoodWallMs: 0, okAfterSignal: 0, idleClosed: 0 };
+  readonly #outcome: WorkloadOutcome = {
+    ok: 0,
+    failed: { "5xx": 0, refused: 0, reset: 0, other: 0 },
+    lastGoodAt: 0,
+    lastGoodWallMs: 0,
+    okAfterSignal: 0,
+    idleClosed: 0,
+  };
   readonly #failures: string[] = [];
   #signalAt = Number.POSITIVE_INFINITY;
   #stopAt = Number.POSITIVE_INFINITY;
@@ -99,7 +109,11 @@ export class Workload {
 
   #bad(kind: FailureKind, what: string): void {
     this.#outcome.failed[kind]++;
-    if (this.#failures.length < 10) this.#failures.push(`${kind}: ${what} at ${Math.round(performance.now() - this.#signalAt)} ms`);
+    if (this.#failures.length < 10) {
+      this.#failures.push(
+        `${kind}: ${what} at ${Math.round(performance.now() - this.#signalAt)} ms`,
+      );
+    }
   }
 
   #track<T>(promise: Promise<T>): Promise<T> {
@@ -110,20 +124,31 @@ export class Workload {
 
   /** One HTTP/1.1 GET; resolves when it completed or failed. */
   #get(path: string, agent: Agent | false): Promise<void> {
-    return this.#track(new Promise<void>((done) => {
-      const req = request({ host: "127.0.0.1", port: this.#options.port, path, agent }, (res: IncomingMessage) => {
-        res.resume();
-        res.on("end", () => {
-          if ((res.statusCode ?? 0) >= 500) this.#bad("5xx", `${path} ${res.statusCode}`);
-          else if (res.complete) this.#good();
-          else this.#bad("reset", `${path} incomplete`);
+    return this.#track(
+      new Promise<void>((done) => {
+        const req = request(
+          { host: "127.0.0.1", port: this.#options.port, path, agent },
+          (res: IncomingMessage) => {
+            res.resume();
+            res.on("end", () => {
+              if ((res.statusCode ?? 0) >= 500) this.#bad("5xx", `${path} ${res.statusCode}`);
+              else if (res.complete) this.#good();
+              else this.#bad("reset", `${path} incomplete`);
+              done();
+            });
+            res.on("error", (error) => {
+              this.#bad(classify(error), `${path} ${error.message}`);
+              done();
+            });
+          },
+        );
+        req.on("error", (error) => {
+          this.#bad(classify(error), `${path} ${(error as Error).message}`);
           done();
         });
-        res.on("error", (error) => { this.#bad(classify(error), `${path} ${error.message}`); done(); });
-      });
-      req.on("error", (error) => { this.#bad(classify(error), `${path} ${(error as Error).message}`); done(); });
-      req.end();
-    }));
+        req.end();
+      }),
+    );
   }
 
   async #loop(agent: Agent, durationMs?: number): Promise<void> {
@@ -142,34 +167,41 @@ export class Workload {
 
   /** One HTTP/2 stream; a stream the server refused unprocessed (GOAWAY, REFUSED_STREAM) is sent again. */
   #h2Get(path: string): Promise<void> {
-    return this.#track(new Promise<void>((done) => {
-      const attempt = (tries: number) => {
-        let stream;
-        try {
-          stream = this.#session().request({ ":path": path });
-        } catch (error) {
-          if (tries < 3) return attempt(tries + 1);
-          this.#bad(classify(error), `h2 ${path} ${(error as Error).message}`);
-          return done();
-        }
-        let status = 0;
-        stream.on("response", (headers) => { status = Number(headers[":status"]); });
-        stream.resume();
-        stream.on("end", () => {});
-        stream.on("close", () => {
-          const code = stream.rstCode;
-          if (status === 0 && code === constants.NGHTTP2_REFUSED_STREAM && tries < 3) return attempt(tries + 1);
-          if (status >= 500) this.#bad("5xx", `h2 ${path} ${status}`);
-          else if (status > 0 && code === constants.NGHTTP2_NO_ERROR) this.#good();
-          else if (status === 0 && code === constants.NGHTTP2_REFUSED_STREAM) this.#bad("refused", `h2 ${path} refused`);
-          else this.#bad("reset", `h2 ${path} rst ${code} status ${status}`);
-          done();
-        });
-        stream.on("error", () => {});
-        stream.end();
-      };
-      attempt(0);
-    }));
+    return this.#track(
+      new Promise<void>((done) => {
+        const attempt = (tries: number) => {
+          let stream;
+          try {
+            stream = this.#session().request({ ":path": path });
+          } catch (error) {
+            if (tries < 3) return attempt(tries + 1);
+            this.#bad(classify(error), `h2 ${path} ${(error as Error).message}`);
+            return done();
+          }
+          let status = 0;
+          stream.on("response", (headers) => {
+            status = Number(headers[":status"]);
+          });
+          stream.resume();
+          stream.on("end", () => {});
+          stream.on("close", () => {
+            const code = stream.rstCode;
+            if (
+              status === 0 && code === constants.NGHTTP2_REFUSED_STREAM && tries < 3
+            ) return attempt(tries + 1);
+            if (status >= 500) this.#bad("5xx", `h2 ${path} ${status}`);
+            else if (status > 0 && code === constants.NGHTTP2_NO_ERROR) this.#good();
+            else if (status === 0 && code === constants.NGHTTP2_REFUSED_STREAM) {
+              this.#bad("refused", `h2 ${path} refused`);
+            } else this.#bad("reset", `h2 ${path} rst ${code} status ${status}`);
+            done();
+          });
+          stream.on("error", () => {});
+          stream.end();
+        };
+        attempt(0);
+      }),
+    );
   }
 
   async #h2Loop(): Promise<void> {
@@ -187,11 +219,18 @@ export class Workload {
       const agent = keepAlive();
       await this.#get("/", agent);
       for (const sockets of Object.values(agent.freeSockets)) {
-        for (const socket of sockets ?? []) socket.once("close", () => { this.#outcome.idleClosed++; });
+        for (const socket of sockets ?? []) {
+          socket.once("close", () => {
+            this.#outcome.idleClosed++;
+          });
+        }
       }
     }
     const socket = new WebSocket(`ws://127.0.0.1:${this.#options.port}/ws`);
-    await new Promise<void>((done, fail) => { socket.once("open", () => done()); socket.once("error", fail); });
+    await new Promise<void>((done, fail) => {
+      socket.once("open", () => done());
+      socket.once("error", fail);
+    });
     this.#socket = socket;
     for (let i = 0; i < MIXED_CLIENTS; i++) void this.#track(this.#loop(keepAlive()));
     for (let i = 0; i < LONG_CLIENTS; i++) void this.#track(this.#loop(keepAlive(), 3000));
@@ -200,20 +239,35 @@ export class Workload {
 
   /** A streaming response of `chunks` × 100 ms (checked whole: every chunk and a clean end). */
   stream(chunks: number): void {
-    void this.#track(new Promise<void>((done) => {
-      const req = request({ host: "127.0.0.1", port: this.#options.port, path: `/stream?chunks=${chunks}&interval=100`, agent: false }, (res) => {
-        let body = "";
-        res.setEncoding("utf8").on("data", (chunk: string) => { body += chunk; });
-        res.on("end", () => {
-          if (res.complete && body.split("\n").filter(Boolean).length === chunks) this.#good();
-          else this.#bad("reset", "stream cut");
+    void this.#track(
+      new Promise<void>((done) => {
+        const req = request({
+          host: "127.0.0.1",
+          port: this.#options.port,
+          path: `/stream?chunks=${chunks}&interval=100`,
+          agent: false,
+        }, (res) => {
+          let body = "";
+          res.setEncoding("utf8").on("data", (chunk: string) => {
+            body += chunk;
+          });
+          res.on("end", () => {
+            if (res.complete && body.split("\n").filter(Boolean).length === chunks) this.#good();
+            else this.#bad("reset", "stream cut");
+            done();
+          });
+          res.on("error", (error) => {
+            this.#bad(classify(error), `stream ${error.message}`);
+            done();
+          });
+        });
+        req.on("error", (error) => {
+          this.#bad(classify(error), `stream ${(error as Error).message}`);
           done();
         });
-        res.on("error", (error) => { this.#bad(classify(error), `stream ${error.message}`); done(); });
-      });
-      req.on("error", (error) => { this.#bad(classify(error), `stream ${(error as Error).message}`); done(); });
-      req.end();
-    }));
+        req.end();
+      }),
+    );
   }
 
   /** A download of `bytes` read at `bytesPerSecond`; resolves once it is under way (a tenth read). */
@@ -221,7 +275,10 @@ export class Workload {
     const download = slowDownload(this.#options.port, `/bytes?n=${bytes}`, bytesPerSecond);
     void this.#track(download.done.then((read) => {
       if (read.status === 200 && read.received === read.expected) this.#good();
-      else this.#bad(read.endedBy === "reset" ? "reset" : "other", `slow reader got ${read.received} of ${read.expected} bytes`);
+      else {this.#bad(
+          read.endedBy === "reset" ? "reset" : "other",
+          `slow reader got ${read.received} of ${read.expected} bytes`,
+        );}
     }));
     await Promise.race([download.reached(bytes / 10), download.done]);
   }
@@ -235,18 +292,25 @@ export class Workload {
       void this.#get(`/delay?ms=${this.#duration()}`, false);
     }, LATE_EVERY_MS);
     const socket = this.#socket!;
-    const ping = setInterval(() => { if (socket.readyState === WebSocket.OPEN) socket.send("ping"); }, 200);
+    const ping = setInterval(() => {
+      if (socket.readyState === WebSocket.OPEN) socket.send("ping");
+    }, 200);
     let closing = false;
-    void this.#track(new Promise<void>((done) => {
-      socket.once("close", (code: number) => {
-        clearInterval(ping);
-        if (closing && code === 1000) this.#good();
-        else this.#bad("reset", `websocket closed ${code}`);
-        done();
-      });
-      socket.on("error", () => {});
-      setTimeout(() => { closing = true; socket.close(1000); }, 2500);
-    }));
+    void this.#track(
+      new Promise<void>((done) => {
+        socket.once("close", (code: number) => {
+          clearInterval(ping);
+          if (closing && code === 1000) this.#good();
+          else this.#bad("reset", `websocket closed ${code}`);
+          done();
+        });
+        socket.on("error", () => {});
+        setTimeout(() => {
+          closing = true;
+          socket.close(1000);
+        }, 2500);
+      }),
+    );
   }
 
   /** Resolves when no request is in flight and no client will send again. */

@@ -31,45 +31,80 @@ console.log("app running");
 describe("an app that calls out while it shuts down", () => {
   it.each([
     { name: "default settings", args: [] },
-    { name: "--min-drain 0s (the wait is the app's, not the floor's)", args: ["--min-drain", "0s"] },
-  ])("under lastcall exec ($name): the outbound calls all succeed, the drain ends after the app exited", async ({ args }) => {
-    const { lc, status } = await serving(app.port, args, { config: podConfig(app.port) });
-    expect(await lc.event("start")).toMatchObject({ filter: ["ingress"], filter_outbound: ["egress"] });
-    const egressPort = await lc.listenerPort("egress");
-    const [command, ...prefix] = lastcallCommand("bundle");
-    const exec = spawn(command, [...prefix, "exec", "--status-url", `${status}/healthz/ready`, "--", process.execPath, "-e", SHUTTING_DOWN_APP, String(egressPort)], { stdio: ["ignore", "pipe", "pipe"] });
-    let output = "";
-    exec.stdout!.on("data", (chunk) => (output += chunk));
-    exec.stderr!.on("data", (chunk) => (output += chunk));
-    const execExit = new Promise<number | null>((done) => exec.once("exit", (code) => done(code)));
-    await lc.event("app_running");
-    while (!output.includes("app running")) await new Promise((done) => exec.stdout!.once("data", done));
-    // The kubelet: SIGTERM to both containers at once.
-    exec.kill("SIGTERM");
-    lc.signal("SIGTERM");
-    expect(await execExit).toBe(0);
-    expect(output).toMatch(/app calls: (200,){11}200/);
-    const terminated = await lc.event("terminated");
-    expect(terminated).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
-    const order = (name: string) => lc.events.findIndex((e: LastcallEvent) => e.event === name);
-    expect(order("app_exited")).toBeGreaterThan(order("drain_start"));
-    expect(order("drain_wait_done")).toBeGreaterThan(order("app_exited"));
-    // Without the floor, the drain had to wait for the app itself.
-    if (args.length) expect(order("app_wait")).toBeGreaterThan(order("drain_start"));
-    if (args.length) expect(order("app_exited")).toBeGreaterThan(order("app_wait"));
-  });
+    {
+      name: "--min-drain 0s (the wait is the app's, not the floor's)",
+      args: ["--min-drain", "0s"],
+    },
+  ])(
+    "under lastcall exec ($name): the outbound calls all succeed, the drain ends after the app exited",
+    async ({ args }) => {
+      const { lc, status } = await serving(app.port, args, { config: podConfig(app.port) });
+      expect(await lc.event("start")).toMatchObject({
+        filter: ["ingress"],
+        filter_outbound: ["egress"],
+      });
+      const egressPort = await lc.listenerPort("egress");
+      const [command, ...prefix] = lastcallCommand("bundle");
+      const exec = spawn(command, [
+        ...prefix,
+        "exec",
+        "--status-url",
+        `${status}/healthz/ready`,
+        "--",
+        process.execPath,
+        "-e",
+        SHUTTING_DOWN_APP,
+        String(egressPort),
+      ], { stdio: ["ignore", "pipe", "pipe"] });
+      let output = "";
+      exec.stdout!.on("data", (chunk) => (output += chunk));
+      exec.stderr!.on("data", (chunk) => (output += chunk));
+      const execExit = new Promise<number | null>((done) =>
+        exec.once("exit", (code) => done(code))
+      );
+      await lc.event("app_running");
+      while (!output.includes("app running")) {
+        await new Promise((done) => exec.stdout!.once("data", done));
+      }
+      // The kubelet: SIGTERM to both containers at once.
+      exec.kill("SIGTERM");
+      lc.signal("SIGTERM");
+      expect(await execExit).toBe(0);
+      expect(output).toMatch(/app calls: (200,){11}200/);
+      const terminated = await lc.event("terminated");
+      expect(terminated).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+      const order = (name: string) => lc.events.findIndex((e: LastcallEvent) => e.event === name);
+      expect(order("app_exited")).toBeGreaterThan(order("drain_start"));
+      expect(order("drain_wait_done")).toBeGreaterThan(order("app_exited"));
+      // Without the floor, the drain had to wait for the app itself.
+      if (args.length) expect(order("app_wait")).toBeGreaterThan(order("drain_start"));
+      if (args.length) expect(order("app_exited")).toBeGreaterThan(order("app_wait"));
+    },
+  );
 
   it("with two apps under lastcall exec --no-quit (two wrapped containers): the drain waits for the last to exit", async () => {
     const { lc, status } = await serving(app.port, []);
     const [command, ...prefix] = lastcallCommand("bundle");
     // Each app ends when its parent (the test) says so on stdin, after SIGTERM.
     const start = () => {
-      const child = spawn(command, [...prefix, "exec", "--no-quit", "--status-url", `${status}/healthz/ready`, "--",
-        process.execPath, "-e", "process.on('SIGTERM', () => process.stdin.once('data', () => process.exit(0))); setInterval(() => {}, 1000); console.log('app running');"],
-        { stdio: ["pipe", "pipe", "inherit"] });
+      const child = spawn(command, [
+        ...prefix,
+        "exec",
+        "--no-quit",
+        "--status-url",
+        `${status}/healthz/ready`,
+        "--",
+        process.execPath,
+        "-e",
+        "process.on('SIGTERM', () => process.stdin.once('data', () => process.exit(0))); setInterval(() => {}, 1000); console.log('app running');",
+      ], { stdio: ["pipe", "pipe", "inherit"] });
       // Running, with its SIGTERM handler in place.
       const listening = new Promise((done) => child.stdout!.once("data", done));
-      return { child, listening, exited: new Promise<number | null>((done) => child.once("exit", (code) => done(code))) };
+      return {
+        child,
+        listening,
+        exited: new Promise<number | null>((done) => child.once("exit", (code) => done(code))),
+      };
     };
     // deno-lint-ignore prefer-const -- the clean-up below is registered before it is started
     let second: ReturnType<typeof start> | undefined;
@@ -95,16 +130,29 @@ describe("an app that calls out while it shuts down", () => {
     second.child.stdin!.end("go");
     expect(await second.exited).toBe(0);
     await lc.event("app_exited", (e) => e.running === 0);
-    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+    expect(await lc.event("terminated")).toMatchObject({
+      reason: "inflight_zero",
+      inflight_at_stop: 0,
+    });
     const order = (match: (e: LastcallEvent) => boolean) => lc.events.findIndex(match);
-    expect(order((e) => e.event === "drain_wait_done")).toBeGreaterThan(order((e) => e.event === "app_exited" && e.running === 0));
+    expect(order((e) => e.event === "drain_wait_done")).toBeGreaterThan(
+      order((e) => e.event === "app_exited" && e.running === 0),
+    );
   });
 
   it("under lastcall exec, both killed by SIGKILL (the kubelet's kill; default settings): the app's lease expires and the drain ends on zero, long before the deadline", async () => {
     const { lc, status } = await serving(app.port, []); // --grace 30s, --stop-margin 2s: deadline at 28 s
     const [command, ...prefix] = lastcallCommand("bundle");
-    const exec = spawn(command, [...prefix, "exec", "--status-url", `${status}/healthz/ready`, "--", process.execPath, "-e", "setInterval(() => {}, 1000); console.log(process.pid)"],
-      { stdio: ["ignore", "pipe", "inherit"] });
+    const exec = spawn(command, [
+      ...prefix,
+      "exec",
+      "--status-url",
+      `${status}/healthz/ready`,
+      "--",
+      process.execPath,
+      "-e",
+      "setInterval(() => {}, 1000); console.log(process.pid)",
+    ], { stdio: ["ignore", "pipe", "inherit"] });
     const appPid = Number(await new Promise((done) => exec.stdout!.once("data", done)));
     onTestFinished(() => {
       for (const pid of [exec.pid!, appPid]) if (isAlive(pid)) process.kill(pid, "SIGKILL");

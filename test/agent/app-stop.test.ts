@@ -11,9 +11,9 @@ import { http1, type Outcome, outcomeOf } from "../filter/clients.ts";
 import { waitFor } from "../support/envoy.ts";
 import {
   freePort,
-  podConfig,
   lastcallCommand,
   type LastcallEvent,
+  podConfig,
   runLastcall,
   type TestLastcall,
 } from "../support/lastcall.ts";
@@ -113,9 +113,14 @@ describe("the app's preStop (GET /v1/app-stop)", () => {
     // A `lastcall drain` process as the kubelet's exec hook starts it on a loaded node: it runs
     // (argv `lastcall drain`), and posts only 2 s later.
     const dir = tempDir();
-    writeFileSync(join(dir, "drain"), `setTimeout(() => fetch(process.env.STATUS + "/drain?sidecar=native", { method: "POST" }), 2000);`);
+    writeFileSync(
+      join(dir, "drain"),
+      `setTimeout(() => fetch(process.env.STATUS + "/drain?sidecar=native", { method: "POST" }), 2000);`,
+    );
     const hookProcess = spawn("/bin/bash", ["-c", `exec -a lastcall "${process.execPath}" drain`], {
-      cwd: dir, env: { ...process.env, STATUS: status }, stdio: "ignore",
+      cwd: dir,
+      env: { ...process.env, STATUS: status },
+      stdio: "ignore",
     });
     onTestFinished(() => void hookProcess.kill("SIGKILL"));
     const answer = await appStop(status);

@@ -11,9 +11,20 @@ describe("prepareBootstrap", () => {
     const dir = mkdtempSync(join(tmpdir(), "lastcall-bootstrap-"));
     const config = join(dir, "envoy.yaml");
     writeFileSync(config, 'node:\n  id: "n"\n  cluster: "y"\nstatic_resources: {}\n');
-    const options = { config, adminPort: 0, statusAddress: "127.0.0.1", heartbeatMs: 1000, excludePath: [] } as unknown as RunOptions;
+    const options = {
+      config,
+      adminPort: 0,
+      statusAddress: "127.0.0.1",
+      heartbeatMs: 1000,
+      excludePath: [],
+    } as unknown as RunOptions;
     const prepared = await prepareBootstrap(process.env.ENVOY_BIN!, options, {
-      runDir: dir, name: "envoy-g1-epoch0", epoch: 0, instance: "i", statusPort: 15020, reportToken: "secret",
+      runDir: dir,
+      name: "envoy-g1-epoch0",
+      epoch: 0,
+      instance: "i",
+      statusPort: 15020,
+      reportToken: "secret",
     });
     expect(prepared.path).toBe(join(dir, "envoy-g1-epoch0.json"));
     const written = JSON.parse(readFileSync(prepared.path, "utf8"));

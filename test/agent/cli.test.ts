@@ -5,7 +5,13 @@ import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { inboundConfig, lastcallCommand, startLastcall, stopAllLastcalls, writeConfig } from "../support/lastcall.ts";
+import {
+  inboundConfig,
+  lastcallCommand,
+  startLastcall,
+  stopAllLastcalls,
+  writeConfig,
+} from "../support/lastcall.ts";
 import type { Json } from "../support/json.ts";
 
 interface Result {
@@ -18,9 +24,14 @@ interface Result {
 function lastcall(args: string[], env: Record<string, string> = {}): Promise<Result> {
   const [command, ...prefix] = lastcallCommand();
   return new Promise((resolve) => {
-    execFile(command, [...prefix, ...args], { timeout: 30_000, env: { ...process.env, ...env } }, (error, stdout, stderr) => {
-      resolve({ code: error ? (error as { code?: number }).code ?? null : 0, stdout, stderr });
-    });
+    execFile(
+      command,
+      [...prefix, ...args],
+      { timeout: 30_000, env: { ...process.env, ...env } },
+      (error, stdout, stderr) => {
+        resolve({ code: error ? (error as { code?: number }).code ?? null : 0, stdout, stderr });
+      },
+    );
   });
 }
 
@@ -28,18 +39,61 @@ const run = (...args: string[]) => ["run", "--admin-port", "0", "--status-port",
 const someConfig = () => writeConfig(inboundConfig({ upstreamPort: 9 }));
 
 /** The stderr lines that say what is wrong (commander adds a hint line after its own errors). */
-const errorLines = (stderr: string) => stderr.split("\n").filter((l) => l && l !== "(run with --help for usage)");
+const errorLines = (stderr: string) =>
+  stderr.split("\n").filter((l) => l && l !== "(run with --help for usage)");
 
 describe("bad option values exit 2 with one line naming the flag and the value", () => {
   it.each([
     { name: "--grace abc", args: ["--grace", "abc"], env: {}, flag: "--grace", value: "abc" },
-    { name: "--admin-port 70000", args: ["--admin-port", "70000"], env: {}, flag: "--admin-port", value: "70000" },
-    { name: "--concurrency 0", args: ["--concurrency", "0"], env: {}, flag: "--concurrency", value: "0" },
-    { name: "--restart-budget -1", args: ["--restart-budget=-1"], env: {}, flag: "--restart-budget", value: "-1" },
-    { name: "--drain-time 5 parsecs", args: ["--drain-time", "5 parsecs"], env: {}, flag: "--drain-time", value: "5 parsecs" },
-    { name: "--log-format xml", args: ["--log-format", "xml"], env: {}, flag: "--log-format", value: "xml" },
-    { name: "LASTCALL_CONCURRENCY=x", args: [], env: { LASTCALL_CONCURRENCY: "x" }, flag: "LASTCALL_CONCURRENCY", value: "x" },
-    { name: "LASTCALL_GRACE=soon", args: [], env: { LASTCALL_GRACE: "soon" }, flag: "LASTCALL_GRACE", value: "soon" },
+    {
+      name: "--admin-port 70000",
+      args: ["--admin-port", "70000"],
+      env: {},
+      flag: "--admin-port",
+      value: "70000",
+    },
+    {
+      name: "--concurrency 0",
+      args: ["--concurrency", "0"],
+      env: {},
+      flag: "--concurrency",
+      value: "0",
+    },
+    {
+      name: "--restart-budget -1",
+      args: ["--restart-budget=-1"],
+      env: {},
+      flag: "--restart-budget",
+      value: "-1",
+    },
+    {
+      name: "--drain-time 5 parsecs",
+      args: ["--drain-time", "5 parsecs"],
+      env: {},
+      flag: "--drain-time",
+      value: "5 parsecs",
+    },
+    {
+      name: "--log-format xml",
+      args: ["--log-format", "xml"],
+      env: {},
+      flag: "--log-format",
+      value: "xml",
+    },
+    {
+      name: "LASTCALL_CONCURRENCY=x",
+      args: [],
+      env: { LASTCALL_CONCURRENCY: "x" },
+      flag: "LASTCALL_CONCURRENCY",
+      value: "x",
+    },
+    {
+      name: "LASTCALL_GRACE=soon",
+      args: [],
+      env: { LASTCALL_GRACE: "soon" },
+      flag: "LASTCALL_GRACE",
+      value: "soon",
+    },
   ])("$name", async ({ args, env, flag, value }) => {
     const result = await lastcall([...run("--config", "/nonexistent.yaml"), ...args], env);
     expect(result.code).toBe(2);
@@ -59,21 +113,71 @@ describe("bad option values exit 2 with one line naming the flag and the value",
   it("refuses a missing --config", async () => {
     const result = await lastcall(run());
     expect(result.code).toBe(2);
-    expect(errorLines(result.stderr)).toEqual(["error: required option '-c, --config <file>' not specified"]);
+    expect(errorLines(result.stderr)).toEqual([
+      "error: required option '-c, --config <file>' not specified",
+    ]);
   });
 });
 
 describe("durations a timer cannot hold are refused at start", () => {
   // Above 2^31 − 1 ms setTimeout fires at once: --grace 99999999999999s would mean a hard stop.
   it.each([
-    { name: "--grace 99999999999999s", args: run("--config", "/nonexistent.yaml", "--grace", "99999999999999s"), env: {}, flag: "--grace", value: "99999999999999s" },
-    { name: "LASTCALL_GRACE", args: run("--config", "/nonexistent.yaml"), env: { LASTCALL_GRACE: "99999999999999s" }, flag: "LASTCALL_GRACE", value: "99999999999999s" },
-    { name: "--stop-margin 2147483648ms", args: run("--config", "/nonexistent.yaml", "--stop-margin", "2147483648ms"), env: {}, flag: "--stop-margin", value: "2147483648ms" },
-    { name: "--heartbeat 597h", args: run("--config", "/nonexistent.yaml", "--heartbeat", "597h"), env: {}, flag: "--heartbeat", value: "597h" },
-    { name: "wait --timeout", args: ["wait", "--timeout", "9999999h"], env: {}, flag: "--timeout", value: "9999999h" },
-    { name: "exec --timeout", args: ["exec", "--timeout", "9999999h", "--", "true"], env: {}, flag: "--timeout", value: "9999999h" },
-    { name: "shutdown --check-interval", args: ["shutdown", "--check-interval", "9999999h"], env: {}, flag: "--check-interval", value: "9999999h" },
-    { name: "bootstrap --heartbeat", args: ["bootstrap", "--config", "/nonexistent.yaml", "--heartbeat", "9999999h"], env: {}, flag: "--heartbeat", value: "9999999h" },
+    {
+      name: "--grace 99999999999999s",
+      args: run("--config", "/nonexistent.yaml", "--grace", "99999999999999s"),
+      env: {},
+      flag: "--grace",
+      value: "99999999999999s",
+    },
+    {
+      name: "LASTCALL_GRACE",
+      args: run("--config", "/nonexistent.yaml"),
+      env: { LASTCALL_GRACE: "99999999999999s" },
+      flag: "LASTCALL_GRACE",
+      value: "99999999999999s",
+    },
+    {
+      name: "--stop-margin 2147483648ms",
+      args: run("--config", "/nonexistent.yaml", "--stop-margin", "2147483648ms"),
+      env: {},
+      flag: "--stop-margin",
+      value: "2147483648ms",
+    },
+    {
+      name: "--heartbeat 597h",
+      args: run("--config", "/nonexistent.yaml", "--heartbeat", "597h"),
+      env: {},
+      flag: "--heartbeat",
+      value: "597h",
+    },
+    {
+      name: "wait --timeout",
+      args: ["wait", "--timeout", "9999999h"],
+      env: {},
+      flag: "--timeout",
+      value: "9999999h",
+    },
+    {
+      name: "exec --timeout",
+      args: ["exec", "--timeout", "9999999h", "--", "true"],
+      env: {},
+      flag: "--timeout",
+      value: "9999999h",
+    },
+    {
+      name: "shutdown --check-interval",
+      args: ["shutdown", "--check-interval", "9999999h"],
+      env: {},
+      flag: "--check-interval",
+      value: "9999999h",
+    },
+    {
+      name: "bootstrap --heartbeat",
+      args: ["bootstrap", "--config", "/nonexistent.yaml", "--heartbeat", "9999999h"],
+      env: {},
+      flag: "--heartbeat",
+      value: "9999999h",
+    },
   ])("$name", async ({ args, env, flag, value }) => {
     const result = await lastcall(args, env);
     expect(result).toMatchObject({ code: 2, stdout: "" });
@@ -89,7 +193,9 @@ describe("durations a timer cannot hold are refused at start", () => {
     ["TERMINATION_DRAIN_DURATION_SECONDS", "99999999999999"],
     ["MINIMUM_DRAIN_DURATION", "597h"],
   ])("Istio's %s=%s", async (name, value) => {
-    const result = await lastcall(run("--config", "/nonexistent.yaml", "--grace", "596h"), { [name]: value });
+    const result = await lastcall(run("--config", "/nonexistent.yaml", "--grace", "596h"), {
+      [name]: value,
+    });
     expect(result).toMatchObject({ code: 2, stdout: "" });
     expect(errorLines(result.stderr)).toEqual([
       `lastcall: Invalid ${name}: "${value}" is longer than a timer can hold (2147483647ms, about 24.8 days)`,
@@ -97,9 +203,13 @@ describe("durations a timer cannot hold are refused at start", () => {
   });
 
   it("accepts exactly 2^31 − 1 ms (and goes on to read the config)", async () => {
-    const result = await lastcall(run("--config", "/nonexistent/envoy.yaml", "--grace", "2147483647ms"));
+    const result = await lastcall(
+      run("--config", "/nonexistent/envoy.yaml", "--grace", "2147483647ms"),
+    );
     expect(result.code).toBe(2);
-    expect(errorLines(result.stderr)[0]).toMatch(/^lastcall: Cannot read Envoy config \/nonexistent\/envoy.yaml/);
+    expect(errorLines(result.stderr)[0]).toMatch(
+      /^lastcall: Cannot read Envoy config \/nonexistent\/envoy.yaml/,
+    );
   });
 });
 
@@ -108,15 +218,33 @@ describe("boolean environment variables accept only true, false, 1 or 0", () => 
   it.each([
     { name: "LASTCALL_NO_FILTER", command: "run", args: run("--config", "/nonexistent.yaml") },
     { name: "LASTCALL_NO_HOT_RESTART", command: "run", args: run("--config", "/nonexistent.yaml") },
-    { name: "LASTCALL_FAIL_HEALTHCHECK", command: "run", args: run("--config", "/nonexistent.yaml") },
-    { name: "LASTCALL_NO_FAIL_HEALTHCHECK", command: "run", args: run("--config", "/nonexistent.yaml") },
-    { name: "EXIT_ON_ZERO_ACTIVE_CONNECTIONS", command: "run", args: run("--config", "/nonexistent.yaml") },
+    {
+      name: "LASTCALL_FAIL_HEALTHCHECK",
+      command: "run",
+      args: run("--config", "/nonexistent.yaml"),
+    },
+    {
+      name: "LASTCALL_NO_FAIL_HEALTHCHECK",
+      command: "run",
+      args: run("--config", "/nonexistent.yaml"),
+    },
+    {
+      name: "EXIT_ON_ZERO_ACTIVE_CONNECTIONS",
+      command: "run",
+      args: run("--config", "/nonexistent.yaml"),
+    },
     { name: "LASTCALL_NO_QUIT", command: "exec", args: ["exec", ...notReady, "--", "true"] },
-    { name: "LASTCALL_NO_FILTER", command: "bootstrap", args: ["bootstrap", "--config", "/nonexistent.yaml"] },
+    {
+      name: "LASTCALL_NO_FILTER",
+      command: "bootstrap",
+      args: ["bootstrap", "--config", "/nonexistent.yaml"],
+    },
   ])("$command: $name=garbage", async ({ name, args }) => {
     const result = await lastcall(args, { [name]: "garbage" });
     expect(result).toMatchObject({ code: 2, stdout: "" });
-    expect(errorLines(result.stderr)).toEqual([`lastcall: ${name} must be true, false, 1 or 0, not "garbage"`]);
+    expect(errorLines(result.stderr)).toEqual([
+      `lastcall: ${name} must be true, false, 1 or 0, not "garbage"`,
+    ]);
   });
 
   it.each([
@@ -126,7 +254,9 @@ describe("boolean environment variables accept only true, false, 1 or 0", () => 
     ["0", true],
     ["FALSE", true],
   ])("LASTCALL_NO_FILTER=%s: filter inserted %s", async (value, inserted) => {
-    const result = await lastcall(["bootstrap", "--config", someConfig()], { LASTCALL_NO_FILTER: value });
+    const result = await lastcall(["bootstrap", "--config", someConfig()], {
+      LASTCALL_NO_FILTER: value,
+    });
     expect(result).toMatchObject({ code: 0, stderr: "" });
     expect(result.stdout.includes("envoy.extensions.filters.http.wasm.v3.Wasm")).toBe(inserted);
   });
@@ -134,10 +264,24 @@ describe("boolean environment variables accept only true, false, 1 or 0", () => 
 
 describe("contradictory timings are refused with the numbers", () => {
   it.each([
-    { args: ["--min-drain", "30s", "--grace", "30s"], line: "lastcall: --min-drain 30s must be shorter than --grace 30s minus --stop-margin 2s" },
-    { args: ["--stop-margin", "5s", "--grace", "5s"], line: "lastcall: --stop-margin 5s leaves no time within --grace 5s" },
-    { args: ["--drain-delay", "3s", "--min-drain", "2s"], line: "lastcall: --drain-delay 3s must be shorter than --min-drain 2s: the drain could end before Envoy's listeners start draining" },
-    { args: ["--min-drain", "12s", "--drain-time", "5s"], line: "lastcall: --drain-time 5s closes Envoy's listeners before --min-drain 12s ends: set --drain-time to at least 12s" },
+    {
+      args: ["--min-drain", "30s", "--grace", "30s"],
+      line: "lastcall: --min-drain 30s must be shorter than --grace 30s minus --stop-margin 2s",
+    },
+    {
+      args: ["--stop-margin", "5s", "--grace", "5s"],
+      line: "lastcall: --stop-margin 5s leaves no time within --grace 5s",
+    },
+    {
+      args: ["--drain-delay", "3s", "--min-drain", "2s"],
+      line:
+        "lastcall: --drain-delay 3s must be shorter than --min-drain 2s: the drain could end before Envoy's listeners start draining",
+    },
+    {
+      args: ["--min-drain", "12s", "--drain-time", "5s"],
+      line:
+        "lastcall: --drain-time 5s closes Envoy's listeners before --min-drain 12s ends: set --drain-time to at least 12s",
+    },
   ])("$args", async ({ args, line }) => {
     const result = await lastcall(run("--config", someConfig(), ...args));
     expect(result).toMatchObject({ code: 2, stdout: "" });
@@ -161,13 +305,15 @@ describe("configs lastcall cannot run exit 2 before Envoy starts", () => {
     writeFileSync(path, "static_resources:\n  clusters: [ {name: a\n");
     const result = await lastcall(run("--config", path));
     expect(result.code).toBe(2);
-    expect(errorLines(result.stderr)[0]).toMatch(new RegExp(`^lastcall: Cannot read Envoy config ${path}: `));
+    expect(errorLines(result.stderr)[0]).toMatch(
+      new RegExp(`^lastcall: Cannot read Envoy config ${path}: `),
+    );
   });
 
   it("a config Envoy rejects, with Envoy's own error lines", async () => {
     const config = inboundConfig({ upstreamPort: 9 }) as Json;
-    config.static_resources.listeners[0].filter_chains[0].filters[0].typed_config.route_config.virtual_hosts[0].routes[0].route.cluster =
-      "no_such_cluster";
+    config.static_resources.listeners[0].filter_chains[0].filters[0].typed_config.route_config
+      .virtual_hosts[0].routes[0].route.cluster = "no_such_cluster";
     const path = writeConfig(config);
     const result = await lastcall(run("--config", path));
     expect(result.code).toBe(2);
@@ -200,11 +346,16 @@ describe("configs lastcall cannot run exit 2 before Envoy starts", () => {
   });
 
   it("an admin address that is not loopback", async () => {
-    const config = { ...inboundConfig({ upstreamPort: 9 }), admin: { address: { socket_address: { address: "0.0.0.0", port_value: 0 } } } };
+    const config = {
+      ...inboundConfig({ upstreamPort: 9 }),
+      admin: { address: { socket_address: { address: "0.0.0.0", port_value: 0 } } },
+    };
     const path = writeConfig(config);
     const result = await lastcall(run("--config", path));
     expect(result.code).toBe(2);
-    expect(errorLines(result.stderr)).toEqual([`lastcall: Cannot use Envoy config ${path}: Envoy config admin address must be loopback, not 0.0.0.0`]);
+    expect(errorLines(result.stderr)).toEqual([
+      `lastcall: Cannot use Envoy config ${path}: Envoy config admin address must be loopback, not 0.0.0.0`,
+    ]);
   });
 });
 
@@ -220,11 +371,16 @@ describe("bootstrap reads options as run does", () => {
   });
 
   it("LASTCALL_EXCLUDE_PATH holds a comma-separated list", async () => {
-    const result = await lastcall(["bootstrap", "--config", someConfig()], { LASTCALL_EXCLUDE_PATH: "/healthz,/metrics" });
+    const result = await lastcall(["bootstrap", "--config", someConfig()], {
+      LASTCALL_EXCLUDE_PATH: "/healthz,/metrics",
+    });
     expect(result).toMatchObject({ code: 0, stderr: "" });
     // The bootstrap is printed as JSON; the plugin configuration is a JSON string inside it.
     const values: string[] = [];
-    JSON.parse(result.stdout, (key, value) => (key === "value" && typeof value === "string" && values.push(value), value));
+    JSON.parse(
+      result.stdout,
+      (key, value) => (key === "value" && typeof value === "string" && values.push(value), value),
+    );
     const plugin = values.map((v) => JSON.parse(v)).find((v) => "exclude_paths" in v);
     expect(plugin.exclude_paths).toEqual(["/healthz", "/metrics"]);
   });
@@ -234,8 +390,23 @@ describe("help and version", () => {
   it("run --help lists every flag with its environment variable and exits 0", async () => {
     const result = await lastcall(["run", "--help"]);
     expect(result.code).toBe(0);
-    for (const flag of ["--config", "--envoy", "--admin-port", "--status-port", "--status-address", "--concurrency", "--watch",
-      "--no-hot-restart", "--restart-budget", "--log-format", "--drain-time", "--parent-shutdown", "--grace"]) {
+    for (
+      const flag of [
+        "--config",
+        "--envoy",
+        "--admin-port",
+        "--status-port",
+        "--status-address",
+        "--concurrency",
+        "--watch",
+        "--no-hot-restart",
+        "--restart-budget",
+        "--log-format",
+        "--drain-time",
+        "--parent-shutdown",
+        "--grace",
+      ]
+    ) {
       expect(result.stdout).toContain(flag);
     }
     expect(result.stdout).toContain("LASTCALL_ADMIN_PORT");
@@ -260,11 +431,18 @@ describe("help and version", () => {
   it("--help lists the commands and exits 0", async () => {
     const result = await lastcall(["--help"]);
     expect(result.code).toBe(0);
-    for (const command of ["run", "wait", "bootstrap"]) expect(result.stdout).toMatch(new RegExp(`^ {2}${command}\\b`, "m"));
+    for (const command of ["run", "wait", "bootstrap"]) {
+      expect(result.stdout).toMatch(new RegExp(`^ {2}${command}\\b`, "m"));
+    }
   });
 
   it("--version prints the version and exits 0", async () => {
-    const { version } = JSON.parse(await (await import("node:fs/promises")).readFile(new URL("../../package.json", import.meta.url), "utf8"));
+    const { version } = JSON.parse(
+      await (await import("node:fs/promises")).readFile(
+        new URL("../../package.json", import.meta.url),
+        "utf8",
+      ),
+    );
     expect(await lastcall(["--version"])).toEqual({ code: 0, stdout: `${version}\n`, stderr: "" });
   });
 });
@@ -274,7 +452,10 @@ describe("boolean flags from the environment", () => {
     ["1", true],
     ["false", false],
   ])("LASTCALL_NO_HOT_RESTART=%s disables hot restart: %s", async (value, disabled) => {
-    const lc = startLastcall(inboundConfig({ upstreamPort: 9 }), { env: { LASTCALL_NO_HOT_RESTART: value }, args: ["--min-drain", "0s"] });
+    const lc = startLastcall(inboundConfig({ upstreamPort: 9 }), {
+      env: { LASTCALL_NO_HOT_RESTART: value },
+      args: ["--min-drain", "0s"],
+    });
     try {
       const start = await lc.event("start");
       const envoyArgs = readFileSync(`/proc/${start.pid}/cmdline`, "utf8").split("\0");

@@ -25,7 +25,18 @@ async function envoyState(envoy: TestEnvoy): Promise<string> {
 /** `lastcall shutdown` against `envoy`'s admin on a host address (Contour's older form), no lastcall run beside it. */
 function shutdown(envoy: TestEnvoy, readyFile: string, flags: string[]) {
   const adminPort = new URL(envoy.adminUrl).port;
-  return startHook(["shutdown", "--admin-address", "127.0.0.1", "--admin-port", adminPort, "--ready-file", readyFile, "--status-url", "", ...flags]);
+  return startHook([
+    "shutdown",
+    "--admin-address",
+    "127.0.0.1",
+    "--admin-port",
+    adminPort,
+    "--ready-file",
+    readyFile,
+    "--status-url",
+    "",
+    ...flags,
+  ]);
 }
 
 describe("lastcall shutdown follows Contour's order", () => {
@@ -36,7 +47,14 @@ describe("lastcall shutdown follows Contour's order", () => {
     const held = fetch(`http://127.0.0.1:${port}/hold`).then((r) => r.status);
     await app.until((a) => a.held === 1);
 
-    const hook = shutdown(envoy, readyFile, ["--drain-delay", "2s", "--check-delay", "1s", "--check-interval", "50ms"]);
+    const hook = shutdown(envoy, readyFile, [
+      "--drain-delay",
+      "2s",
+      "--check-delay",
+      "1s",
+      "--check-interval",
+      "50ms",
+    ]);
     const drainDelay = await hook.event("drain_delay");
     expect(drainDelay.ms).toBe(2000);
     // Within the delay: nothing failed yet, Envoy is LIVE and takes new requests as before.
@@ -64,8 +82,16 @@ describe("lastcall shutdown follows Contour's order", () => {
     expect(existsSync(readyFile)).toBe(true);
     expect(await hook.exited).toEqual({ code: 0, signal: null });
     // Contour's order, step for step: nothing before the delay, nothing between the steps.
-    const steps = hook.events.map((e) => e.event).filter((name, i, all) => name !== "open_count" || all[i - 1] !== "open_count");
-    expect(steps).toEqual(["drain_delay", "healthcheck_failed", "check_delay", "open_count", "drained"]);
+    const steps = hook.events.map((e) => e.event).filter((name, i, all) =>
+      name !== "open_count" || all[i - 1] !== "open_count"
+    );
+    expect(steps).toEqual([
+      "drain_delay",
+      "healthcheck_failed",
+      "check_delay",
+      "open_count",
+      "drained",
+    ]);
     expect(hook.events.filter((e) => e.event === "open_count").at(-1)).toMatchObject({ count: 0 });
   });
 
@@ -77,7 +103,13 @@ describe("lastcall shutdown follows Contour's order", () => {
     await answered.text();
     const hook = shutdown(envoy, readyFile, []);
     expect(await hook.exited).toEqual({ code: 0, signal: null });
-    expect(hook.events.map((e) => e.event)).toEqual(["drain_delay", "healthcheck_failed", "check_delay", "open_count", "drained"]);
+    expect(hook.events.map((e) => e.event)).toEqual([
+      "drain_delay",
+      "healthcheck_failed",
+      "check_delay",
+      "open_count",
+      "drained",
+    ]);
     expect(hook.events[0]).toMatchObject({ ms: 0 });
     expect(hook.events[2]).toMatchObject({ ms: 0 });
     expect(hook.events[3]).toMatchObject({ what: "inflight_requests", count: 0 });
@@ -89,9 +121,15 @@ describe("lastcall shutdown follows Contour's order", () => {
     const result = await runLastcall(["shutdown", "--help"]);
     expect(result.code).toBe(0);
     const help = result.stdout.replace(/\s+/g, " ");
-    expect(help).toContain("in Contour's order: wait --drain-delay (Envoy serves as before), fail Envoy's health check and start the drain of a lastcall run beside it, wait --check-delay, then check every --check-interval");
-    expect(help).toContain("--drain-delay <duration> wait first, before failing the health check (Envoy serves as before meanwhile) (default: 0s");
-    expect(help).toContain("--check-delay <duration> wait after failing the health check, before the first check (default: 0s");
+    expect(help).toContain(
+      "in Contour's order: wait --drain-delay (Envoy serves as before), fail Envoy's health check and start the drain of a lastcall run beside it, wait --check-delay, then check every --check-interval",
+    );
+    expect(help).toContain(
+      "--drain-delay <duration> wait first, before failing the health check (Envoy serves as before meanwhile) (default: 0s",
+    );
+    expect(help).toContain(
+      "--check-delay <duration> wait after failing the health check, before the first check (default: 0s",
+    );
     expect(help).not.toContain("wait after failing the health check (default");
   });
 });

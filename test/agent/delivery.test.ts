@@ -5,11 +5,22 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { readTcpTable, TCP_STATE } from "../../agent/envoy/sockets.ts";
 import { httpBootstrap, localCluster, startEnvoy, waitFor } from "../support/envoy.ts";
-import { startGrpcStreamServer, type GrpcStreamServer } from "../support/grpc-stream.ts";
+import { type GrpcStreamServer, startGrpcStreamServer } from "../support/grpc-stream.ts";
 import { inboundConfig, startLastcall } from "../support/lastcall.ts";
 import { http1 } from "../filter/clients.ts";
-import { agentSees, agentState, type Serving, serving, upstreamForFile } from "../support/serving.ts";
-import { slowDownload, slowH2Download, type SlowStreamOptions, type SlowStreamRead } from "../support/slow-reader.ts";
+import {
+  agentSees,
+  agentState,
+  type Serving,
+  serving,
+  upstreamForFile,
+} from "../support/serving.ts";
+import {
+  slowDownload,
+  slowH2Download,
+  type SlowStreamOptions,
+  type SlowStreamRead,
+} from "../support/slow-reader.ts";
 import { tempDir } from "../support/temp.ts";
 
 const app = upstreamForFile();
@@ -48,7 +59,10 @@ describe("a slow reader across SIGTERM", () => {
   });
 
   it("gets every byte in requests mode too", async () => {
-    const terminated = await slowReaderAcrossSigterm(await serving(app.port, ["--drain-mode", "requests"]), false);
+    const terminated = await slowReaderAcrossSigterm(
+      await serving(app.port, ["--drain-mode", "requests"]),
+      false,
+    );
     expect(terminated).toMatchObject({ mode: "requests", reason: "requests_zero" });
   });
 });
@@ -60,15 +74,22 @@ describe("a slow reader across SIGTERM", () => {
  */
 function saidTruly(terminated: Record<string, unknown>, read: SlowStreamRead, expected: number) {
   expect(terminated).toMatchObject({ inflight_at_stop: 0 });
-  if (terminated.bytes_unsent_at_stop === 0) expect(read).toMatchObject({ received: expected, endedBy: "end_stream" });
-  else expect(terminated.delivery_unchecked).toEqual([expect.stringContaining("HTTP/2 connections open")]);
+  if (terminated.bytes_unsent_at_stop === 0) {
+    expect(read).toMatchObject({ received: expected, endedBy: "end_stream" });
+  } else {expect(terminated.delivery_unchecked).toEqual([
+      expect.stringContaining("HTTP/2 connections open"),
+    ]);}
 }
 
 // HTTP/2 throttles by flow control: the client's window, opened only as its app reads, holds the
 // rest in Envoy's HTTP/2 codec (`http2.pending_send_bytes`), not in the kernel's queue; Envoy
 // 1.40 ends the stream for the filter only once its END_STREAM left the codec.
 describe("an HTTP/2 client that reads slowly, by flow control (16 KiB window)", () => {
-  async function acrossSigterm({ lc, port }: Serving, path: string, options: SlowStreamOptions = {}) {
+  async function acrossSigterm(
+    { lc, port }: Serving,
+    path: string,
+    options: SlowStreamOptions = {},
+  ) {
     const download = slowH2Download(port, path, RATE, options);
     await download.reached(RATE);
     lc.signal("SIGTERM");
@@ -79,20 +100,37 @@ describe("an HTTP/2 client that reads slowly, by flow control (16 KiB window)", 
   }
 
   it("gets every byte of 30 MB, END_STREAM included, on the defaults", async () => {
-    const { read, terminated } = await acrossSigterm(await serving(app.port, []), `/bytes?n=${BODY}`);
+    const { read, terminated } = await acrossSigterm(
+      await serving(app.port, []),
+      `/bytes?n=${BODY}`,
+    );
     expect(read).toEqual({ status: 200, expected: BODY, received: BODY, endedBy: "end_stream" });
     expect(terminated).toMatchObject({ reason: "inflight_zero" });
     saidTruly(terminated, read, BODY);
   });
 
   it("a gRPC server stream (h2 upstream) gets every message and its trailers", async () => {
-    const config = inboundConfig({ upstreamPort: app.port }) as { static_resources: { clusters: unknown[] } };
+    const config = inboundConfig({ upstreamPort: app.port }) as {
+      static_resources: { clusters: unknown[] };
+    };
     config.static_resources.clusters = [localCluster("app", grpc.port, { http2: true })];
     const [messages, size] = [3000, 10_000];
     // A server-streaming call: one empty request message, then the request half-closes.
-    const call = { headers: { ":method": "POST", "content-type": "application/grpc", te: "trailers" }, body: Buffer.alloc(5) };
-    const { read, terminated } = await acrossSigterm(await serving(app.port, [], { config }), `/svc/Stream?messages=${messages}&size=${size}`, call);
-    expect(read).toMatchObject({ status: 200, received: messages * (size + 5), endedBy: "end_stream", trailers: { "grpc-status": "0" } });
+    const call = {
+      headers: { ":method": "POST", "content-type": "application/grpc", te: "trailers" },
+      body: Buffer.alloc(5),
+    };
+    const { read, terminated } = await acrossSigterm(
+      await serving(app.port, [], { config }),
+      `/svc/Stream?messages=${messages}&size=${size}`,
+      call,
+    );
+    expect(read).toMatchObject({
+      status: 200,
+      received: messages * (size + 5),
+      endedBy: "end_stream",
+      trailers: { "grpc-status": "0" },
+    });
     expect(terminated).toMatchObject({ reason: "inflight_zero" });
     saidTruly(terminated, read, messages * (size + 5));
   });
@@ -108,7 +146,11 @@ describe("an HTTP/2 client reading its last window when Envoy has sent its last 
     lc.signal("SIGTERM");
     const read = await download.done;
     expect(read).toEqual({ status: 200, expected: BODY, received: BODY, endedBy: "end_stream" });
-    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
+    expect(await lc.event("terminated")).toMatchObject({
+      reason: "inflight_zero",
+      inflight_at_stop: 0,
+      bytes_unsent_at_stop: 0,
+    });
   });
 
   // Begun during the drain: Envoy sends GOAWAY and closes the connection after the stream; its
@@ -118,22 +160,36 @@ describe("an HTTP/2 client reading its last window when Envoy has sent its last 
     lc.signal("SIGTERM");
     await lc.event("listeners_draining");
     const body = 5_000_000;
-    const read = await slowH2Download(port, `/bytes?n=${body}`, 500_000, { windowSize: 1 << 20 }).done;
+    const read = await slowH2Download(port, `/bytes?n=${body}`, 500_000, { windowSize: 1 << 20 })
+      .done;
     expect(read).toEqual({ status: 200, expected: body, received: body, endedBy: "end_stream" });
-    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
+    expect(await lc.event("terminated")).toMatchObject({
+      reason: "inflight_zero",
+      inflight_at_stop: 0,
+      bytes_unsent_at_stop: 0,
+    });
   });
 
   // A config that sets its own delayed close (1 s, Envoy's default) keeps it: Envoy closes the
   // connection while the client still reads its last window; the stop cannot see what it lost.
   it("a delayed close the config sets shorter, timed out on a reading client, is said, not 0", async () => {
-    const config = inboundConfig({ upstreamPort: app.port }) as { static_resources: { listeners: Array<{ filter_chains: Array<{ filters: Array<{ typed_config: Record<string, unknown> }> }> }> } };
-    config.static_resources.listeners[0].filter_chains[0].filters[0].typed_config.delayed_close_timeout = "1s";
+    const config = inboundConfig({ upstreamPort: app.port }) as {
+      static_resources: {
+        listeners: Array<
+          { filter_chains: Array<{ filters: Array<{ typed_config: Record<string, unknown> }> }> }
+        >;
+      };
+    };
+    config.static_resources.listeners[0].filter_chains[0].filters[0].typed_config
+      .delayed_close_timeout = "1s";
     const { lc, port } = await serving(app.port, [], { config });
     lc.signal("SIGTERM");
     await lc.event("listeners_draining");
     await slowH2Download(port, `/bytes?n=5000000`, 500_000, { windowSize: 1 << 20 }).done;
     const terminated = await lc.event("terminated");
-    expect(terminated.delivery_unchecked).toEqual([expect.stringContaining("1 connections closed by Envoy's delayed close timeout")]);
+    expect(terminated.delivery_unchecked).toEqual([
+      expect.stringContaining("1 connections closed by Envoy's delayed close timeout"),
+    ]);
     expect(terminated).not.toHaveProperty("bytes_unsent_at_stop");
   });
 
@@ -146,7 +202,9 @@ describe("an HTTP/2 client reading its last window when Envoy has sent its last 
     lc.signal("SIGTERM");
     const terminated = await lc.event("terminated");
     expect(terminated).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
-    expect(terminated.delivery_unchecked).toEqual([expect.stringContaining("1 HTTP/2 connections open")]);
+    expect(terminated.delivery_unchecked).toEqual([
+      expect.stringContaining("1 HTTP/2 connections open"),
+    ]);
     expect(terminated).not.toHaveProperty("bytes_unsent_at_stop");
     idle.close();
   });
@@ -155,19 +213,30 @@ describe("an HTTP/2 client reading its last window when Envoy has sent its last 
 describe("a slow reader on a unix-socket listener", () => {
   it("gets every byte of 30 MB: the drain waits for Envoy's own write buffer", async () => {
     const path = join(tempDir("lastcall-pipe-"), "in.sock");
-    const config = inboundConfig({ upstreamPort: app.port }) as { static_resources: { listeners: Array<Record<string, unknown>> } };
+    const config = inboundConfig({ upstreamPort: app.port }) as {
+      static_resources: { listeners: Array<Record<string, unknown>> };
+    };
     config.static_resources.listeners[0].address = { pipe: { path } };
     const lc = startLastcall(config);
-    expect(await lc.event("start")).toMatchObject({ listeners: [{ name: "ingress", delivery: "envoy_buffers" }] });
+    expect(await lc.event("start")).toMatchObject({
+      listeners: [{ name: "ingress", delivery: "envoy_buffers" }],
+    });
     await lc.event("ready");
     const status = await lc.statusUrl();
-    await waitFor(async () => ((await agentState(status)).filter === "reporting" ? true : undefined), { what: "the filter's first report" });
+    await waitFor(
+      async () => ((await agentState(status)).filter === "reporting" ? true : undefined),
+      { what: "the filter's first report" },
+    );
     const download = slowDownload({ path }, `/bytes?n=${BODY}`, RATE);
     await download.reached(RATE);
     lc.signal("SIGTERM");
     const read = await download.done;
     expect(read).toEqual({ status: 200, expected: BODY, received: BODY, endedBy: "fin" });
-    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
+    expect(await lc.event("terminated")).toMatchObject({
+      reason: "inflight_zero",
+      inflight_at_stop: 0,
+      bytes_unsent_at_stop: 0,
+    });
     expect(lc.events.map((e) => e.event)).toContain("drain_flushing");
     expect(await lc.exited).toEqual({ code: 0, signal: null });
   });
@@ -199,7 +268,11 @@ describe("a slow reader across a reload", () => {
     lc.signal("SIGHUP");
     const read = await download.done;
     expect(read).toEqual({ status: 200, expected: BODY, received: BODY, endedBy: "fin" });
-    expect(await lc.event("epoch_drained", undefined, 30_000)).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
+    expect(await lc.event("epoch_drained", undefined, 30_000)).toMatchObject({
+      reason: "inflight_zero",
+      inflight_at_stop: 0,
+      bytes_unsent_at_stop: 0,
+    });
     // No drain_flushing required: when the stream ends, the reader's kernel may already hold the
     // whole tail (a few MB), leaving nothing to flush; seen on a loaded machine.
     await lc.event("ready", (e) => e.pid !== envoyPid);
@@ -214,7 +287,11 @@ describe("a slow reader across a reload", () => {
     lc.signal("SIGTERM");
     const read = await download.done;
     expect(read).toEqual({ status: 200, expected: BODY, received: BODY, endedBy: "fin" });
-    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
+    expect(await lc.event("terminated")).toMatchObject({
+      reason: "inflight_zero",
+      inflight_at_stop: 0,
+      bytes_unsent_at_stop: 0,
+    });
     expect(await lc.exited).toEqual({ code: 0, signal: null });
   });
 });
@@ -230,7 +307,11 @@ describe("what the stop cannot look at", () => {
     await lc.event("epoch_draining");
     lc.signal("SIGTERM");
     const terminated = await lc.event("terminated");
-    expect(terminated).toMatchObject({ reason: "deadline", inflight_at_stop: 1, delivery_unchecked: [expect.stringContaining("epoch 0")] });
+    expect(terminated).toMatchObject({
+      reason: "deadline",
+      inflight_at_stop: 1,
+      delivery_unchecked: [expect.stringContaining("epoch 0")],
+    });
     expect(terminated).not.toHaveProperty("bytes_unsent_at_stop");
     app.release();
     await held.catch(() => undefined);
@@ -239,11 +320,32 @@ describe("what the stop cannot look at", () => {
   // No HTTP/3 client here (Node has none): with no QUIC connection open, nothing is out of sight.
   it("an HTTP/3 (QUIC) listener is named unchecked at start; with no QUIC connection open the stop can say 0", async () => {
     const dir = tempDir("lastcall-quic-");
-    execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-      "-keyout", join(dir, "key.pem"), "-out", join(dir, "cert.pem")], { stdio: "ignore" });
-    const config = inboundConfig({ upstreamPort: app.port }) as { static_resources: { listeners: Array<Record<string, unknown>> } };
-    const tcp = config.static_resources.listeners[0] as { filter_chains: Array<{ filters: Array<{ typed_config: Record<string, unknown> }> }> };
-    const hcm = { ...tcp.filter_chains[0].filters[0].typed_config, codec_type: "HTTP3", stat_prefix: "quic" };
+    execFileSync("openssl", [
+      "req",
+      "-x509",
+      "-newkey",
+      "rsa:2048",
+      "-nodes",
+      "-days",
+      "1",
+      "-subj",
+      "/CN=localhost",
+      "-keyout",
+      join(dir, "key.pem"),
+      "-out",
+      join(dir, "cert.pem"),
+    ], { stdio: "ignore" });
+    const config = inboundConfig({ upstreamPort: app.port }) as {
+      static_resources: { listeners: Array<Record<string, unknown>> };
+    };
+    const tcp = config.static_resources.listeners[0] as {
+      filter_chains: Array<{ filters: Array<{ typed_config: Record<string, unknown> }> }>;
+    };
+    const hcm = {
+      ...tcp.filter_chains[0].filters[0].typed_config,
+      codec_type: "HTTP3",
+      stat_prefix: "quic",
+    };
     config.static_resources.listeners.push({
       name: "quic",
       address: { socket_address: { protocol: "UDP", address: "127.0.0.1", port_value: 0 } },
@@ -252,10 +354,16 @@ describe("what the stop cannot look at", () => {
         transport_socket: {
           name: "envoy.transport_sockets.quic",
           typed_config: {
-            "@type": "type.googleapis.com/envoy.extensions.transport_sockets.quic.v3.QuicDownstreamTransport",
-            downstream_tls_context: { common_tls_context: { tls_certificates: [{
-              certificate_chain: { filename: join(dir, "cert.pem") }, private_key: { filename: join(dir, "key.pem") },
-            }] } },
+            "@type":
+              "type.googleapis.com/envoy.extensions.transport_sockets.quic.v3.QuicDownstreamTransport",
+            downstream_tls_context: {
+              common_tls_context: {
+                tls_certificates: [{
+                  certificate_chain: { filename: join(dir, "cert.pem") },
+                  private_key: { filename: join(dir, "key.pem") },
+                }],
+              },
+            },
           },
         },
         filters: [{ name: "envoy.filters.network.http_connection_manager", typed_config: hcm }],
@@ -263,11 +371,18 @@ describe("what the stop cannot look at", () => {
     });
     const lc = startLastcall(config);
     expect(await lc.event("start")).toMatchObject({
-      listeners: [{ name: "ingress", delivery: "tcp_queue" }, { name: "quic", counted: "filter", delivery: "unchecked" }],
+      listeners: [{ name: "ingress", delivery: "tcp_queue" }, {
+        name: "quic",
+        counted: "filter",
+        delivery: "unchecked",
+      }],
     });
     await lc.event("ready");
     lc.signal("SIGTERM");
-    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", bytes_unsent_at_stop: 0 });
+    expect(await lc.event("terminated")).toMatchObject({
+      reason: "inflight_zero",
+      bytes_unsent_at_stop: 0,
+    });
   });
 });
 
@@ -285,11 +400,15 @@ describe("bytes in the kernel's send queue when Envoy exits", () => {
     // In this order: what the reader had, then what the kernel still holds for it (unacknowledged
     // bytes of the socket Envoy closed), so no byte is counted twice.
     const readAtExit = download.received();
-    const orphan = (await readTcpTable())!.find((s) => s.localPort === port && s.state !== TCP_STATE.listen);
+    const orphan = (await readTcpTable())!.find((s) =>
+      s.localPort === port && s.state !== TCP_STATE.listen
+    );
     const heldByKernel = orphan?.txQueue ?? 0;
     const read = await download.done;
-    console.log(`at Envoy's exit the kernel held ${heldByKernel} bytes for the reader (socket state ${orphan?.state}); ` +
-      `it had read ${readAtExit}, got ${read.received} of ${read.expected} in the end, ended by ${read.endedBy}`);
+    console.log(
+      `at Envoy's exit the kernel held ${heldByKernel} bytes for the reader (socket state ${orphan?.state}); ` +
+        `it had read ${readAtExit}, got ${read.received} of ${read.expected} in the end, ended by ${read.endedBy}`,
+    );
     expect(heldByKernel).toBeGreaterThan(0);
     expect(read.received).toBeGreaterThanOrEqual(readAtExit + heldByKernel);
     expect(read.endedBy).toBe("fin");

@@ -8,7 +8,12 @@ import { resolveDeno } from "../../build/deno.mjs";
 const root = resolve(import.meta.dirname, "../..");
 
 it("deno check passes on the entry point", async () => {
-  const result = await promisify(execFile)(resolveDeno(), ["check", "--quiet", "agent/main.ts"], { cwd: root })
-    .then(() => ({ code: 0, stderr: "" }), (error) => ({ code: error.code, stderr: String(error.stderr) }));
+  const result = await promisify(execFile)(resolveDeno(), ["check", "--quiet", "agent/main.ts"], {
+    cwd: root,
+  })
+    .then(
+      () => ({ code: 0, stderr: "" }),
+      (error) => ({ code: error.code, stderr: String(error.stderr) }),
+    );
   expect(result).toEqual({ code: 0, stderr: "" });
 }, 180_000); // the first run installs the pinned Deno and type-checks from a cold cache

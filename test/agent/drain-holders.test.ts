@@ -14,20 +14,39 @@ afterEach(() => stopApp?.());
 
 /** Two inbound listeners in front of the app: `inbound` and `inbound_b`. */
 function twoListeners(): Record<string, unknown> {
-  const a = inboundConfig({ upstreamPort: app.port, listener: "inbound" }) as { static_resources: { listeners: unknown[] } };
-  const b = inboundConfig({ upstreamPort: app.port, listener: "inbound_b" }) as { static_resources: { listeners: unknown[] } };
+  const a = inboundConfig({ upstreamPort: app.port, listener: "inbound" }) as {
+    static_resources: { listeners: unknown[] };
+  };
+  const b = inboundConfig({ upstreamPort: app.port, listener: "inbound_b" }) as {
+    static_resources: { listeners: unknown[] };
+  };
   a.static_resources.listeners.push(...b.static_resources.listeners);
   return a;
 }
 
 function post(port: number, path: string) {
-  const req = request({ host: "127.0.0.1", port, path, method: "POST", agent: false, headers: { "content-length": "2" } });
+  const req = request({
+    host: "127.0.0.1",
+    port,
+    path,
+    method: "POST",
+    agent: false,
+    headers: { "content-length": "2" },
+  });
   const outcome = outcomeOf(req);
   req.end("{}");
   return outcome;
 }
 
-interface Holder { epoch: number; listener: string; method?: string; path?: string; age_ms?: number; protocol?: string; cluster?: string }
+interface Holder {
+  epoch: number;
+  listener: string;
+  method?: string;
+  path?: string;
+  age_ms?: number;
+  protocol?: string;
+  cluster?: string;
+}
 
 describe("what holds a drain (default settings)", () => {
   it("three requests on two listeners and a wrapped app: named oldest first (listener, protocol, cluster; no method nor path) in drain_waiting, /v1/state and lastcall status; the ones that end go", async () => {
@@ -37,7 +56,16 @@ describe("what holds a drain (default settings)", () => {
     const [portA, portB] = [await lc.listenerPort("inbound"), await lc.listenerPort("inbound_b")];
     // The wrapped app: `lastcall exec` around a process that runs until the test ends it.
     const [command, ...prefix] = lastcallCommand();
-    const exec = spawn(command, [...prefix, "exec", "--status-url", `${status}/healthz/ready`, "--", process.execPath, "-e", "setInterval(() => {}, 1000)"], { stdio: "ignore" });
+    const exec = spawn(command, [
+      ...prefix,
+      "exec",
+      "--status-url",
+      `${status}/healthz/ready`,
+      "--",
+      process.execPath,
+      "-e",
+      "setInterval(() => {}, 1000)",
+    ], { stdio: "ignore" });
     stopApp = () => exec.kill("SIGKILL");
     await lc.event("app_running");
 
@@ -55,25 +83,48 @@ describe("what holds a drain (default settings)", () => {
     const waiting = await lc.event("drain_waiting", (e) => (e.holders as Holder[]).length === 3);
     const holders = waiting.holders as Holder[];
     expect(holders.map((h) => [h.listener, h.protocol, h.cluster])).toEqual([
-      ["inbound", "HTTP/1.1", "app"], ["inbound_b", "HTTP/1.1", "app"], ["inbound", "HTTP/1.1", "app"],
+      ["inbound", "HTTP/1.1", "app"],
+      ["inbound_b", "HTTP/1.1", "app"],
+      ["inbound", "HTTP/1.1", "app"],
     ]);
-    expect(holders.every((h) => h.epoch === 0 && typeof h.age_ms === "number" && !("method" in h) && !("path" in h))).toBe(true);
+    expect(
+      holders.every((h) =>
+        h.epoch === 0 && typeof h.age_ms === "number" && !("method" in h) && !("path" in h)
+      ),
+    ).toBe(true);
     expect(holders[0].age_ms!).toBeGreaterThanOrEqual(holders[1].age_ms!);
     expect(holders[1].age_ms!).toBeGreaterThanOrEqual(holders[2].age_ms!);
-    expect(waiting).toMatchObject({ inflight: 3, unnamed: 0, by_listener: { inbound: 2, inbound_b: 1 } });
-    expect(waiting.apps).toEqual([{ id: expect.stringMatching(/^[0-9a-f-]{36}$/), pid: expect.any(Number) }]); // lastcall exec's id: a UUID
+    expect(waiting).toMatchObject({
+      inflight: 3,
+      unnamed: 0,
+      by_listener: { inbound: 2, inbound_b: 1 },
+    });
+    expect(waiting.apps).toEqual([{
+      id: expect.stringMatching(/^[0-9a-f-]{36}$/),
+      pid: expect.any(Number),
+    }]); // lastcall exec's id: a UUID
     expect(waiting.deadline_in_ms as number).toBeGreaterThan(0);
 
-    const state = await agentState(status) as unknown as { drain: { source: string; holders: Holder[] } };
+    const state = await agentState(status) as unknown as {
+      drain: { source: string; holders: Holder[] };
+    };
     expect(state.drain.source).toBe("SIGTERM");
-    expect(state.drain.holders.map((h) => [h.listener, h.protocol, h.cluster])).toEqual(holders.map((h) => [h.listener, h.protocol, h.cluster]));
+    expect(state.drain.holders.map((h) => [h.listener, h.protocol, h.cluster])).toEqual(
+      holders.map((h) => [h.listener, h.protocol, h.cluster]),
+    );
     expect(state.drain.holders[0].age_ms!).toBeGreaterThan(holders[0].age_ms!); // ages grow
     expect(JSON.stringify(state)).not.toContain("/hold");
 
     const said = await runStatus(status);
     expect(said.code).toBe(0);
-    const named = said.out.split("\n").filter((l) => /\binbound(_b)?\s+HTTP\/1\.1 to app\b/.test(l));
-    expect(named.map((l) => /\b(inbound_b|inbound)\b/.exec(l)![1])).toEqual(["inbound", "inbound_b", "inbound"]); // oldest first
+    const named = said.out.split("\n").filter((l) =>
+      /\binbound(_b)?\s+HTTP\/1\.1 to app\b/.test(l)
+    );
+    expect(named.map((l) => /\b(inbound_b|inbound)\b/.exec(l)![1])).toEqual([
+      "inbound",
+      "inbound_b",
+      "inbound",
+    ]); // oldest first
     expect(said.out).not.toContain("/hold");
     expect(said.out).not.toMatch(/\b(GET|POST)\b/);
 
@@ -86,9 +137,15 @@ describe("what holds a drain (default settings)", () => {
 
     // The rest end, then the app: the drain ends on zero.
     app.release();
-    expect([await second, await third]).toEqual([{ status: 200, reset: false }, { status: 200, reset: false }]);
+    expect([await second, await third]).toEqual([{ status: 200, reset: false }, {
+      status: 200,
+      reset: false,
+    }]);
     exec.kill("SIGTERM");
-    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+    expect(await lc.event("terminated")).toMatchObject({
+      reason: "inflight_zero",
+      inflight_at_stop: 0,
+    });
   });
 
   it("a slow reader: the bytes Envoy still has to deliver are in /v1/state while the drain waits for them", async () => {
@@ -105,12 +162,23 @@ describe("what holds a drain (default settings)", () => {
     expect(drain.inflight).toBe(0); // Envoy is done with the stream: only bytes are left
     expect(drain.unsent_bytes).toBeGreaterThan(0);
     expect(drain.unsent_bytes).toBeLessThanOrEqual(flushing.bytes as number);
-    expect(await download.done).toMatchObject({ status: 200, expected: size, received: size, endedBy: "fin" });
-    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
+    expect(await download.done).toMatchObject({
+      status: 200,
+      expected: size,
+      received: size,
+      endedBy: "fin",
+    });
+    expect(await lc.event("terminated")).toMatchObject({
+      reason: "inflight_zero",
+      inflight_at_stop: 0,
+      bytes_unsent_at_stop: 0,
+    });
   });
 
   it("--holder-paths: the method and path of each request (never its query string) in drain_waiting, /v1/state and lastcall status", async () => {
-    const lc = startLastcall(inboundConfig({ upstreamPort: app.port }), { args: ["--holder-paths"] });
+    const lc = startLastcall(inboundConfig({ upstreamPort: app.port }), {
+      args: ["--holder-paths"],
+    });
     await lc.event("ready");
     const status = await lc.statusUrl();
     const port = await lc.listenerPort("ingress");
@@ -121,11 +189,19 @@ describe("what holds a drain (default settings)", () => {
     await agentSees(status, 2);
     lc.signal("SIGTERM");
     const waiting = await lc.event("drain_waiting", (e) => (e.holders as Holder[]).length === 2);
-    expect((waiting.holders as Holder[]).map((h) => [h.listener, h.method, h.path, h.protocol, h.cluster])).toEqual([
-      ["ingress", "GET", "/hold/private", "HTTP/1.1", "app"], ["ingress", "POST", "/hold/second", "HTTP/1.1", "app"],
+    expect(
+      (waiting.holders as Holder[]).map((
+        h,
+      ) => [h.listener, h.method, h.path, h.protocol, h.cluster]),
+    ).toEqual([
+      ["ingress", "GET", "/hold/private", "HTTP/1.1", "app"],
+      ["ingress", "POST", "/hold/second", "HTTP/1.1", "app"],
     ]);
     const state = await agentState(status) as unknown as { drain: { holders: Holder[] } };
-    expect(state.drain.holders.map((h) => [h.method, h.path])).toEqual([["GET", "/hold/private"], ["POST", "/hold/second"]]);
+    expect(state.drain.holders.map((h) => [h.method, h.path])).toEqual([["GET", "/hold/private"], [
+      "POST",
+      "/hold/second",
+    ]]);
     const said = await runStatus(status);
     expect(said.code).toBe(0);
     const lines = said.out.split("\n");
@@ -133,9 +209,14 @@ describe("what holds a drain (default settings)", () => {
     expect(at("GET /hold/private")).toBeGreaterThan(-1);
     expect(at("GET /hold/private")).toBeLessThan(at("POST /hold/second")); // oldest first
     expect(said.out).toMatch(/ingress\s+POST \/hold\/second/);
-    for (const text of [said.out, JSON.stringify(state), lc.output()]) expect(text).not.toMatch(/secret|hidden|token=|q=/);
+    for (const text of [said.out, JSON.stringify(state), lc.output()]) {
+      expect(text).not.toMatch(/secret|hidden|token=|q=/);
+    }
     app.release();
-    expect([await first, await second]).toEqual([{ status: 200, reset: false }, { status: 200, reset: false }]);
+    expect([await first, await second]).toEqual([{ status: 200, reset: false }, {
+      status: 200,
+      reset: false,
+    }]);
     expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero" });
   });
 });
@@ -143,7 +224,9 @@ describe("what holds a drain (default settings)", () => {
 /** Runs `lastcall status` against a running lastcall. */
 function runStatus(status: string): Promise<{ code: number | null; out: string }> {
   const [command, ...prefix] = lastcallCommand();
-  const child = spawn(command, [...prefix, "status", "--status-url", status], { stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn(command, [...prefix, "status", "--status-url", status], {
+    stdio: ["ignore", "pipe", "pipe"],
+  });
   let out = "";
   child.stdout!.on("data", (chunk) => (out += chunk));
   child.stderr!.on("data", (chunk) => (out += chunk));

@@ -31,13 +31,21 @@ describe("a reload's old epoch", () => {
     expect(during.get('lastcall_draining{kind="reload"}')).toBe(1);
     expect(during.get('lastcall_drain_seconds_left{kind="reload"}')).toBeGreaterThan(590); // --parent-shutdown 10m
     expect(during.get('lastcall_drain_seconds_left{kind="reload"}')).toBeLessThanOrEqual(600);
-    expect([...during.keys()].some((k) => k.startsWith("lastcall_drain_duration_seconds_count{kind=\"reload\""))).toBe(false);
+    expect(
+      [...during.keys()].some((k) =>
+        k.startsWith('lastcall_drain_duration_seconds_count{kind="reload"')
+      ),
+    ).toBe(false);
     app.release();
     expect(await held).toEqual({ status: 200, reset: false });
-    expect(await lc.event("epoch_drained")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+    expect(await lc.event("epoch_drained")).toMatchObject({
+      reason: "inflight_zero",
+      inflight_at_stop: 0,
+    });
 
     const after = await samples(status);
-    expect(after.get('lastcall_drain_duration_seconds_count{kind="reload",reason="inflight_zero"}')).toBe(1);
+    expect(after.get('lastcall_drain_duration_seconds_count{kind="reload",reason="inflight_zero"}'))
+      .toBe(1);
     expect(after.get('lastcall_requests_cut_total{kind="reload"}')).toBe(0);
     expect(after.get('lastcall_response_bytes_cut_total{kind="reload"}')).toBe(0);
     expect(after.get('lastcall_draining{kind="reload"}')).toBe(0);
@@ -53,20 +61,32 @@ describe("a reload's old epoch", () => {
     await lc.event("epoch_draining");
     app.release();
     expect(await held).toEqual({ status: 200, reset: false });
-    expect(await lc.event("epoch_drained")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+    expect(await lc.event("epoch_drained")).toMatchObject({
+      reason: "inflight_zero",
+      inflight_at_stop: 0,
+    });
     await lc.event("ready", (e) => e.pid !== envoyPid);
     const after = await samples(status);
-    expect(after.get('lastcall_drain_duration_seconds_count{kind="reload",reason="inflight_zero"}')).toBe(1);
+    expect(after.get('lastcall_drain_duration_seconds_count{kind="reload",reason="inflight_zero"}'))
+      .toBe(1);
     expect(after.get('lastcall_requests_cut_total{kind="reload"}')).toBe(0);
     expect(after.get('lastcall_drain_last_response_to_stop_seconds_count{kind="reload"}')).toBe(1);
-    expect(after.get('lastcall_drain_last_response_to_stop_seconds_sum{kind="reload"}')).toBeLessThan(1);
+    expect(after.get('lastcall_drain_last_response_to_stop_seconds_sum{kind="reload"}'))
+      .toBeLessThan(1);
   });
 });
 
 describe("POST /drain", () => {
   it("a request held past the deadline: counted under `deadline`, and nothing cut: Envoy runs on and the request is answered", async () => {
     // The deadline itself is under test: --grace 3s --stop-margin 1s puts it 2 s after /drain.
-    const { lc, port, status, envoyPid } = await serving(app.port, ["--min-drain", "0s", "--grace", "3s", "--stop-margin", "1s"]);
+    const { lc, port, status, envoyPid } = await serving(app.port, [
+      "--min-drain",
+      "0s",
+      "--grace",
+      "3s",
+      "--stop-margin",
+      "1s",
+    ]);
     const { held } = await holdOne(port, status);
     expect((await fetch(`${status}/drain`, { method: "POST" })).status).toBe(200);
     await lc.event("drain_start", (e) => e.source === "POST /drain");
@@ -74,9 +94,15 @@ describe("POST /drain", () => {
     expect(await lc.event("drain_wait_done")).toMatchObject({ reason: "deadline" });
 
     const after = await samples(status);
-    expect(after.get('lastcall_drain_duration_seconds_count{kind="drain",reason="deadline"}')).toBe(1);
-    expect(after.get('lastcall_drain_duration_seconds_bucket{le="1",kind="drain",reason="deadline"}')).toBe(0);
-    expect(after.get('lastcall_drain_duration_seconds_bucket{le="5",kind="drain",reason="deadline"}')).toBe(1);
+    expect(after.get('lastcall_drain_duration_seconds_count{kind="drain",reason="deadline"}')).toBe(
+      1,
+    );
+    expect(
+      after.get('lastcall_drain_duration_seconds_bucket{le="1",kind="drain",reason="deadline"}'),
+    ).toBe(0);
+    expect(
+      after.get('lastcall_drain_duration_seconds_bucket{le="5",kind="drain",reason="deadline"}'),
+    ).toBe(1);
     expect(after.get('lastcall_requests_cut_total{kind="drain"}')).toBe(0);
     expect(after.get('lastcall_draining{kind="drain"}')).toBe(0);
     expect(after.get('lastcall_phase{phase="draining"}')).toBe(1);

@@ -1,21 +1,36 @@
 // The count is exact across workers: Envoy's, the filter's and the agent's counts agree at every
 // step of a random drain.
 import { writeFileSync } from "node:fs";
-import { connect, type ClientHttp2Session } from "node:http2";
+import { type ClientHttp2Session, connect } from "node:http2";
 import { describe, expect, it, onTestFailed } from "vitest";
 import type { Outcome } from "../filter/clients.ts";
 import { agentCountAfterReports, envoyCounts } from "../support/counts.ts";
 import { waitFor } from "../support/envoy.ts";
 import { type HeldClient, heldId, holdHttp1, holdHttp2 } from "../support/held-clients.ts";
-import { freePort, inboundConfig, isAlive, type LastcallEvent, startLastcall, type TestLastcall, writeConfig } from "../support/lastcall.ts";
-import { randomBatches, type Random, seededRandom, shuffled, testSeed } from "../support/seeded-random.ts";
+import {
+  freePort,
+  inboundConfig,
+  isAlive,
+  type LastcallEvent,
+  startLastcall,
+  type TestLastcall,
+  writeConfig,
+} from "../support/lastcall.ts";
+import {
+  type Random,
+  randomBatches,
+  seededRandom,
+  shuffled,
+  testSeed,
+} from "../support/seeded-random.ts";
 import { agentState, serving, upstreamForFile } from "../support/serving.ts";
 import type { Json } from "../support/json.ts";
 
 const app = upstreamForFile();
 
 const names = (lc: TestLastcall) => lc.events.map((e) => e.event);
-const ended = (lc: TestLastcall) => names(lc).some((n) => n === "drain_wait_done" || n === "terminated");
+const ended = (lc: TestLastcall) =>
+  names(lc).some((n) => n === "drain_wait_done" || n === "terminated");
 const completed: Outcome = { status: 200, reset: false };
 
 /** A seeded PRNG for this test; its seed is printed if the test fails. */
@@ -47,12 +62,22 @@ async function countsAre(c: Counted, expected: number, step: string): Promise<vo
   // Read again: Envoy lowers its count as a stream completes, the filter a moment later, as the
   // stream is deleted; by this second read the last stream to leave is gone from both.
   const envoy = await envoyCounts(admin);
-  expect({ step, rqActive: envoy.rqActive, gauge: envoy.gauge }).toEqual({ step, rqActive: expected, gauge: expected });
-  expect({ step, agent: await agentCountAfterReports(c.status, c.vms + 1) }).toEqual({ step, agent: expected });
+  expect({ step, rqActive: envoy.rqActive, gauge: envoy.gauge }).toEqual({
+    step,
+    rqActive: expected,
+    gauge: expected,
+  });
+  expect({ step, agent: await agentCountAfterReports(c.status, c.vms + 1) }).toEqual({
+    step,
+    agent: expected,
+  });
 }
 
 /** Answers the held requests whose ids are in `ids`; resolves with their client outcomes. */
-async function release(clients: Map<number, HeldClient>, ids: readonly number[]): Promise<Outcome[]> {
+async function release(
+  clients: Map<number, HeldClient>,
+  ids: readonly number[],
+): Promise<Outcome[]> {
   const set = new Set(ids);
   expect(app.releaseWhere((request) => set.has(heldId(request)))).toBe(ids.length);
   return await Promise.all(ids.map((id) => clients.get(id)!.outcome));
@@ -73,7 +98,11 @@ describe("the count is exact across workers", () => {
       await countsAre(c, TOTAL, "all held");
       // The connections were spread over the workers (SO_REUSEPORT): each counts in one gauge.
       const { workers } = await envoyCounts(lc.adminUrl());
-      console.log(`--concurrency ${concurrency}, seed ${seed}: connections per worker ${JSON.stringify(workers)}`);
+      console.log(
+        `--concurrency ${concurrency}, seed ${seed}: connections per worker ${
+          JSON.stringify(workers)
+        }`,
+      );
       expect(workers).toHaveLength(concurrency);
       expect(workers.reduce((a, b) => a + b, 0)).toBe(TOTAL);
       expect(workers.filter((n) => n > 0)).toHaveLength(concurrency);
@@ -98,7 +127,11 @@ describe("the count is exact across workers", () => {
       expect(await release(clients, last)).toEqual(last.map(() => completed));
       const terminated = await lc.event("terminated");
       expect(await lc.exited).toEqual({ code: 0, signal: null });
-      expect(terminated).toMatchObject({ mode: "inflight", reason: "inflight_zero", inflight_at_stop: 0 });
+      expect(terminated).toMatchObject({
+        mode: "inflight",
+        reason: "inflight_zero",
+        inflight_at_stop: 0,
+      });
       // Nothing ended the drain before the last release; right after it, the drain ended.
       const done = await lc.event("drain_wait_done");
       expect(done).toMatchObject({ reason: "inflight_zero" });
@@ -106,7 +139,9 @@ describe("the count is exact across workers", () => {
       expect(Date.parse(done.ts)).toBeGreaterThanOrEqual(releasedAt);
       const after = names(lc).slice(eventsBefore);
       console.log(`--concurrency ${concurrency}: after the last release: ${after.join(", ")}`);
-      expect(after.filter((n) => ["drain_wait_done", "envoy_quit_requested", "terminated"].includes(n)))
+      expect(
+        after.filter((n) => ["drain_wait_done", "envoy_quit_requested", "terminated"].includes(n)),
+      )
         .toEqual(["drain_wait_done", "envoy_quit_requested", "terminated"]);
       // No second read found a request after a pulled zero; the floor (--min-drain 5s) had passed
       // (each step waits a heartbeat), so nothing but the count held the end back.
@@ -161,7 +196,8 @@ describe("client aborts and resets during a drain", () => {
     lc.signal("SIGTERM");
     await lc.event("listeners_draining");
     await countsAre(c, left, "draining, all held");
-    const outcomes = async (ids: readonly number[]) => await Promise.all(ids.map((id) => clients.get(id)!.outcome));
+    const outcomes = async (ids: readonly number[]) =>
+      await Promise.all(ids.map((id) => clients.get(id)!.outcome));
 
     // HTTP/1.1: the client closes the connection of 4 held requests.
     const closed = take(h1, 4, random);
@@ -209,9 +245,15 @@ describe("client aborts and resets during a drain", () => {
     expect(done).toMatchObject({ reason: "inflight_zero" });
     expect(lc.events.indexOf(done)).toBeGreaterThanOrEqual(eventsBefore);
     expect(Date.parse(done.ts)).toBeGreaterThanOrEqual(releasedAt);
-    expect(await lc.event("terminated")).toMatchObject({ mode: "inflight", reason: "inflight_zero", inflight_at_stop: 0 });
+    expect(await lc.event("terminated")).toMatchObject({
+      mode: "inflight",
+      reason: "inflight_zero",
+      inflight_at_stop: 0,
+    });
     expect(await lc.exited).toEqual({ code: 0, signal: null });
-    console.log(`aborts, seed ${seed}: closed ${closed}, reset ${reset}, answered ${answered}, session gone ${gone}, then ${first} and ${second}`);
+    console.log(
+      `aborts, seed ${seed}: closed ${closed}, reset ${reset}, answered ${answered}, session gone ${gone}, then ${first} and ${second}`,
+    );
     for (const session of sessions) session.destroy();
   });
 });
@@ -240,7 +282,10 @@ function taggedConfig(port: number, tag: string): Json {
 function terminationDone(lc: TestLastcall): LastcallEvent | undefined {
   const start = lc.events.find((e) => e.event === "drain_start");
   if (!start) return undefined;
-  return lc.events.find((e) => e.event === "drain_wait_done" && Math.abs(Date.parse(e.ts) - Number(e.ms) - Date.parse(start.ts)) <= 50);
+  return lc.events.find((e) =>
+    e.event === "drain_wait_done" &&
+    Math.abs(Date.parse(e.ts) - Number(e.ms) - Date.parse(start.ts)) <= 50
+  );
 }
 
 describe("a hot restart during the drain", () => {
@@ -251,7 +296,10 @@ describe("a hot restart during the drain", () => {
     const lc = startLastcall(configPath); // lastcall's defaults
     const parent = await lc.event("ready");
     const status = await lc.statusUrl();
-    await waitFor(async () => ((await agentState(status)).filter === "reporting" ? true : undefined), { what: "the filter's first report" });
+    await waitFor(
+      async () => ((await agentState(status)).filter === "reporting" ? true : undefined),
+      { what: "the filter's first report" },
+    );
     const clients = new Map<number, HeldClient>();
     for (let id = 0; id < 16; id++) clients.set(id, holdHttp1(port, id));
     await countsAre({ lc, status, vms: 3 }, 16, "epoch 0 holds 16"); // read in epoch 0's admin
@@ -264,7 +312,8 @@ describe("a hot restart during the drain", () => {
     await app.until((a) => a.held === 32);
     // Which process holds each request: the app sees the tag of the config it came through (the
     // parent may still have accepted a few as the child started).
-    const servedBy = (tag: string) => app.heldRequests().filter((r) => r.headers["x-served-by"] === tag).map(heldId);
+    const servedBy = (tag: string) =>
+      app.heldRequests().filter((r) => r.headers["x-served-by"] === tag).map(heldId);
     const inParent = new Set(servedBy("epoch0"));
     const inChild = new Set(servedBy("epoch1"));
     expect(inParent.size + inChild.size).toBe(32);
@@ -277,20 +326,37 @@ describe("a hot restart during the drain", () => {
     const bothAre = async (step: string) => {
       const parentLeft = [...inParent].filter((id) => clients.has(id)).length;
       const childLeft = [...inChild].filter((id) => clients.has(id)).length;
-      await app.until((a) => a.held === parentLeft + childLeft && a.inflight === parentLeft + childLeft);
-      const want = { step, childGauge: childLeft, parentGauge: parentLeft, rqActive: parentLeft + childLeft };
+      await app.until((a) =>
+        a.held === parentLeft + childLeft && a.inflight === parentLeft + childLeft
+      );
+      const want = {
+        step,
+        childGauge: childLeft,
+        parentGauge: parentLeft,
+        rqActive: parentLeft + childLeft,
+      };
       const read = async () => {
         const counts = await envoyCounts(String(child.admin));
-        return { step, childGauge: counts.gaugeOdd, parentGauge: counts.gauge, rqActive: counts.rqActive };
+        return {
+          step,
+          childGauge: counts.gaugeOdd,
+          parentGauge: counts.gauge,
+          rqActive: counts.rqActive,
+        };
       };
-      await waitFor(async () => ((await read()).childGauge === childLeft ? true : undefined), { what: `the child's gauge to be ${childLeft} (${step})` });
+      await waitFor(async () => ((await read()).childGauge === childLeft ? true : undefined), {
+        what: `the child's gauge to be ${childLeft} (${step})`,
+      });
       expect((await read()).childGauge).toBe(childLeft); // its own: exact as soon as the streams are gone
       // The parent's and Envoy's totals come through the stats merge, up to a flush late.
       await expect.poll(read, { timeout: 5000, interval: 50 }).toEqual(want);
       // A process at zero answers a probe for each of its heartbeats (the agent pulls on every
       // zero hint while it waits): up to two reports per VM per period, so twice the VMs, and one.
       const reports = 2 * counted.vms + 1;
-      expect({ step, agent: await agentCountAfterReports(status, reports) }).toEqual({ step, agent: parentLeft + childLeft });
+      expect({ step, agent: await agentCountAfterReports(status, reports) }).toEqual({
+        step,
+        agent: parentLeft + childLeft,
+      });
       return { parentLeft, childLeft };
     };
     await bothAre("both hold");
@@ -303,7 +369,11 @@ describe("a hot restart during the drain", () => {
     const [first, second] = parentFirst ? [inParent, inChild] : [inChild, inParent];
     const order = [...shuffled([...first], random), ...shuffled([...second], random)];
     const batches = randomBatches(order, 6, random);
-    console.log(`hot restart, seed ${seed}: parent ${inParent.size}, child ${inChild.size}; ${parentFirst ? "parent" : "child"} empties first; batches ${batches.map((b) => b.length)}`);
+    console.log(
+      `hot restart, seed ${seed}: parent ${inParent.size}, child ${inChild.size}; ${
+        parentFirst ? "parent" : "child"
+      } empties first; batches ${batches.map((b) => b.length)}`,
+    );
     for (const [step, batch] of batches.slice(0, -1).entries()) {
       expect(await release(clients, batch)).toEqual(batch.map(() => completed));
       for (const id of batch) clients.delete(id);
@@ -313,7 +383,8 @@ describe("a hot restart during the drain", () => {
       expect(isAlive(lc.pid)).toBe(true);
       if (parentLeft === 0) {
         // The parent finished its own requests: lastcall says so, and still waits for the child's.
-        expect(await lc.event("epoch_drained", (e) => (e.epochs as number[]).includes(0))).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+        expect(await lc.event("epoch_drained", (e) => (e.epochs as number[]).includes(0)))
+          .toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
       } else {
         expect(names(lc)).not.toContain("epoch_drained");
       }
@@ -324,7 +395,11 @@ describe("a hot restart during the drain", () => {
     const releasedAt = Date.now();
     expect(await release(clients, last)).toEqual(last.map(() => completed));
     const terminated = await lc.event("terminated");
-    expect(terminated).toMatchObject({ mode: "inflight", reason: "inflight_zero", inflight_at_stop: 0 });
+    expect(terminated).toMatchObject({
+      mode: "inflight",
+      reason: "inflight_zero",
+      inflight_at_stop: 0,
+    });
     expect(await lc.exited).toEqual({ code: 0, signal: null });
     const done = terminationDone(lc);
     expect(done).toMatchObject({ reason: "inflight_zero" });
@@ -333,8 +408,13 @@ describe("a hot restart during the drain", () => {
     expect(lc.events.indexOf(done!)).toBeLessThan(names(lc).indexOf("envoy_quit_requested"));
     const after = names(lc).slice(eventsBefore);
     console.log(`hot restart: after the last release: ${after.join(", ")}`);
-    expect(after.filter((n) => ["envoy_quit_requested", "terminated"].includes(n))).toEqual(["envoy_quit_requested", "terminated"]);
-    expect(lc.events.filter((e) => e.event === "epoch_exit").map((e) => e.pid).sort()).toEqual([parent.pid, child.pid].sort());
+    expect(after.filter((n) => ["envoy_quit_requested", "terminated"].includes(n))).toEqual([
+      "envoy_quit_requested",
+      "terminated",
+    ]);
+    expect(lc.events.filter((e) => e.event === "epoch_exit").map((e) => e.pid).sort()).toEqual(
+      [parent.pid, child.pid].sort(),
+    );
     expect(names(lc)).not.toContain("drain_resumed");
     expect(names(lc)).not.toContain("drain_fallback");
   });

@@ -19,14 +19,24 @@ const pasted = {
       name: "lastcall_inflight",
       root_id: "lastcall_inflight",
       configuration: { "@type": "type.googleapis.com/google.protobuf.StringValue", value: "" },
-      vm_config: { vm_id: "lastcall_inflight", runtime: "envoy.wasm.runtime.v8", code: { local: { filename: join(root, "dist/filter.wasm") } } },
+      vm_config: {
+        vm_id: "lastcall_inflight",
+        runtime: "envoy.wasm.runtime.v8",
+        code: { local: { filename: join(root, "dist/filter.wasm") } },
+      },
     },
   },
 };
 
 describe("a config that already has lastcall's filter", () => {
   it("counts a request once (default settings), and the drain ends on the filter's zero", async () => {
-    const config = inboundConfig({ upstreamPort: app.port }) as { static_resources: { listeners: { filter_chains: { filters: { typed_config: { http_filters: unknown[] } }[] }[] }[] } };
+    const config = inboundConfig({ upstreamPort: app.port }) as {
+      static_resources: {
+        listeners: {
+          filter_chains: { filters: { typed_config: { http_filters: unknown[] } }[] }[];
+        }[];
+      };
+    };
     const hcm = config.static_resources.listeners[0].filter_chains[0].filters[0].typed_config;
     hcm.http_filters = [pasted, ...hcm.http_filters];
     const { lc, port, status } = await serving(app.port, [], { config: writeConfig(config) });
@@ -43,6 +53,9 @@ describe("a config that already has lastcall's filter", () => {
     app.release();
     expect(await held).toEqual({ status: 200, reset: false });
     expect(await second).toEqual({ status: 200, reset: false });
-    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+    expect(await lc.event("terminated")).toMatchObject({
+      reason: "inflight_zero",
+      inflight_at_stop: 0,
+    });
   });
 });

@@ -4,7 +4,15 @@
 import { writeFileSync } from "node:fs";
 import { Agent, request } from "node:http";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { inboundConfig, isAlive, type LastcallEvent, startLastcall, stopAllLastcalls, writeConfig, freePort } from "../support/lastcall.ts";
+import {
+  freePort,
+  inboundConfig,
+  isAlive,
+  type LastcallEvent,
+  startLastcall,
+  stopAllLastcalls,
+  writeConfig,
+} from "../support/lastcall.ts";
 import { waitFor } from "../support/envoy.ts";
 import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
 import type { Json } from "../support/json.ts";
@@ -13,7 +21,6 @@ let app: UpstreamApp;
 beforeAll(async () => (app = await startUpstreamApp()));
 afterAll(() => app.close());
 afterEach(stopAllLastcalls);
-
 
 /**
  * The inbound config on a fixed port (a hot restart hands the parent's listen sockets to the
@@ -30,13 +37,19 @@ function taggedConfig(port: number, version: string): Json {
 }
 
 /** GET `path`; resolves with status and the `x-config` header, rejects on any socket error. */
-function get(port: number, path: string, agent: Agent | false): Promise<{ status: number; config: string }> {
+function get(
+  port: number,
+  path: string,
+  agent: Agent | false,
+): Promise<{ status: number; config: string }> {
   return new Promise((resolve, reject) => {
     const req = request({ host: "127.0.0.1", port, path, agent, timeout: 10_000 }, (response) => {
       let body = "";
       response.setEncoding("utf8").on("data", (chunk) => (body += chunk));
       response.on("end", () => {
-        if (body !== "ok") return reject(new Error(`Unexpected body from ${path}: ${body.slice(0, 100)}`));
+        if (body !== "ok") {
+          return reject(new Error(`Unexpected body from ${path}: ${body.slice(0, 100)}`));
+        }
         resolve({ status: response.statusCode ?? 0, config: String(response.headers["x-config"]) });
       });
       response.on("error", reject);
@@ -73,7 +86,9 @@ function startLoad(port: number) {
         result.lastConfig = response.config;
       } catch (error) {
         result.failed++;
-        result.errors.push(`${agent ? "keep-alive" : "new connection"}: ${(error as Error).message}`);
+        result.errors.push(
+          `${agent ? "keep-alive" : "new connection"}: ${(error as Error).message}`,
+        );
       }
     }
   };
@@ -118,13 +133,19 @@ describe("hot restart", () => {
       expect(epoch.pid).not.toBe(first.pid);
       const ready = await lc.event("ready", epochOf(1));
       // The parent finishes what it had (the load's requests), then only its child may end it.
-      const finished = await lc.event("epoch_drained", (e) => (e.epochs as number[]).includes(0), 15_000);
+      const finished = await lc.event(
+        "epoch_drained",
+        (e) => (e.epochs as number[]).includes(0),
+        15_000,
+      );
       const swapMs = Date.now() - changedAt;
       expect(finished).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
       await load.succeeded(20);
       const result = await load.stop();
       console.log(
-        `hot restart under load: ${result.ok} ok, ${result.failed} failed; change → child ready ${Number(ready.ms)} ms after spawn, ` +
+        `hot restart under load: ${result.ok} ok, ${result.failed} failed; change → child ready ${
+          Number(ready.ms)
+        } ms after spawn, ` +
           `change → parent finished ${swapMs} ms`,
       );
       expect(result.errors).toEqual([]);
@@ -137,7 +158,14 @@ describe("hot restart", () => {
     const state = await (await fetch(`${await lc.statusUrl()}/v1/state`)).json();
     // The finished parent stays, idle, until its child ends it (its shutdown, the next reload, or
     // --parent-shutdown): Envoy lets no one else end it.
-    expect(state).toMatchObject({ phase: "running", hotRestarts: 1, restarts: 0, current: { epoch: 1 }, serving: { epoch: 1 }, epochs: [{ epoch: 0 }, { epoch: 1 }] });
+    expect(state).toMatchObject({
+      phase: "running",
+      hotRestarts: 1,
+      restarts: 0,
+      current: { epoch: 1 },
+      serving: { epoch: 1 },
+      epochs: [{ epoch: 0 }, { epoch: 1 }],
+    });
     const metrics = await (await fetch(`${await lc.statusUrl()}/metrics`)).text();
     expect(metrics).toMatch(/^lastcall_envoy_epoch 1$/m);
     expect(metrics).toMatch(/^lastcall_envoy_processes 2$/m);
@@ -151,11 +179,15 @@ describe("hot restart", () => {
     const status = await lc.statusUrl();
 
     const unknownCluster = taggedConfig(port, "v2");
-    unknownCluster.static_resources.listeners[0].filter_chains[0].filters[0].typed_config.route_config
+    unknownCluster.static_resources.listeners[0].filter_chains[0].filters[0].typed_config
+      .route_config
       .virtual_hosts[0].routes[0].route.cluster = "no_such_cluster";
     writeFileSync(configPath, JSON.stringify(unknownCluster));
     const rejected = await lc.event("reload_rejected");
-    expect(rejected).toMatchObject({ serving_epoch: 0, error: `Envoy rejected config ${configPath}` });
+    expect(rejected).toMatchObject({
+      serving_epoch: 0,
+      error: `Envoy rejected config ${configPath}`,
+    });
     expect((rejected.details as string[]).join("\n")).toMatch(/no_such_cluster/);
 
     expect(await get(port, "/", false)).toEqual({ status: 200, config: "v1" });
@@ -169,7 +201,9 @@ describe("hot restart", () => {
 
     writeFileSync(configPath, "{ this is not: [json or yaml");
     const unreadable = await lc.event("reload_rejected", (e) => e !== rejected);
-    expect(String(unreadable.error)).toMatch(new RegExp(`^Cannot read Envoy config ${configPath}: `));
+    expect(String(unreadable.error)).toMatch(
+      new RegExp(`^Cannot read Envoy config ${configPath}: `),
+    );
     expect(await get(port, "/", false)).toEqual({ status: 200, config: "v1" });
 
     // A good config afterwards still gets the next epoch.
@@ -198,19 +232,36 @@ describe("hot restart", () => {
       await lc.event("ready", epochOf(2));
       // Epoch 2 started only once epoch 0 had finished (Envoy ends a grandparent as the next
       // child starts); then epoch 1 finishes in turn.
-      const firstDone = await lc.event("epoch_drained", (e) => (e.epochs as number[]).includes(0), 15_000);
+      const firstDone = await lc.event(
+        "epoch_drained",
+        (e) => (e.epochs as number[]).includes(0),
+        15_000,
+      );
       const exit0 = await lc.event("epoch_exit", epochOf(0), 15_000);
-      expect(exit0).toMatchObject({ pid: first.pid, drain_reason: "inflight_zero", inflight_at_stop: 0 });
-      expect(Date.parse(String(firstDone.ts))).toBeLessThanOrEqual(Date.parse(String((await lc.event("epoch", epochOf(2))).ts)));
-      expect(await lc.event("epoch_drained", (e) => (e.epochs as number[]).includes(1), 15_000)).toMatchObject({ reason: "inflight_zero" });
+      expect(exit0).toMatchObject({
+        pid: first.pid,
+        drain_reason: "inflight_zero",
+        inflight_at_stop: 0,
+      });
+      expect(Date.parse(String(firstDone.ts))).toBeLessThanOrEqual(
+        Date.parse(String((await lc.event("epoch", epochOf(2))).ts)),
+      );
+      expect(await lc.event("epoch_drained", (e) => (e.epochs as number[]).includes(1), 15_000))
+        .toMatchObject({ reason: "inflight_zero" });
       await load.succeeded(20);
       const result = await load.stop();
-      console.log(`two hot restarts in a row under load: ${result.ok} ok, ${result.failed} failed; epoch 0 ${exit0.exit}, pid ${middle.pid} finished`);
+      console.log(
+        `two hot restarts in a row under load: ${result.ok} ok, ${result.failed} failed; epoch 0 ${exit0.exit}, pid ${middle.pid} finished`,
+      );
       expect(result.errors).toEqual([]);
     } finally {
       await load.stop();
     }
-    expect(await (await fetch(`${await lc.statusUrl()}/v1/state`)).json()).toMatchObject({ hotRestarts: 2, current: { epoch: 2 }, serving: { epoch: 2 } });
+    expect(await (await fetch(`${await lc.statusUrl()}/v1/state`)).json()).toMatchObject({
+      hotRestarts: 2,
+      current: { epoch: 2 },
+      serving: { epoch: 2 },
+    });
   });
 
   it("starts the next epoch on SIGHUP", async () => {
@@ -220,7 +271,8 @@ describe("hot restart", () => {
     lc.signal("SIGHUP");
     expect(await lc.event("reload")).toMatchObject({ reason: "SIGHUP" });
     await lc.event("ready", epochOf(1));
-    expect(await lc.event("epoch_drained", (e) => (e.epochs as number[]).includes(0), 15_000)).toMatchObject({ reason: "inflight_zero" });
+    expect(await lc.event("epoch_drained", (e) => (e.epochs as number[]).includes(0), 15_000))
+      .toMatchObject({ reason: "inflight_zero" });
     expect(await get(port, "/", false)).toEqual({ status: 200, config: "v1" });
   });
 });
@@ -242,6 +294,10 @@ describe("--no-hot-restart", () => {
     await lc.event("ready", (e) => e.pid === started.pid);
     expect(await get(port, "/", false)).toEqual({ status: 200, config: "v2" });
     expect(lc.events.some((e) => e.event === "restart_scheduled")).toBe(false);
-    expect(await (await fetch(`${await lc.statusUrl()}/v1/state`)).json()).toMatchObject({ phase: "running", restarts: 0, current: { pid: started.pid } });
+    expect(await (await fetch(`${await lc.statusUrl()}/v1/state`)).json()).toMatchObject({
+      phase: "running",
+      restarts: 0,
+      current: { pid: started.pid },
+    });
   });
 });

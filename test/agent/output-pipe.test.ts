@@ -19,7 +19,9 @@ function lastcall(runtime: Runtime, args: string[], stdout: number | "pipe") {
   const child = spawn(command, [...prefix, ...args], { stdio: ["ignore", stdout, "pipe"] });
   let stderr = "";
   child.stderr!.setEncoding("utf8").on("data", (s: string) => (stderr += s));
-  const exited = new Promise<Exit>((resolve) => child.on("close", (code) => resolve({ code, stderr })));
+  const exited = new Promise<Exit>((resolve) =>
+    child.on("close", (code) => resolve({ code, stderr }))
+  );
   return { child, exited };
 }
 
@@ -35,7 +37,10 @@ async function toFile(runtime: Runtime, args: string[]): Promise<{ bytes: Buffer
 }
 
 /** What lastcall writes to a pipe read 16 KiB at a time, a pause after each read, and its exit. */
-async function toSlowPipe(runtime: Runtime, args: string[]): Promise<{ bytes: Buffer; exit: Exit }> {
+async function toSlowPipe(
+  runtime: Runtime,
+  args: string[],
+): Promise<{ bytes: Buffer; exit: Exit }> {
   const { child, exited } = lastcall(runtime, args, "pipe");
   const chunks: Buffer[] = [];
   const stdout = child.stdout!;
@@ -65,7 +70,8 @@ async function samePiped(runtime: Runtime, args: string[], minBytes: number): Pr
 /** A manifest of `count` Deployments, each with a Service. */
 function bigManifest(count: number): string {
   const path = join(tempDir("lastcall-big-"), "apps.yaml");
-  const docs = Array.from({ length: count }, (_, i) => `apiVersion: apps/v1
+  const docs = Array.from({ length: count }, (_, i) =>
+    `apiVersion: apps/v1
 kind: Deployment
 metadata:
   name: app-${i}
@@ -88,35 +94,49 @@ spec:
 
 /** An Envoy config of `count` listeners: its bootstrap is far beyond a pipe's 64 KiB. */
 function manyListeners(count: number): string {
-  const one = inboundConfig({ upstreamPort: 9 }) as { static_resources: { listeners: Array<{ name: string }> } };
+  const one = inboundConfig({ upstreamPort: 9 }) as {
+    static_resources: { listeners: Array<{ name: string }> };
+  };
   const [listener] = one.static_resources.listeners;
-  one.static_resources.listeners = Array.from({ length: count }, (_, i) => ({ ...listener, name: `in-${i}` }));
+  one.static_resources.listeners = Array.from(
+    { length: count },
+    (_, i) => ({ ...listener, name: `in-${i}` }),
+  );
   return writeConfig(one);
 }
 
 describe("output through a slowly read pipe is whole", () => {
   const manifest = bigManifest(600);
 
-  it.each<Runtime>(["bundle", "deno"])("inject, %s: 600 Deployments, byte-identical to a file", async (runtime) => {
-    await samePiped(runtime, ["inject", "-f", manifest], 600_000);
-  });
+  it.each<Runtime>(["bundle", "deno"])(
+    "inject, %s: 600 Deployments, byte-identical to a file",
+    async (runtime) => {
+      await samePiped(runtime, ["inject", "-f", manifest], 600_000);
+    },
+  );
 
   it("check: byte-identical to a file", async () => {
     await samePiped("bundle", ["check", "-f", bigManifest(1500)], 65_536);
   });
 
-  it.each<Runtime>(["bundle", "binary", "deno"])("bootstrap, %s: megabytes, byte-identical to a file", async (runtime) => {
-    await samePiped(runtime, ["bootstrap", "--config", manyListeners(200)], 5_000_000);
-  });
+  it.each<Runtime>(["bundle", "binary", "deno"])(
+    "bootstrap, %s: megabytes, byte-identical to a file",
+    async (runtime) => {
+      await samePiped(runtime, ["bootstrap", "--config", manyListeners(200)], 5_000_000);
+    },
+  );
 });
 
 describe("a reader that goes away", () => {
-  it.each<Runtime>(["bundle", "deno"])("ends %s quietly with 141, as SIGPIPE would", async (runtime) => {
-    const { child, exited } = lastcall(runtime, ["inject", "-f", bigManifest(600)], "pipe");
-    child.stdout!.once("data", () => child.stdout!.destroy());
-    const exit = await exited;
-    expect(exit.code).toBe(141);
-    // Quietly: what it says is its usual lines, no broken-pipe error.
-    expect(exit.stderr).not.toMatch(/EPIPE|Error/);
-  });
+  it.each<Runtime>(["bundle", "deno"])(
+    "ends %s quietly with 141, as SIGPIPE would",
+    async (runtime) => {
+      const { child, exited } = lastcall(runtime, ["inject", "-f", bigManifest(600)], "pipe");
+      child.stdout!.once("data", () => child.stdout!.destroy());
+      const exit = await exited;
+      expect(exit.code).toBe(141);
+      // Quietly: what it says is its usual lines, no broken-pipe error.
+      expect(exit.stderr).not.toMatch(/EPIPE|Error/);
+    },
+  );
 });

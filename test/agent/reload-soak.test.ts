@@ -4,7 +4,13 @@
 import { Agent, request } from "node:http";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../support/envoy.ts";
-import { freePort, inboundConfig, type LastcallEvent, startLastcall, stopAllLastcalls } from "../support/lastcall.ts";
+import {
+  freePort,
+  inboundConfig,
+  type LastcallEvent,
+  startLastcall,
+  stopAllLastcalls,
+} from "../support/lastcall.ts";
 import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
 import type { Json } from "../support/json.ts";
 
@@ -27,7 +33,12 @@ let sent = 0;
  * closed by Envoy's idle timeout can meet a request on its way. One the app saw and whose answer
  * was lost or cut is a failure.
  */
-async function get(port: number, path: string, agent: Agent, bytesPerSecond = Infinity): Promise<number> {
+async function get(
+  port: number,
+  path: string,
+  agent: Agent,
+  bytesPerSecond = Infinity,
+): Promise<number> {
   const url = `${path}${path.includes("?") ? "&" : "?"}request=${++sent}`;
   try {
     return await getOnce(port, url, agent, bytesPerSecond);
@@ -40,7 +51,12 @@ async function get(port: number, path: string, agent: Agent, bytesPerSecond = In
 
 class ClosedBeforeAnswer extends Error {}
 
-function getOnce(port: number, path: string, agent: Agent, bytesPerSecond: number): Promise<number> {
+function getOnce(
+  port: number,
+  path: string,
+  agent: Agent,
+  bytesPerSecond: number,
+): Promise<number> {
   return new Promise((resolve, reject) => {
     let answered = false;
     const req = request({ host: "127.0.0.1", port, path, agent }, (response) => {
@@ -58,12 +74,17 @@ function getOnce(port: number, path: string, agent: Agent, bytesPerSecond: numbe
       response.on("end", () => {
         const expected = Number(response.headers["content-length"] ?? -1);
         if (response.statusCode !== 200) reject(new Error(`status ${response.statusCode}`));
-        else if (expected >= 0 && received !== expected) reject(new Error(`${received} of ${expected} bytes`));
-        else resolve(received);
+        else if (expected >= 0 && received !== expected) {
+          reject(new Error(`${received} of ${expected} bytes`));
+        } else resolve(received);
       });
       response.on("error", reject);
     });
-    req.on("error", (error) => reject(!answered && req.reusedSocket ? new ClosedBeforeAnswer(error.message) : error));
+    req.on(
+      "error",
+      (error) =>
+        reject(!answered && req.reusedSocket ? new ClosedBeforeAnswer(error.message) : error),
+    );
     req.end();
   });
 }
@@ -79,60 +100,88 @@ describe("hot reloads under load", () => {
     try {
       await get(port, "/", pool); // its connection to epoch 0 waits in the pool
       lc.signal("SIGHUP");
-      expect(await lc.event("epoch_draining")).toMatchObject({ epochs: [0], kind: "hot", idle_connections: "closing" });
-      expect(await lc.event("epoch_drained", (e) => (e.epochs as number[]).includes(0))).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
+      expect(await lc.event("epoch_draining")).toMatchObject({
+        epochs: [0],
+        kind: "hot",
+        idle_connections: "closing",
+      });
+      expect(await lc.event("epoch_drained", (e) => (e.epochs as number[]).includes(0)))
+        .toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
       // The pool's next request; the next reload's child ends epoch 0 while it is read.
       const download = get(port, `/bytes?n=${BIG}`, pool, 2_000_000);
       await app.until((a) => a.inflight === 1);
       lc.signal("SIGHUP");
       expect(await download).toBe(BIG);
-      expect(await lc.event("epoch_exit", (e) => e.pid === first.pid)).toMatchObject({ epoch: 0, inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
+      expect(await lc.event("epoch_exit", (e) => e.pid === first.pid)).toMatchObject({
+        epoch: 0,
+        inflight_at_stop: 0,
+        bytes_unsent_at_stop: 0,
+      });
     } finally {
       pool.destroy();
     }
   });
 
-  it("12 SIGHUPs 1.5 s apart under fast, slow and slow-reading keep-alive clients: 0 failed, every body whole", async () => {
-    const port = await freePort();
-    const config = inboundConfig({ upstreamPort: app.port }) as Json;
-    config.static_resources.listeners[0].address.socket_address.port_value = port; // a hot restart hands sockets over by address
-    const lc = startLastcall(config, {});
-    await lc.event("ready");
-    const failures: string[] = [];
-    let ok = 0;
-    retried = 0;
-    const count = (what: string) => (p: Promise<number>) => p.then(() => void ok++, (e: Error) => void failures.push(`${what}: ${e.message}`));
-    let running = true;
-    const agents = Array.from({ length: 8 }, () => new Agent({ keepAlive: true, maxSockets: 1 }));
-    const pool = new Agent({ keepAlive: true });
-    const fast = agents.map(async (agent) => {
-      while (running) await count("fast")(get(port, "/", agent));
-    });
-    const started: Promise<void>[] = [];
-    const timers = [
-      setInterval(() => started.push(count("3 s")(get(port, "/delay?ms=3000", pool))), 300),
-      setInterval(() => started.push(count("8 MB at 2 MB/s")(get(port, `/bytes?n=${BIG}`, pool, 2_000_000))), 2000),
-    ];
-    try {
-      for (let reload = 1; reload <= 12; reload++) {
-        await new Promise((done) => setTimeout(done, 1500));
-        lc.signal("SIGHUP");
+  it(
+    "12 SIGHUPs 1.5 s apart under fast, slow and slow-reading keep-alive clients: 0 failed, every body whole",
+    async () => {
+      const port = await freePort();
+      const config = inboundConfig({ upstreamPort: app.port }) as Json;
+      config.static_resources.listeners[0].address.socket_address.port_value = port; // a hot restart hands sockets over by address
+      const lc = startLastcall(config, {});
+      await lc.event("ready");
+      const failures: string[] = [];
+      let ok = 0;
+      retried = 0;
+      const count = (what: string) => (p: Promise<number>) =>
+        p.then(() => void ok++, (e: Error) => void failures.push(`${what}: ${e.message}`));
+      let running = true;
+      const agents = Array.from({ length: 8 }, () => new Agent({ keepAlive: true, maxSockets: 1 }));
+      const pool = new Agent({ keepAlive: true });
+      const fast = agents.map(async (agent) => {
+        while (running) await count("fast")(get(port, "/", agent));
+      });
+      const started: Promise<void>[] = [];
+      const timers = [
+        setInterval(() => started.push(count("3 s")(get(port, "/delay?ms=3000", pool))), 300),
+        setInterval(
+          () =>
+            started.push(count("8 MB at 2 MB/s")(get(port, `/bytes?n=${BIG}`, pool, 2_000_000))),
+          2000,
+        ),
+      ];
+      try {
+        for (let reload = 1; reload <= 12; reload++) {
+          await new Promise((done) => setTimeout(done, 1500));
+          lc.signal("SIGHUP");
+        }
+        // Each SIGHUP is a reload or joins one that waits its turn; the last one's epoch serves.
+        const heard = (e: LastcallEvent) => e.event === "reload" || e.event === "reload_coalesced";
+        await waitFor(() => (lc.events.filter(heard).length === 12 ? true : undefined), {
+          what: "lastcall to take the 12 SIGHUPs",
+        });
+        const reloads = lc.events.filter((e) => e.event === "reload").length;
+        await lc.event("ready", (e) => e.epoch === reloads, 60_000);
+      } finally {
+        for (const timer of timers) clearInterval(timer);
+        running = false;
       }
-      // Each SIGHUP is a reload or joins one that waits its turn; the last one's epoch serves.
-      const heard = (e: LastcallEvent) => e.event === "reload" || e.event === "reload_coalesced";
-      await waitFor(() => (lc.events.filter(heard).length === 12 ? true : undefined), { what: "lastcall to take the 12 SIGHUPs" });
-      const reloads = lc.events.filter((e) => e.event === "reload").length;
-      await lc.event("ready", (e) => e.epoch === reloads, 60_000);
-    } finally {
-      for (const timer of timers) clearInterval(timer);
-      running = false;
-    }
-    await Promise.all([...fast, ...started]);
-    for (const agent of [...agents, pool]) agent.destroy();
-    console.log(`12 reloads under load: ${ok} ok, ${failures.length} failed, ${retried} sent again`);
-    expect(failures).toEqual([]);
-    const exits = lc.events.filter((e) => e.event === "epoch_exit");
-    expect(exits.length).toBeGreaterThan(0);
-    for (const exit of exits) expect(exit).toMatchObject({ drain_reason: "inflight_zero", inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
-  }, 120_000);
+      await Promise.all([...fast, ...started]);
+      for (const agent of [...agents, pool]) agent.destroy();
+      console.log(
+        `12 reloads under load: ${ok} ok, ${failures.length} failed, ${retried} sent again`,
+      );
+      expect(failures).toEqual([]);
+      const exits = lc.events.filter((e) => e.event === "epoch_exit");
+      expect(exits.length).toBeGreaterThan(0);
+      for (const exit of exits) {
+        expect(exit).toMatchObject({
+          drain_reason: "inflight_zero",
+          inflight_at_stop: 0,
+          bytes_unsent_at_stop: 0,
+        });
+      }
+    },
+    120_000,
+  );
 });

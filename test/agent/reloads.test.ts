@@ -21,13 +21,25 @@ describe("a long request across a reload", () => {
     const drained = await lc.event("epoch_drained", undefined, 30_000);
     expect(await long).toEqual({ status: 200, reset: false });
     expect(Date.now() - startedAt).toBeGreaterThanOrEqual(LONG_MS);
-    expect(drained).toMatchObject({ epochs: [0], reason: "inflight_zero", inflight_at_stop: 0, bytes_unsent_at_stop: 0 });
+    expect(drained).toMatchObject({
+      epochs: [0],
+      reason: "inflight_zero",
+      inflight_at_stop: 0,
+      bytes_unsent_at_stop: 0,
+    });
     // The child serves on (on a port of its own: the test's listener asks for port 0).
     expect((await http1(await lc.listenerPort("ingress"), "/")).status).toBe(200);
     // The finished parent is ended by its child as the child shuts down (Envoy's own order).
     lc.signal("SIGTERM");
-    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
-    expect(await lc.event("epoch_exit", (e) => e.pid === envoyPid)).toMatchObject({ epoch: 0, drain_reason: "inflight_zero", inflight_at_stop: 0 });
+    expect(await lc.event("terminated")).toMatchObject({
+      reason: "inflight_zero",
+      inflight_at_stop: 0,
+    });
+    expect(await lc.event("epoch_exit", (e) => e.pid === envoyPid)).toMatchObject({
+      epoch: 0,
+      drain_reason: "inflight_zero",
+      inflight_at_stop: 0,
+    });
     expect(await lc.exited).toEqual({ code: 0, signal: null });
     expect(isAlive(envoyPid)).toBe(false);
   });
@@ -38,7 +50,10 @@ describe("a long request across a reload", () => {
     await agentSees(status, 1);
     lc.signal("SIGHUP");
     expect(await long).toEqual({ status: 200, reset: false });
-    expect(await lc.event("epoch_drained", undefined, 30_000)).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+    expect(await lc.event("epoch_drained", undefined, 30_000)).toMatchObject({
+      reason: "inflight_zero",
+      inflight_at_stop: 0,
+    });
     await lc.event("ready", (e) => e.pid !== envoyPid);
     expect((await http1(await lc.listenerPort("ingress"), "/")).status).toBe(200);
   });
@@ -51,7 +66,10 @@ describe("a long request across a reload", () => {
     lc.signal("SIGHUP");
     const drained = await lc.event("epoch_drained", undefined, 30_000);
     expect(drained).toMatchObject({ epochs: [0], reason: "deadline", inflight_at_stop: 1 });
-    expect(await lc.event("epoch_exit", (e) => e.epoch === 0)).toMatchObject({ drain_reason: "deadline", inflight_at_stop: 1 });
+    expect(await lc.event("epoch_exit", (e) => e.epoch === 0)).toMatchObject({
+      drain_reason: "deadline",
+      inflight_at_stop: 1,
+    });
     expect((await held).reset).toBe(true);
   });
 
@@ -63,10 +81,16 @@ describe("a long request across a reload", () => {
       name: "egress_db",
       traffic_direction: "OUTBOUND",
       address: { socket_address: { address: "127.0.0.1", port_value: egressPort } },
-      filter_chains: [{ filters: [{
-        name: "envoy.filters.network.tcp_proxy",
-        typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy", stat_prefix: "egress_db", cluster: "db" },
-      }] }],
+      filter_chains: [{
+        filters: [{
+          name: "envoy.filters.network.tcp_proxy",
+          typed_config: {
+            "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+            stat_prefix: "egress_db",
+            cluster: "db",
+          },
+        }],
+      }],
     });
     config.static_resources.clusters.push(localCluster("db", app.port));
     const lc = startLastcall(config, {});
@@ -75,7 +99,11 @@ describe("a long request across a reload", () => {
     await new Promise((done) => pooled.once("connect", done));
     try {
       lc.signal("SIGHUP");
-      expect(await lc.event("epoch_drained", undefined, 30_000)).toMatchObject({ epochs: [0], reason: "inflight_zero", inflight_at_stop: 0 });
+      expect(await lc.event("epoch_drained", undefined, 30_000)).toMatchObject({
+        epochs: [0],
+        reason: "inflight_zero",
+        inflight_at_stop: 0,
+      });
     } finally {
       pooled.destroy();
     }

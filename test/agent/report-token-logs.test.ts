@@ -1,7 +1,13 @@
 // The report token stays secret at Envoy's default log level, and appears at `-l debug` where
 // docs/operations.md says.
 import { describe, expect, it } from "vitest";
-import { agentSees, heldAcrossSigterm, reportToken, serving, upstreamForFile } from "../support/serving.ts";
+import {
+  agentSees,
+  heldAcrossSigterm,
+  reportToken,
+  serving,
+  upstreamForFile,
+} from "../support/serving.ts";
 
 const app = upstreamForFile();
 

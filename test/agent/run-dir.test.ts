@@ -1,12 +1,27 @@
 // A `--run-dir` reused after a SIGKILL: the run folder is made fresh at every start.
 import { execFile } from "node:child_process";
-import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { waitFor } from "../support/envoy.ts";
-import { freePort, inboundConfig, isAlive, lastcallCommand, startLastcall, writeConfig } from "../support/lastcall.ts";
-import { heldAcrossSigterm, agentState, upstreamForFile } from "../support/serving.ts";
+import {
+  freePort,
+  inboundConfig,
+  isAlive,
+  lastcallCommand,
+  startLastcall,
+  writeConfig,
+} from "../support/lastcall.ts";
+import { agentState, heldAcrossSigterm, upstreamForFile } from "../support/serving.ts";
 
 const app = upstreamForFile();
 const root = mkdtempSync(join(tmpdir(), "lastcall-rundir-"));
@@ -26,7 +41,10 @@ describe("a --run-dir reused after lastcall was SIGKILLed, --admin-port 0", () =
     // The kubelet's kill: lastcall gets no chance to clean up; its watchdog stops Envoy.
     first.signal("SIGKILL");
     await first.exited;
-    await waitFor(() => (isAlive(envoyPid) ? undefined : true), { what: "the watchdog to stop the orphaned Envoy", timeoutMs: 15_000 });
+    await waitFor(() => (isAlive(envoyPid) ? undefined : true), {
+      what: "the watchdog to stop the orphaned Envoy",
+      timeoutMs: 15_000,
+    });
 
     // What is left, made worse: an admin address pointing at a dead port, a bootstrap 0666.
     const deadPort = await freePort();
@@ -46,7 +64,10 @@ describe("a --run-dir reused after lastcall was SIGKILLed, --admin-port 0", () =
     expect(readFileSync(bootstrap, "utf8")).toContain("token");
 
     const status = await lc.statusUrl();
-    await waitFor(async () => ((await agentState(status)).filter === "reporting" ? true : undefined), { what: "the filter's first report" });
+    await waitFor(
+      async () => ((await agentState(status)).filter === "reporting" ? true : undefined),
+      { what: "the filter's first report" },
+    );
     const port = await lc.listenerPort("ingress");
     await heldAcrossSigterm(app, lc, port, status);
     expect(await lc.exited).toEqual({ code: 0, signal: null });
@@ -57,10 +78,32 @@ describe("a --run-dir reused after lastcall was SIGKILLed, --admin-port 0", () =
     writeFileSync(join(runDir, "notes.txt"), "someone's");
     const config = writeConfig(inboundConfig({ upstreamPort: app.port }), root);
     const [command, ...prefix] = lastcallCommand();
-    const result = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
-      execFile(command, [...prefix, "run", "--config", config, "--admin-port", "0", "--status-port", "0", "--run-dir", runDir], { timeout: 30_000 }, (error, stdout, stderr) =>
-        resolve({ code: error ? (error as { code?: number }).code ?? null : 0, stdout, stderr }));
-    });
+    const result = await new Promise<{ code: number | null; stdout: string; stderr: string }>(
+      (resolve) => {
+        execFile(
+          command,
+          [
+            ...prefix,
+            "run",
+            "--config",
+            config,
+            "--admin-port",
+            "0",
+            "--status-port",
+            "0",
+            "--run-dir",
+            runDir,
+          ],
+          { timeout: 30_000 },
+          (error, stdout, stderr) =>
+            resolve({
+              code: error ? (error as { code?: number }).code ?? null : 0,
+              stdout,
+              stderr,
+            }),
+        );
+      },
+    );
     expect(result).toMatchObject({ code: 2, stdout: "" });
     expect(result.stderr.split("\n").filter(Boolean)).toEqual([
       `lastcall: Cannot use --run-dir ${runDir}: it holds files lastcall did not write (notes.txt); give lastcall a folder of its own`,

@@ -8,7 +8,14 @@ import { promisify } from "node:util";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { resolveDeno } from "../../build/deno.mjs";
 import { waitFor } from "../support/envoy.ts";
-import { inboundConfig, isAlive, lastcallCommand, type Runtime, startLastcall, stopAllLastcalls } from "../support/lastcall.ts";
+import {
+  inboundConfig,
+  isAlive,
+  lastcallCommand,
+  type Runtime,
+  startLastcall,
+  stopAllLastcalls,
+} from "../support/lastcall.ts";
 import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
 
 const run = promisify(execFile);
@@ -21,12 +28,22 @@ describe.each<Runtime>(["bundle", "binary", "deno"])("lastcall (%s)", (runtime) 
   // The pinned Deno is installed on first use (build/deno.mjs), outside the test's own timeout.
   beforeAll(() => void (runtime === "deno" && resolveDeno()), 180_000);
   it("runs Envoy with the filter, waits for ready, serves, and stops Envoy on SIGTERM", async () => {
-    const lc = startLastcall(inboundConfig({ upstreamPort: app.port }), { runtime, args: ["--min-drain", "0s"] });
+    const lc = startLastcall(inboundConfig({ upstreamPort: app.port }), {
+      runtime,
+      args: ["--min-drain", "0s"],
+    });
     const start = await lc.event("start");
     expect(start.filter).toEqual(["ingress"]);
 
     const [command, ...prefix] = lastcallCommand(runtime);
-    const waited = await run(command, [...prefix, "wait", "--timeout", "30s", "--status-url", `${await lc.statusUrl()}/healthz/ready`]);
+    const waited = await run(command, [
+      ...prefix,
+      "wait",
+      "--timeout",
+      "30s",
+      "--status-url",
+      `${await lc.statusUrl()}/healthz/ready`,
+    ]);
     expect(waited.stderr).toBe("");
     const ready = await fetch(`${await lc.statusUrl()}/healthz/ready`);
     expect(ready.status).toBe(200);
@@ -37,17 +54,24 @@ describe.each<Runtime>(["bundle", "binary", "deno"])("lastcall (%s)", (runtime) 
     await response.text();
     // The filter inside Envoy counted that request (each worker adds what it finished on its timer).
     const streamsTotal = async () => {
-      const stats = await fetch(`${lc.adminUrl()}/stats?filter=lastcall_streams_total&format=json`).then((r) => r.json());
-      return stats.stats.find((s: { name: string }) => s.name === "wasmcustom.lastcall_streams_total")?.value ?? 0;
+      const stats = await fetch(`${lc.adminUrl()}/stats?filter=lastcall_streams_total&format=json`)
+        .then((r) => r.json());
+      return stats.stats.find((s: { name: string }) =>
+        s.name === "wasmcustom.lastcall_streams_total"
+      )?.value ?? 0;
     };
-    await waitFor(async () => ((await streamsTotal()) >= 1 ? true : undefined), { what: "lastcall_streams_total to count the request" });
+    await waitFor(async () => ((await streamsTotal()) >= 1 ? true : undefined), {
+      what: "lastcall_streams_total to count the request",
+    });
 
     const envoyPid = Number(start.pid);
     expect(isAlive(envoyPid)).toBe(true);
     const exit = await lc.stop("SIGTERM");
     expect(exit).toEqual({ code: 0, signal: null });
     expect(lc.events.map((e) => e.event)).toContain("terminated");
-    await waitFor(() => (isAlive(envoyPid) ? undefined : true), { what: `Envoy ${envoyPid} to be gone` });
+    await waitFor(() => (isAlive(envoyPid) ? undefined : true), {
+      what: `Envoy ${envoyPid} to be gone`,
+    });
   });
 });
 

@@ -34,7 +34,10 @@ afterEach(() => {
 /** `npm start -- --no-setup` (the set-up's build is what dist/ holds), as a terminal's foreground job in `ns`. */
 function startDemo(ns: Netns): Demo {
   const job = ns.spawn("npm", ["start", "--silent", "--", "--no-setup"], {
-    cwd: root, detached: true, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, npm_config_update_notifier: "false" },
+    cwd: root,
+    detached: true,
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, npm_config_update_notifier: "false" },
   });
   jobs.add(job);
   let output = "";
@@ -45,13 +48,18 @@ function startDemo(ns: Netns): Demo {
       for (const check of waiters) check();
     });
   }
-  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((done) => job.once("exit", (code, signal) => done({ code, signal })));
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((done) =>
+    job.once("exit", (code, signal) => done({ code, signal }))
+  );
   return {
     job,
     output: () => output,
     untilOutput: (pattern, timeoutMs = 30_000) =>
       new Promise((done, fail) => {
-        const timer = setTimeout(() => fail(new Error(`no ${pattern} after ${timeoutMs} ms:\n${output}`)), timeoutMs);
+        const timer = setTimeout(
+          () => fail(new Error(`no ${pattern} after ${timeoutMs} ms:\n${output}`)),
+          timeoutMs,
+        );
         const check = () => {
           const match = pattern.exec(output);
           if (!match) return;
@@ -69,28 +77,43 @@ function startDemo(ns: Netns): Demo {
 
 /** A request through the demo's Envoy from inside the namespace; resolves with the status curl saw (000: cut). */
 function request(ns: Netns, path: string): Promise<string> {
-  return ns.run("curl", ["-s", "-o", "/dev/null", "-w", "%{http_code}", `http://127.0.0.1:10000${path}`]).then((r) => r.stdout);
+  return ns.run("curl", [
+    "-s",
+    "-o",
+    "/dev/null",
+    "-w",
+    "%{http_code}",
+    `http://127.0.0.1:10000${path}`,
+  ]).then((r) => r.stdout);
 }
 
 /** Resolves once lastcall counts `n` requests in flight. */
 async function inflight(ns: Netns, n: number): Promise<void> {
   await waitFor(async () => {
     const state = await ns.run("curl", ["-s", "http://127.0.0.1:15020/v1/state"]);
-    return state.code === 0 && (JSON.parse(state.stdout) as { inflight: number }).inflight === n ? true : undefined;
+    return state.code === 0 && (JSON.parse(state.stdout) as { inflight: number }).inflight === n
+      ? true
+      : undefined;
   }, { what: `${n} in flight`, intervalMs: 100 });
 }
 
 /** Once the job is gone: no process is left in the namespace and none of the demo's ports is held. */
 async function nothingLeft(ns: Netns): Promise<void> {
   // The kernel reaps the last children a moment after the job's own exit.
-  await waitFor(() => (ns.pids().length === 0 ? true : undefined), { what: "no process left in the namespace", timeoutMs: 5000 });
+  await waitFor(() => (ns.pids().length === 0 ? true : undefined), {
+    what: "no process left in the namespace",
+    timeoutMs: 5000,
+  });
   expect(ns.listeningPorts()).toEqual([]);
-  const bind = await ns.run(process.execPath, ["-e", `
+  const bind = await ns.run(process.execPath, [
+    "-e",
+    `
     const net = require("net");
     Promise.all(${JSON.stringify(DEMO_PORTS)}.map((port) => new Promise((ok, fail) => {
       const s = net.createServer().once("error", fail).listen(port, "127.0.0.1", () => s.close(ok));
     }))).then(() => console.log("all free"), (e) => { console.log(e.message); process.exit(1); });
-  `]);
+  `,
+  ]);
   expect(bind).toMatchObject({ code: 0, stdout: "all free\n" });
 }
 
@@ -146,7 +169,10 @@ describe.skipIf(skip)(skip ? `npm start in a terminal: ${skip}` : "npm start in 
     const slow = request(ns, "/slow?ms=60000");
     await inflight(ns, 1);
     // Only start.mjs gets it: npm would die of the hang-up (as in a closed terminal) and take the pipes' other end.
-    const start = await waitFor(() => ns.pids().find((pid) => /^\S*node build\/start\.mjs/.test(commandLine(pid))), { what: "start.mjs's pid" });
+    const start = await waitFor(
+      () => ns.pids().find((pid) => /^\S*node build\/start\.mjs/.test(commandLine(pid))),
+      { what: "start.mjs's pid" },
+    );
     process.kill(start, "SIGHUP");
     await demo.untilOutput(/ drain_waiting inflight=1 /);
     process.kill(start, "SIGINT");

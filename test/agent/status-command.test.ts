@@ -19,7 +19,10 @@ function status(args: string[], env: Record<string, string> = {}): Promise<Resul
   const [command, ...prefix] = lastcallCommand();
   const started = Date.now();
   return new Promise((done) => {
-    const child = spawn(command, [...prefix, "status", ...args], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...env } });
+    const child = spawn(command, [...prefix, "status", ...args], {
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { ...process.env, ...env },
+    });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (chunk) => (stdout += chunk));
@@ -43,7 +46,9 @@ interface StandIn {
 function drainingLastcall(body: string): StandIn["answer"] {
   return (path, response) => {
     if (path === "/healthz/ready") {
-      response.writeHead(503, { "content-type": "application/json" }).end('{"ready":false,"reason":"draining"}');
+      response.writeHead(503, { "content-type": "application/json" }).end(
+        '{"ready":false,"reason":"draining"}',
+      );
     } else if (path === "/v1/state") {
       response.writeHead(200, { "content-type": "application/json" }).end(body);
     } else {
@@ -96,46 +101,79 @@ describe("lastcall status against a status server", () => {
     expect(standIn.paths).toEqual(["/v1/state"]);
   });
 
-  it.each([
-    ["a base URL", (base: string) => ["--status-url", base], {}],
-    ["a URL with a path: its origin", (base: string) => ["--status-url", `${base}/some/where?x=1`], {}],
-    ["wait's /healthz/ready URL", (base: string) => ["--status-url", `${base}/healthz/ready`], {}],
-    ["host:port", (base: string) => ["--status-url", base.replace("http://", "")], {}],
-    ["LASTCALL_STATUS_URL as wait takes it", () => [], (base: string) => ({ LASTCALL_STATUS_URL: `${base}/healthz/ready` })],
-  ] as const)("finds /v1/state from %s", async (_, args, env) => {
-    const result = await status(["--json", ...args(standIn.base)], typeof env === "function" ? env(standIn.base) : env);
+  it.each(
+    [
+      ["a base URL", (base: string) => ["--status-url", base], {}],
+      [
+        "a URL with a path: its origin",
+        (base: string) => ["--status-url", `${base}/some/where?x=1`],
+        {},
+      ],
+      [
+        "wait's /healthz/ready URL",
+        (base: string) => ["--status-url", `${base}/healthz/ready`],
+        {},
+      ],
+      ["host:port", (base: string) => ["--status-url", base.replace("http://", "")], {}],
+      [
+        "LASTCALL_STATUS_URL as wait takes it",
+        () => [],
+        (base: string) => ({ LASTCALL_STATUS_URL: `${base}/healthz/ready` }),
+      ],
+    ] as const,
+  )("finds /v1/state from %s", async (_, args, env) => {
+    const result = await status(
+      ["--json", ...args(standIn.base)],
+      typeof env === "function" ? env(standIn.base) : env,
+    );
     expect(result).toMatchObject({ code: 0, stderr: "" });
     expect(standIn.paths).toEqual(["/v1/state"]);
   });
 
   it("a status server that is not lastcall's: exit 1, one line naming the URL and what it answered", async () => {
-    standIn.answer = (_, response) => response.writeHead(404, { "content-type": "text/plain" }).end("404 page not found\n");
+    standIn.answer = (_, response) =>
+      response.writeHead(404, { "content-type": "text/plain" }).end("404 page not found\n");
     const notFound = await status(["--status-url", standIn.base]);
     expect(notFound).toMatchObject({ code: 1, stdout: "" });
-    expect(lines(notFound.stderr)).toEqual([`lastcall status: ${standIn.base}/v1/state answered 404: "404 page not found"`]);
+    expect(lines(notFound.stderr)).toEqual([
+      `lastcall status: ${standIn.base}/v1/state answered 404: "404 page not found"`,
+    ]);
 
-    standIn.answer = (_, response) => response.writeHead(200, { "content-type": "text/html" }).end("<html>hello</html>");
+    standIn.answer = (_, response) =>
+      response.writeHead(200, { "content-type": "text/html" }).end("<html>hello</html>");
     const html = await status(["--status-url", standIn.base, "--json"]);
     expect(html).toMatchObject({ code: 1, stdout: "" });
-    expect(lines(html.stderr)).toEqual([`lastcall status: ${standIn.base}/v1/state answered something that is not JSON: "<html>hello</html>"`]);
+    expect(lines(html.stderr)).toEqual([
+      `lastcall status: ${standIn.base}/v1/state answered something that is not JSON: "<html>hello</html>"`,
+    ]);
 
     standIn.answer = (_, response) => response.writeHead(200).end("[1,2]");
     const list = await status(["--status-url", standIn.base]);
     expect(list).toMatchObject({ code: 1, stdout: "" });
-    expect(lines(list.stderr)).toEqual([`lastcall status: ${standIn.base}/v1/state answered JSON that is not lastcall's state: "[1,2]"`]);
+    expect(lines(list.stderr)).toEqual([
+      `lastcall status: ${standIn.base}/v1/state answered JSON that is not lastcall's state: "[1,2]"`,
+    ]);
   });
 
   it("a status server that does not answer: exit 1 after the default 2 s, one line naming the URL", async () => {
     standIn.answer = () => {}; // never answers
     const result = await status(["--status-url", standIn.base]);
     expect(result).toMatchObject({ code: 1, stdout: "" });
-    expect(lines(result.stderr)).toEqual([`lastcall status: ${standIn.base}/v1/state did not answer within 2s`]);
+    expect(lines(result.stderr)).toEqual([
+      `lastcall status: ${standIn.base}/v1/state did not answer within 2s`,
+    ]);
     expect(result.ms).toBeGreaterThanOrEqual(2000);
     expect(result.ms).toBeLessThan(10_000);
   });
 
   it("a state of another shape (a newer or older lastcall) is printed as far as it goes", async () => {
-    standIn.answer = drainingLastcall(JSON.stringify({ phase: "draining", drain: { holders: [{ path: "/only-a-path" }, 7], future: true }, inflight: "many" }));
+    standIn.answer = drainingLastcall(
+      JSON.stringify({
+        phase: "draining",
+        drain: { holders: [{ path: "/only-a-path" }, 7], future: true },
+        inflight: "many",
+      }),
+    );
     const result = await status(["--status-url", standIn.base]);
     expect(result).toMatchObject({ code: 0, stderr: "" });
     expect(lines(result.stdout)).toEqual([
@@ -154,7 +192,9 @@ describe("lastcall status without a lastcall", () => {
     const port = await freePort();
     const result = await status(["--status-url", `http://127.0.0.1:${port}/healthz/ready`]);
     expect(result).toMatchObject({ code: 1, stdout: "" });
-    expect(lines(result.stderr)).toEqual([`lastcall status: cannot reach http://127.0.0.1:${port}/v1/state: ECONNREFUSED`]);
+    expect(lines(result.stderr)).toEqual([
+      `lastcall status: cannot reach http://127.0.0.1:${port}/v1/state: ECONNREFUSED`,
+    ]);
   });
 
   it.each([
@@ -177,7 +217,9 @@ describe("lastcall status without a lastcall", () => {
     expect(result.code).toBe(0);
     const help = result.stdout.replace(/\s+/g, " ");
     expect(help).toContain("during a drain, what it waits for (oldest first) and the time left");
-    expect(help).toContain('--status-url <url> the agent\'s status server: a base URL, host:port, or any URL of it (its origin is used) (default: "http://127.0.0.1:15020", env: LASTCALL_STATUS_URL)');
+    expect(help).toContain(
+      '--status-url <url> the agent\'s status server: a base URL, host:port, or any URL of it (its origin is used) (default: "http://127.0.0.1:15020", env: LASTCALL_STATUS_URL)',
+    );
     expect(help).toContain("--json print GET /v1/state as lastcall answered it: one line of JSON");
     expect(help).toContain("--timeout <duration> give up on an answer after (default: 2s");
   });
@@ -202,7 +244,12 @@ describe("lastcall status against a real lastcall run (default settings)", () =>
     expect(lines(json.stdout)).toHaveLength(1);
     const state = await (await fetch(`${base}/v1/state`)).json();
     expect(JSON.parse(json.stdout)).toEqual(state);
-    expect(state).toMatchObject({ phase: "running", current: { epoch: 0, pid: envoyPid }, inflight: 0, filter: "reporting" });
+    expect(state).toMatchObject({
+      phase: "running",
+      current: { epoch: 0, pid: envoyPid },
+      inflight: 0,
+      filter: "reporting",
+    });
     expect(state).not.toHaveProperty("drain");
   });
 });

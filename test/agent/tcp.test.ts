@@ -18,10 +18,16 @@ function tcpConfig(upstreamPort: number): Record<string, unknown> {
         name: "tcp_in",
         traffic_direction: "INBOUND",
         address: { socket_address: { address: "127.0.0.1", port_value: 0 } },
-        filter_chains: [{ filters: [{
-          name: "envoy.filters.network.tcp_proxy",
-          typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy", stat_prefix: "tcp_in", cluster: "app" },
-        }] }],
+        filter_chains: [{
+          filters: [{
+            name: "envoy.filters.network.tcp_proxy",
+            typed_config: {
+              "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+              stat_prefix: "tcp_in",
+              cluster: "app",
+            },
+          }],
+        }],
       }],
       clusters: [localCluster("app", upstreamPort)],
     },
@@ -36,7 +42,9 @@ async function agentInflight(statusUrl: string, expected: number): Promise<void>
 }
 
 it("counts an open TCP connection through tcp_proxy and drains until it closes", async () => {
-  const lc = startLastcall(tcpConfig(app.port), { args: ["--min-drain", "0s", "--heartbeat", "200ms"] });
+  const lc = startLastcall(tcpConfig(app.port), {
+    args: ["--min-drain", "0s", "--heartbeat", "200ms"],
+  });
   const start = await lc.event("start");
   expect(start.filter_tcp).toEqual(["tcp_in"]);
   await lc.event("ready");
@@ -44,7 +52,9 @@ it("counts an open TCP connection through tcp_proxy and drains until it closes",
   const port = await lc.listenerPort("tcp_in");
 
   const socket: Socket = connect(port, "127.0.0.1");
-  await new Promise<void>((resolve, reject) => socket.once("connect", resolve).once("error", reject));
+  await new Promise<void>((resolve, reject) =>
+    socket.once("connect", resolve).once("error", reject)
+  );
   // An HTTP exchange through the TCP tunnel proves the bytes flow; the connection stays open.
   socket.write("GET / HTTP/1.1\r\nhost: app\r\n\r\n");
   await new Promise<void>((resolve) => socket.once("data", () => resolve()));
@@ -54,7 +64,10 @@ it("counts an open TCP connection through tcp_proxy and drains until it closes",
   await lc.event("listeners_draining");
   expect(lc.events.some((e) => e.event === "drain_wait_done")).toBe(false);
   socket.end();
-  expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+  expect(await lc.event("terminated")).toMatchObject({
+    reason: "inflight_zero",
+    inflight_at_stop: 0,
+  });
   expect(await lc.exited).toEqual({ code: 0, signal: null });
   // The drain ended only after the connection closed.
   const names = lc.events.map((e) => e.event);

@@ -6,8 +6,20 @@ import type { Socket } from "node:net";
 import { describe, expect, it } from "vitest";
 import { closeWebSocket, http1, openWebSocket, type Outcome } from "../filter/clients.ts";
 import { waitFor } from "../support/envoy.ts";
-import { inboundConfig, isAlive, type LastcallEvent, startLastcall, type TestLastcall } from "../support/lastcall.ts";
-import { agentSees, type Serving, serving as servingAt, type ServingOptions, upstreamForFile } from "../support/serving.ts";
+import {
+  inboundConfig,
+  isAlive,
+  type LastcallEvent,
+  startLastcall,
+  type TestLastcall,
+} from "../support/lastcall.ts";
+import {
+  agentSees,
+  type Serving,
+  serving as servingAt,
+  type ServingOptions,
+  upstreamForFile,
+} from "../support/serving.ts";
 
 const app = upstreamForFile();
 
@@ -16,7 +28,8 @@ function serving(args: string[], options: ServingOptions = {}): Promise<Serving>
 }
 
 const names = (lc: TestLastcall) => lc.events.map((e) => e.event);
-const ended = (lc: TestLastcall) => names(lc).some((n) => n === "drain_wait_done" || n === "terminated");
+const ended = (lc: TestLastcall) =>
+  names(lc).some((n) => n === "drain_wait_done" || n === "terminated");
 const time = (e: LastcallEvent) => Date.parse(e.ts);
 
 describe("termination in inflight mode", () => {
@@ -47,15 +60,42 @@ describe("termination in inflight mode", () => {
     // Nothing ended the drain before the last release.
     expect(lc.events.slice(0, beforeLast).map((e) => e.event)).not.toContain("drain_wait_done");
     expect(time(await lc.event("drain_wait_done"))).toBeGreaterThanOrEqual(lastReleaseAt); // same clock
-    expect(terminated).toMatchObject({ mode: "inflight", reason: "inflight_zero", inflight_at_stop: 0 });
-    expect(names(lc)).toEqual(expect.arrayContaining(["terminate", "drain_start", "listeners_draining", "drain_wait_done", "envoy_quit_requested", "terminated"]));
-    const order = ["terminate", "drain_start", "listeners_draining", "drain_wait_done", "envoy_quit_requested", "terminated"].map((n) => names(lc).indexOf(n));
+    expect(terminated).toMatchObject({
+      mode: "inflight",
+      reason: "inflight_zero",
+      inflight_at_stop: 0,
+    });
+    expect(names(lc)).toEqual(
+      expect.arrayContaining([
+        "terminate",
+        "drain_start",
+        "listeners_draining",
+        "drain_wait_done",
+        "envoy_quit_requested",
+        "terminated",
+      ]),
+    );
+    const order = [
+      "terminate",
+      "drain_start",
+      "listeners_draining",
+      "drain_wait_done",
+      "envoy_quit_requested",
+      "terminated",
+    ].map((n) => names(lc).indexOf(n));
     expect(order).toEqual([...order].sort((a, b) => a - b));
   });
 
   it("is not held by an idle keep-alive connection, while connections mode is", async () => {
     const inflight = await serving(["--min-drain", "0s", "--grace", "10s"]);
-    const connections = await serving(["--min-drain", "0s", "--grace", "10s", "--drain-mode", "connections"]);
+    const connections = await serving([
+      "--min-drain",
+      "0s",
+      "--grace",
+      "10s",
+      "--drain-mode",
+      "connections",
+    ]);
     const idle = async (port: number) => {
       const agent = new HttpAgent({ keepAlive: true, maxSockets: 1 });
       const socket = await new Promise<Socket>((done, fail) => {
@@ -95,7 +135,10 @@ describe("termination in inflight mode", () => {
     const cxDone = await connections.lc.event("drain_wait_done");
     expect(cxDone.reason).toBe("connections_zero");
     expect(time(cxDone)).toBeGreaterThanOrEqual(closedAt);
-    expect(await connections.lc.event("terminated")).toMatchObject({ mode: "connections", reason: "connections_zero" });
+    expect(await connections.lc.event("terminated")).toMatchObject({
+      mode: "connections",
+      reason: "connections_zero",
+    });
     a.agent.destroy();
     b.agent.destroy();
   });
@@ -106,7 +149,12 @@ describe("termination in inflight mode", () => {
     let streamEndedAt = 0;
     let chunks = 0;
     const stream = new Promise<number | undefined>((done, fail) => {
-      const req = request({ host: "127.0.0.1", port, path: "/stream?chunks=15&interval=100", agent: false }, (res) => {
+      const req = request({
+        host: "127.0.0.1",
+        port,
+        path: "/stream?chunks=15&interval=100",
+        agent: false,
+      }, (res) => {
         res.on("data", () => chunks++);
         res.on("end", () => {
           streamEndedAt = Date.now();
@@ -125,7 +173,9 @@ describe("termination in inflight mode", () => {
     await agentSees(status, 1);
     expect(ended(lc)).toBe(false);
     // The tunnel still carries messages during the drain.
-    const echoed = new Promise<string>((done) => socket.once("message", (data: Buffer) => done(String(data))));
+    const echoed = new Promise<string>((done) =>
+      socket.once("message", (data: Buffer) => done(String(data)))
+    );
     socket.send("still here");
     expect(await echoed).toBe("still here");
     expect(ended(lc)).toBe(false);
@@ -136,11 +186,21 @@ describe("termination in inflight mode", () => {
     expect(done.reason).toBe("inflight_zero");
     expect(time(done)).toBeGreaterThan(streamEndedAt);
     expect(time(done)).toBeGreaterThanOrEqual(closedAt);
-    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+    expect(await lc.event("terminated")).toMatchObject({
+      reason: "inflight_zero",
+      inflight_at_stop: 0,
+    });
   });
 
   it("cuts requests still running at the deadline and reports them", async () => {
-    const { lc, port, status } = await serving(["--grace", "4s", "--stop-margin", "1s", "--min-drain", "0s"]);
+    const { lc, port, status } = await serving([
+      "--grace",
+      "4s",
+      "--stop-margin",
+      "1s",
+      "--min-drain",
+      "0s",
+    ]);
     let cutAt = 0;
     const client = http1(port, "/hold").then((o) => ((cutAt = Date.now()), o));
     await app.until((a) => a.held === 1);
@@ -172,11 +232,22 @@ describe("termination in the other modes", () => {
     const done = await lc.event("drain_wait_done");
     expect(done.reason).toBe("requests_zero");
     expect(time(done)).toBeGreaterThanOrEqual(releasedAt);
-    expect(await lc.event("terminated")).toMatchObject({ mode: "requests", reason: "requests_zero", inflight_at_stop: 0 });
+    expect(await lc.event("terminated")).toMatchObject({
+      mode: "requests",
+      reason: "requests_zero",
+      inflight_at_stop: 0,
+    });
   });
 
   it("sleep mode sleeps the termination drain whatever is in flight", async () => {
-    const { lc, port } = await serving(["--min-drain", "0s", "--drain-mode", "sleep", "--termination-drain", "1s"]);
+    const { lc, port } = await serving([
+      "--min-drain",
+      "0s",
+      "--drain-mode",
+      "sleep",
+      "--termination-drain",
+      "1s",
+    ]);
     const held = http1(port, "/hold");
     await app.until((a) => a.held === 1);
     lc.signal("SIGTERM");
@@ -185,21 +256,31 @@ describe("termination in the other modes", () => {
     // It slept the whole termination drain, from the signal, though a request was held throughout.
     expect(done.ms).toBeGreaterThanOrEqual(1000);
     expect(app.held).toBe(1);
-    expect(await lc.event("terminated")).toMatchObject({ mode: "sleep", reason: "sleep_done", inflight_at_stop: 1 });
+    expect(await lc.event("terminated")).toMatchObject({
+      mode: "sleep",
+      reason: "sleep_done",
+      inflight_at_stop: 1,
+    });
     expect(await lc.exited).toEqual({ code: 0, signal: null });
     expect(await held).toMatchObject({ reset: true });
   });
 
   it("--fail-healthcheck fails Envoy's health check filter before draining", async () => {
-    const { lc, port } = await serving(["--min-drain", "0s", "--fail-healthcheck"], { healthCheck: true });
+    const { lc, port } = await serving(["--min-drain", "0s", "--fail-healthcheck"], {
+      healthCheck: true,
+    });
     expect((await http1(port, "/healthz")).status).toBe(200);
     const held = http1(port, "/hold");
     await app.until((a) => a.held === 1);
 
     lc.signal("SIGTERM");
     await lc.event("listeners_draining");
-    expect(names(lc).indexOf("healthcheck_failed")).toBeGreaterThan(names(lc).indexOf("drain_start"));
-    expect(names(lc).indexOf("healthcheck_failed")).toBeLessThan(names(lc).indexOf("listeners_draining"));
+    expect(names(lc).indexOf("healthcheck_failed")).toBeGreaterThan(
+      names(lc).indexOf("drain_start"),
+    );
+    expect(names(lc).indexOf("healthcheck_failed")).toBeLessThan(
+      names(lc).indexOf("listeners_draining"),
+    );
     // Envoy still serves (a request is held), and its health check now fails.
     expect((await http1(port, "/healthz")).status).toBe(503);
     app.release();
@@ -237,7 +318,10 @@ describe("signals and hooks", () => {
     await lc.event("listeners_draining");
     lc.signal("SIGINT");
     await lc.event("stop_now");
-    expect(await lc.event("terminated")).toMatchObject({ reason: "stopped_now", inflight_at_stop: 1 });
+    expect(await lc.event("terminated")).toMatchObject({
+      reason: "stopped_now",
+      inflight_at_stop: 1,
+    });
     expect((await held).reset).toBe(true);
     expect(app.held).toBe(0);
     expect(await lc.exited).toEqual({ code: 0, signal: null });
@@ -261,10 +345,15 @@ describe("signals and hooks", () => {
     expect(names(lc)).not.toContain("terminated");
 
     lc.signal("SIGTERM");
-    expect(await lc.event("terminated")).toMatchObject({ mode: "inflight", reason: "inflight_zero" });
+    expect(await lc.event("terminated")).toMatchObject({
+      mode: "inflight",
+      reason: "inflight_zero",
+    });
     expect(names(lc).filter((n) => n === "drain_start")).toHaveLength(1);
     expect(await lc.exited).toEqual({ code: 0, signal: null });
-    await waitFor(() => (isAlive(envoyPid) ? undefined : true), { what: `Envoy ${envoyPid} to be gone` });
+    await waitFor(() => (isAlive(envoyPid) ? undefined : true), {
+      what: `Envoy ${envoyPid} to be gone`,
+    });
   });
 
   it("falls back to Envoy's request count when the filter never reports", async () => {
@@ -277,23 +366,36 @@ describe("signals and hooks", () => {
     expect(ended(lc)).toBe(false);
     app.release();
     expect(await held).toEqual({ status: 200, reset: false });
-    expect(await lc.event("terminated")).toMatchObject({ mode: "inflight", reason: "requests_zero_fallback", inflight_at_stop: 0 });
+    expect(await lc.event("terminated")).toMatchObject({
+      mode: "inflight",
+      reason: "requests_zero_fallback",
+      inflight_at_stop: 0,
+    });
   });
 });
 
 describe("Istio environment", () => {
   it("maps EXIT_ON_ZERO_ACTIVE_CONNECTIONS=true to the connections mode", async () => {
-    const { lc, port } = await serving(["--min-drain", "0s"], { env: { EXIT_ON_ZERO_ACTIVE_CONNECTIONS: "true" } });
-    expect(await lc.event("istio_environment")).toMatchObject({ applied: [expect.stringContaining("--drain-mode connections")] });
+    const { lc, port } = await serving(["--min-drain", "0s"], {
+      env: { EXIT_ON_ZERO_ACTIVE_CONNECTIONS: "true" },
+    });
+    expect(await lc.event("istio_environment")).toMatchObject({
+      applied: [expect.stringContaining("--drain-mode connections")],
+    });
     // One closed connection makes Envoy show the stat (usedonly hides a gauge never changed; a
     // missing stat ends Istio's wait at once, as `connections_stat_missing`).
     expect(await http1(port, "/")).toEqual({ status: 200, reset: false });
     lc.signal("SIGTERM");
-    expect(await lc.event("terminated")).toMatchObject({ mode: "connections", reason: "connections_zero" });
+    expect(await lc.event("terminated")).toMatchObject({
+      mode: "connections",
+      reason: "connections_zero",
+    });
   });
 
   it("refuses timings that contradict the deadline, with the numbers", async () => {
-    const lc = startLastcall(inboundConfig({ upstreamPort: app.port }), { args: ["--min-drain", "30s", "--grace", "30s"] });
+    const lc = startLastcall(inboundConfig({ upstreamPort: app.port }), {
+      args: ["--min-drain", "30s", "--grace", "30s"],
+    });
     expect(await lc.exited).toEqual({ code: 2, signal: null });
     expect(lc.output()).toMatch(/--min-drain 30s must be shorter than --grace 30s/);
     expect(lc.events.map((e) => e.event)).not.toContain("start");

@@ -6,7 +6,14 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import YAML from "yaml";
 import { buildImages } from "../../build/image.mjs";
 import {
-  containerState, containerTestsSkipReason, lastcallEvents, playPod, podman, removePod, runInPod, type PodScript,
+  containerState,
+  containerTestsSkipReason,
+  lastcallEvents,
+  playPod,
+  podman,
+  type PodScript,
+  removePod,
+  runInPod,
 } from "../support/podman.ts";
 
 const root = resolve(import.meta.dirname, "../..");
@@ -29,17 +36,38 @@ const ENVOY_CONFIG = {
         filters: [{
           name: "envoy.filters.network.http_connection_manager",
           typed_config: {
-            "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+            "@type":
+              "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
             stat_prefix: "ingress_http",
-            route_config: { virtual_hosts: [{ name: "backend", domains: ["*"], routes: [{ match: { prefix: "/" }, route: { cluster: "backend", timeout: "0s" } }] }] },
-            http_filters: [{ name: "envoy.filters.http.router", typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router" } }],
+            route_config: {
+              virtual_hosts: [{
+                name: "backend",
+                domains: ["*"],
+                routes: [{ match: { prefix: "/" }, route: { cluster: "backend", timeout: "0s" } }],
+              }],
+            },
+            http_filters: [{
+              name: "envoy.filters.http.router",
+              typed_config: {
+                "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router",
+              },
+            }],
           },
         }],
       }],
     }],
     clusters: [{
-      name: "backend", type: "STATIC", connect_timeout: "1s",
-      load_assignment: { cluster_name: "backend", endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: "127.0.0.1", port_value: 9090 } } } }] }] },
+      name: "backend",
+      type: "STATIC",
+      connect_timeout: "1s",
+      load_assignment: {
+        cluster_name: "backend",
+        endpoints: [{
+          lb_endpoints: [{
+            endpoint: { address: { socket_address: { address: "127.0.0.1", port_value: 9090 } } },
+          }],
+        }],
+      },
     }],
   },
 };
@@ -54,7 +82,11 @@ function playableManifest(images: { lastcall: string }): { text: string; grace: 
   const spec = daemonSet.spec.template.spec;
   delete spec.initContainers;
   spec.volumes = spec.volumes.map((v: { name: string }) =>
-    v.name === "envoy-config" ? { name: v.name, configMap: { name: "contour-envoy-config" } } : v.name === "envoycert" ? { name: v.name, emptyDir: {} } : v
+    v.name === "envoy-config"
+      ? { name: v.name, configMap: { name: "contour-envoy-config" } }
+      : v.name === "envoycert"
+      ? { name: v.name, emptyDir: {} }
+      : v
   );
   for (const c of spec.containers) {
     expect(c.image).toBe("lastcall:0.1.0");
@@ -62,12 +94,31 @@ function playableManifest(images: { lastcall: string }): { text: string; grace: 
     delete c.ports;
     // podman 4.3 resolves no fieldRef to the namespace: the value the kubelet would give.
     for (const e of c.env ?? []) {
-      if (e.valueFrom?.fieldRef?.fieldPath === "metadata.namespace") e.value = daemonSet.metadata.namespace, delete e.valueFrom;
+      if (e.valueFrom?.fieldRef?.fieldPath === "metadata.namespace") {
+        e.value = daemonSet.metadata.namespace, delete e.valueFrom;
+      }
     }
   }
-  const pod = { apiVersion: "v1", kind: "Pod", metadata: { name: POD, namespace: daemonSet.metadata.namespace, labels: daemonSet.spec.template.metadata.labels }, spec };
-  const config = { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "contour-envoy-config" }, data: { "envoy.json": JSON.stringify(ENVOY_CONFIG, null, 2) } };
-  return { text: `${YAML.stringify(pod)}---\n${YAML.stringify(config)}`, grace: spec.terminationGracePeriodSeconds };
+  const pod = {
+    apiVersion: "v1",
+    kind: "Pod",
+    metadata: {
+      name: POD,
+      namespace: daemonSet.metadata.namespace,
+      labels: daemonSet.spec.template.metadata.labels,
+    },
+    spec,
+  };
+  const config = {
+    apiVersion: "v1",
+    kind: "ConfigMap",
+    metadata: { name: "contour-envoy-config" },
+    data: { "envoy.json": JSON.stringify(ENVOY_CONFIG, null, 2) },
+  };
+  return {
+    text: `${YAML.stringify(pod)}---\n${YAML.stringify(config)}`,
+    grace: spec.terminationGracePeriodSeconds,
+  };
 }
 
 if (skipReason) {
@@ -95,7 +146,11 @@ if (skipReason) {
       scripts.push(backend);
       await backend.next("listening", 30_000);
       const client = runInPod(netns, join(root, "test/container/pod-client.mjs"), {
-        listener: "http://127.0.0.1:8080", status: "http://127.0.0.1:15020", longMs: LONG_MS, shortCount: 2, timeoutMs: 60_000,
+        listener: "http://127.0.0.1:8080",
+        status: "http://127.0.0.1:15020",
+        longMs: LONG_MS,
+        shortCount: 2,
+        timeoutMs: 60_000,
       });
       scripts.push(client);
       await client.next("inflight", 60_000);
@@ -112,14 +167,22 @@ if (skipReason) {
         shutdownOutput = output;
         return Date.now();
       });
-      const envoyHook = runInPod(netns, join(root, "test/container/pod-get.mjs"), { url: "http://127.0.0.1:8090/shutdown" });
+      const envoyHook = runInPod(netns, join(root, "test/container/pod-get.mjs"), {
+        url: "http://127.0.0.1:8090/shutdown",
+      });
       scripts.push(envoyHook);
-      const [managerHookDone, envoyHookAnswer] = await Promise.all([managerHook, envoyHook.next("answered", grace * 1000)]);
+      const [managerHookDone, envoyHookAnswer] = await Promise.all([
+        managerHook,
+        envoyHook.next("answered", grace * 1000),
+      ]);
       await Promise.all([stop(MANAGER), stop(ENVOY)]);
       const done = await client.next("done", 60_000);
 
       const responses = client.events.filter((e) => e.event === "response");
-      expect(client.events.filter((e) => e.event === "short").map((e) => e.status)).toEqual([200, 200]);
+      expect(client.events.filter((e) => e.event === "short").map((e) => e.status)).toEqual([
+        200,
+        200,
+      ]);
       expect(responses.filter((e) => !e.ok)).toEqual([]);
       expect(responses).toHaveLength(LONG_MS.length);
       expect(done.failed).toBe(0);
@@ -138,18 +201,34 @@ if (skipReason) {
       expect(envoyHookAnswer.t).toBeGreaterThanOrEqual(lastAnswerFloor);
       // `lastcall shutdown` started the drain of lastcall run beside Envoy too, so the SIGTERM
       // after the hooks found it done: Envoy stopped at once, with nothing in flight.
-      const shutdownEvents = shutdownOutput.split("\n").filter((line) => line.startsWith("{")).map((line) => JSON.parse(line));
-      expect(shutdownEvents.filter((e) => e.event === "open_count").at(-1)).toMatchObject({ what: "inflight_requests", count: 0 });
+      const shutdownEvents = shutdownOutput.split("\n").filter((line) => line.startsWith("{")).map((
+        line,
+      ) => JSON.parse(line));
+      expect(shutdownEvents.filter((e) => e.event === "open_count").at(-1)).toMatchObject({
+        what: "inflight_requests",
+        count: 0,
+      });
       expect(shutdownEvents.find((e) => e.event === "agent_drain")).toMatchObject({ status: 200 });
-      expect(envoyEvents.filter((e) => e.event === "drain_start").map((e) => e.source)).toEqual(["POST /drain"]);
-      expect(envoyEvents.find((e) => e.event === "terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+      expect(envoyEvents.filter((e) => e.event === "drain_start").map((e) => e.source)).toEqual([
+        "POST /drain",
+      ]);
+      expect(envoyEvents.find((e) => e.event === "terminated")).toMatchObject({
+        reason: "inflight_zero",
+        inflight_at_stop: 0,
+      });
       expect(envoy.finishedAt - Math.max(managerHookDone, envoyHookAnswer.t)).toBeLessThan(3000);
       expect(envoy.exitCode).toBe(0);
       expect(manager.exitCode).toBe(0);
       expect(envoy.finishedAt).toBeGreaterThanOrEqual(lastResponse);
       expect(envoy.finishedAt - stopAt).toBeLessThan((grace * 1000) / 2);
       // For the closing note: the times of the sequence.
-      console.log(`contour shape: last response ${lastResponse - stopAt} ms, preStop returned ${managerHookDone - stopAt} / ${envoyHookAnswer.t - stopAt} ms, envoy container exit ${envoy.finishedAt - stopAt} ms after the hooks began`);
+      console.log(
+        `contour shape: last response ${lastResponse - stopAt} ms, preStop returned ${
+          managerHookDone - stopAt
+        } / ${envoyHookAnswer.t - stopAt} ms, envoy container exit ${
+          envoy.finishedAt - stopAt
+        } ms after the hooks began`,
+      );
     });
   });
 }

@@ -8,5 +8,9 @@ const server = createServer((req, res) => {
   console.log(JSON.stringify({ event: "request", path: req.url, t: Date.now() }));
   setTimeout(() => res.end(`hello from the backend (${url.pathname}, after ${ms} ms)\n`), ms);
 });
-server.listen(9090, "127.0.0.1", () => console.log(JSON.stringify({ event: "listening", t: Date.now() })));
+server.listen(
+  9090,
+  "127.0.0.1",
+  () => console.log(JSON.stringify({ event: "listening", t: Date.now() })),
+);
 process.on("SIGTERM", () => process.exit(0));

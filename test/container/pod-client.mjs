@@ -2,7 +2,8 @@
 // (ready, short, inflight, response, done).
 const { listener, status, longMs, shortCount, timeoutMs } = JSON.parse(process.argv[2]);
 const deadline = Date.now() + timeoutMs;
-const emit = (event, fields = {}) => console.log(JSON.stringify({ event, t: Date.now(), ...fields }));
+const emit = (event, fields = {}) =>
+  console.log(JSON.stringify({ event, t: Date.now(), ...fields }));
 const pause = (ms) => new Promise((done) => setTimeout(done, ms));
 
 async function until(what, check) {
@@ -13,7 +14,10 @@ async function until(what, check) {
   }
 }
 
-await until("lastcall to be ready", async () => (await fetch(`${status}/healthz/ready`)).status === 200);
+await until(
+  "lastcall to be ready",
+  async () => (await fetch(`${status}/healthz/ready`)).status === 200,
+);
 emit("ready");
 
 for (let i = 0; i < shortCount; i++) {
@@ -24,7 +28,9 @@ for (let i = 0; i < shortCount; i++) {
 const long = longMs.map(async (ms, i) => {
   const started = Date.now();
   try {
-    const response = await fetch(`${listener}/slow?ms=${ms}`, { signal: AbortSignal.timeout(timeoutMs) });
+    const response = await fetch(`${listener}/slow?ms=${ms}`, {
+      signal: AbortSignal.timeout(timeoutMs),
+    });
     const body = (await response.text()).trim();
     const ok = response.status === 200 && body.endsWith(`after ${ms} ms)`);
     emit("response", { i, ms, started, status: response.status, body, ok });

@@ -7,5 +7,7 @@ try {
   await response.text();
   console.log(JSON.stringify({ event: "answered", status: response.status, t: Date.now() }));
 } catch (error) {
-  console.log(JSON.stringify({ event: "failed", error: String(error.cause ?? error), t: Date.now() }));
+  console.log(
+    JSON.stringify({ event: "failed", error: String(error.cause ?? error), t: Date.now() }),
+  );
 }

@@ -4,7 +4,15 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildImages } from "../../build/image.mjs";
-import { containerState, containerTestsSkipReason, lastcallEvents, playPod, podman, removePod, runInPod } from "../support/podman.ts";
+import {
+  containerState,
+  containerTestsSkipReason,
+  lastcallEvents,
+  playPod,
+  podman,
+  removePod,
+  runInPod,
+} from "../support/podman.ts";
 
 const root = resolve(import.meta.dirname, "../..");
 const POD = "lastcall-demo";
@@ -42,7 +50,9 @@ if (skipReason) {
 
     it("ships the demo app byte for byte in the example manifest", () => {
       const manifest = readFileSync(join(root, "examples/k8s/pod-demo.yaml"), "utf8");
-      const block = manifest.slice(manifest.indexOf("  demo-app.mjs: |\n") + "  demo-app.mjs: |\n".length);
+      const block = manifest.slice(
+        manifest.indexOf("  demo-app.mjs: |\n") + "  demo-app.mjs: |\n".length,
+      );
       const app = block.split("\n").map((line) => line.replace(/^ {4}/, "")).join("\n");
       expect(app).toBe(readFileSync(join(root, "examples/demo-app.mjs"), "utf8"));
     });
@@ -54,18 +64,31 @@ if (skipReason) {
       const status = await podman(["exec", SIDECAR, "cat", "/proc/1/status"]);
       expect(/^Uid:\s+(\d+)/m.exec(status)?.[1]).toBe("101");
       // Every process in the container: lastcall, Envoy, the watchdog shell, and this shell.
-      const stats = await podman(["exec", SIDECAR, "sh", "-c", "for f in /proc/[0-9]*/stat; do cat $f; echo; done"]);
+      const stats = await podman([
+        "exec",
+        SIDECAR,
+        "sh",
+        "-c",
+        "for f in /proc/[0-9]*/stat; do cat $f; echo; done",
+      ]);
       const processes = stats.split("\n").filter(Boolean).map((line) => {
         const [, pid, name, state, ppid] = /^(\d+) \((.*)\) (\S) (\d+)/.exec(line) ?? [];
         return { pid: Number(pid), name, state, ppid: Number(ppid) };
       });
       expect(processes.filter((p) => p.state === "Z")).toEqual([]);
-      expect(processes.filter((p) => p.ppid === 1).map((p) => p.name).sort()).toEqual(["envoy", "sh"]);
+      expect(processes.filter((p) => p.ppid === 1).map((p) => p.name).sort()).toEqual([
+        "envoy",
+        "sh",
+      ]);
     });
 
     it("answers every request in flight at SIGTERM and exits after the last one, long before the grace period", async () => {
       const client = runInPod(netns, join(root, "test/container/pod-client.mjs"), {
-        listener: "http://127.0.0.1:10000", status: "http://127.0.0.1:15020", longMs: LONG_MS, shortCount: 3, timeoutMs: 60_000,
+        listener: "http://127.0.0.1:10000",
+        status: "http://127.0.0.1:15020",
+        longMs: LONG_MS,
+        shortCount: 3,
+        timeoutMs: 60_000,
       });
       running = client;
       await client.next("inflight", 60_000);
@@ -125,15 +148,35 @@ if (skipReason) {
         events: [
           { at_ms: 0, who: "podman", what: `podman pod stop -t ${GRACE_S}` },
           ...events.filter((e) => Date.parse(e.ts) >= stopAt)
-            .map((e) => ({ at_ms: rel(Date.parse(e.ts)), who: "lastcall", what: e.event === "terminate" ? "terminate (SIGTERM)" : e.event })),
-          ...responses.map((e) => ({ at_ms: rel(e.t), who: "client", what: `response ${e.status} after ${e.ms} ms` })),
+            .map((e) => ({
+              at_ms: rel(Date.parse(e.ts)),
+              who: "lastcall",
+              what: e.event === "terminate" ? "terminate (SIGTERM)" : e.event,
+            })),
+          ...responses.map((e) => ({
+            at_ms: rel(e.t),
+            who: "client",
+            what: `response ${e.status} after ${e.ms} ms`,
+          })),
           { at_ms: rel(app.finishedAt), who: "app", what: `container exit ${app.exitCode}` },
-          { at_ms: rel(sidecar.finishedAt), who: "sidecar", what: `container exit ${sidecar.exitCode}` },
+          {
+            at_ms: rel(sidecar.finishedAt),
+            who: "sidecar",
+            what: `container exit ${sidecar.exitCode}`,
+          },
           { at_ms: rel(stopReturnedAt), who: "podman", what: "pod stop returned" },
         ].sort((a, b) => a.at_ms - b.at_ms),
-        requests: responses.map((e) => ({ ms: e.ms, started_ms: rel(Number(e.started)), ended_ms: rel(e.t), status: e.status })),
+        requests: responses.map((e) => ({
+          ms: e.ms,
+          started_ms: rel(Number(e.started)),
+          ended_ms: rel(e.t),
+          status: e.status,
+        })),
       };
-      writeFileSync(join(root, ".cache", "container", "pod-timeline.json"), `${JSON.stringify(timeline, null, 2)}\n`);
+      writeFileSync(
+        join(root, ".cache", "container", "pod-timeline.json"),
+        `${JSON.stringify(timeline, null, 2)}\n`,
+      );
     });
   });
 }

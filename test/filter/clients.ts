@@ -14,7 +14,9 @@ export interface Outcome {
 /** GETs `path` over HTTP/1.1 (one connection per request); resets it after `resetAfterMs` if given. */
 export function http1(port: number, path: string, resetAfterMs?: number): Promise<Outcome> {
   const req = request({ host: "127.0.0.1", port, path, agent: false });
-  const timer = resetAfterMs === undefined ? undefined : setTimeout(() => req.destroy(), resetAfterMs);
+  const timer = resetAfterMs === undefined
+    ? undefined
+    : setTimeout(() => req.destroy(), resetAfterMs);
   const outcome = outcomeOf(req).finally(() => clearTimeout(timer));
   req.end();
   return outcome;
@@ -37,7 +39,9 @@ export function outcomeOf(req: ClientRequest): Promise<Outcome> {
     let complete = false;
     req.on("response", (response) => {
       status = response.statusCode;
-      response.on("end", () => { complete = true; });
+      response.on("end", () => {
+        complete = true;
+      });
       response.on("error", () => {});
       response.resume();
     });
@@ -57,25 +61,44 @@ export function h2Session(port: number): Promise<ClientHttp2Session> {
 }
 
 /** GETs `path` on an HTTP/2 session; cancels the stream after `resetAfterMs` if given. */
-export function http2(session: ClientHttp2Session, path: string, resetAfterMs?: number): Promise<Outcome> {
+export function http2(
+  session: ClientHttp2Session,
+  path: string,
+  resetAfterMs?: number,
+): Promise<Outcome> {
   return new Promise((done) => {
     const stream = session.request({ ":path": path, ":method": "GET" });
     let status: number | undefined;
     let timer: NodeJS.Timeout | undefined;
-    stream.on("response", (headers) => { status = Number(headers[":status"]); });
+    stream.on("response", (headers) => {
+      status = Number(headers[":status"]);
+    });
     stream.resume();
-    stream.on("end", () => { clearTimeout(timer); done({ status, reset: false }); });
-    stream.on("close", () => { clearTimeout(timer); done({ status, reset: status === undefined }); });
+    stream.on("end", () => {
+      clearTimeout(timer);
+      done({ status, reset: false });
+    });
+    stream.on("close", () => {
+      clearTimeout(timer);
+      done({ status, reset: status === undefined });
+    });
     stream.on("error", () => {});
-    if (resetAfterMs !== undefined) timer = setTimeout(() => stream.close(constants.NGHTTP2_CANCEL), resetAfterMs);
+    if (resetAfterMs !== undefined) {
+      timer = setTimeout(() => stream.close(constants.NGHTTP2_CANCEL), resetAfterMs);
+    }
   });
 }
 
 /** Opens a WebSocket and checks one echo round trip. */
 export async function openWebSocket(port: number): Promise<WebSocket> {
   const socket = new WebSocket(`ws://127.0.0.1:${port}/ws`);
-  await new Promise<void>((done, fail) => { socket.once("open", () => done()); socket.once("error", fail); });
-  const echoed = new Promise<string>((done) => socket.once("message", (data: Buffer) => done(String(data))));
+  await new Promise<void>((done, fail) => {
+    socket.once("open", () => done());
+    socket.once("error", fail);
+  });
+  const echoed = new Promise<string>((done) =>
+    socket.once("message", (data: Buffer) => done(String(data)))
+  );
   socket.send("ping");
   if ((await echoed) !== "ping") throw new Error("WebSocket echo failed");
   return socket;

@@ -47,11 +47,17 @@ describe("plugin configuration", () => {
     ['{"heartbeat_ms":-5}', '"heartbeat_ms" must be an integer from 0 to 4294967295: -5'],
     ['{"heartbeat_ms":1.5}', '"heartbeat_ms" must be an integer from 0 to 4294967295: 1.5'],
     ['{"heartbeat_ms":"1000"}', '"heartbeat_ms" must be an integer from 0 to 4294967295: "1000"'],
-    ['{"heartbeat_ms":4294967296}', '"heartbeat_ms" must be an integer from 0 to 4294967295: 4294967296'],
+    [
+      '{"heartbeat_ms":4294967296}',
+      '"heartbeat_ms" must be an integer from 0 to 4294967295: 4294967296',
+    ],
     ['{"heartbeat_ms":01}', '"heartbeat_ms" must be an integer from 0 to 4294967295: 01'],
     ['{"push_timeout_ms":0}', '"push_timeout_ms" must be an integer from 1 to 4294967295: 0'],
     ['{"epoch":true}', '"epoch" must be an integer from 0 to 9007199254740991: true'],
-    ['{"epoch":99999999999999999999}', '"epoch" must be an integer from 0 to 9007199254740991: 99999999999999999999'],
+    [
+      '{"epoch":99999999999999999999}',
+      '"epoch" must be an integer from 0 to 9007199254740991: 99999999999999999999',
+    ],
     ['{"agent_cluster":7}', '"agent_cluster" must be a string: 7'],
     ['{"agent_authority":""}', '"agent_authority" must not be empty: ""'],
     ['{"instance":null}', '"instance" must be a string: null'],
@@ -65,15 +71,36 @@ describe("plugin configuration", () => {
     ['{"gauge":""}', '"gauge" must be 1 to 64 characters from a-z, 0-9 and _: ""'],
     ['{"gauge":"Lastcall"}', '"gauge" must be 1 to 64 characters from a-z, 0-9 and _: "Lastcall"'],
     ['{"gauge":"a.b"}', '"gauge" must be 1 to 64 characters from a-z, 0-9 and _: "a.b"'],
-    [`{"gauge":"${"a".repeat(65)}"}`, `"gauge" must be 1 to 64 characters from a-z, 0-9 and _: "${"a".repeat(65)}"`],
+    [
+      `{"gauge":"${"a".repeat(65)}"}`,
+      `"gauge" must be 1 to 64 characters from a-z, 0-9 and _: "${"a".repeat(65)}"`,
+    ],
     ['{"gauge":5}', '"gauge" must be a string: 5'],
     ['{"token":null}', '"token" must be a string: null'],
-    [`{"token":"${"a".repeat(257)}"}`, `"token" must be at most 256 visible ASCII characters (0x21 to 0x7e): "${"a".repeat(199)}...`],
-    ['{"token":"a b"}', '"token" must be at most 256 visible ASCII characters (0x21 to 0x7e): "a b"'],
-    ['{"token":"a\\tb"}', '"token" must be at most 256 visible ASCII characters (0x21 to 0x7e): "a\\tb"'],
-    ['{"token":"\\u007f"}', '"token" must be at most 256 visible ASCII characters (0x21 to 0x7e): "\\u007f"'],
-    ['{"token":"\u00e9"}', '"token" must be at most 256 visible ASCII characters (0x21 to 0x7e): "\u00e9"'],
-    ['{"token":"a\\r\\nx-injected: 1"}', '"token" must be at most 256 visible ASCII characters (0x21 to 0x7e)'],
+    [
+      `{"token":"${"a".repeat(257)}"}`,
+      `"token" must be at most 256 visible ASCII characters (0x21 to 0x7e): "${"a".repeat(199)}...`,
+    ],
+    [
+      '{"token":"a b"}',
+      '"token" must be at most 256 visible ASCII characters (0x21 to 0x7e): "a b"',
+    ],
+    [
+      '{"token":"a\\tb"}',
+      '"token" must be at most 256 visible ASCII characters (0x21 to 0x7e): "a\\tb"',
+    ],
+    [
+      '{"token":"\\u007f"}',
+      '"token" must be at most 256 visible ASCII characters (0x21 to 0x7e): "\\u007f"',
+    ],
+    [
+      '{"token":"\u00e9"}',
+      '"token" must be at most 256 visible ASCII characters (0x21 to 0x7e): "\u00e9"',
+    ],
+    [
+      '{"token":"a\\r\\nx-injected: 1"}',
+      '"token" must be at most 256 visible ASCII characters (0x21 to 0x7e)',
+    ],
     ['{"holder_paths":1}', '"holder_paths" must be true or false: 1'],
     ['{"holder_paths":"true"}', '"holder_paths" must be true or false: "true"'],
     ['{"holder_paths":null}', '"holder_paths" must be true or false: null'],
@@ -91,19 +118,24 @@ describe("plugin configuration", () => {
   test("refuses a root_id other than lastcall_inflight", () => {
     const { host, vm } = configure("{}", "other");
     expect(vm.configured).toBe(false);
-    expect(host.logs.map((l) => l.message)).toEqual([`${PREFIX}root_id must be "lastcall_inflight": other`]);
+    expect(host.logs.map((l) => l.message)).toEqual([
+      `${PREFIX}root_id must be "lastcall_inflight": other`,
+    ]);
   });
 
   test("a long offending value is cut and control bytes are masked", () => {
     const { host } = configure(`{"instance":${"1".repeat(500)}}`);
-    expect(host.logs[0]!.message).toBe(`${PREFIX}"instance" must be a string: ${"1".repeat(200)}...`);
+    expect(host.logs[0]!.message).toBe(
+      `${PREFIX}"instance" must be a string: ${"1".repeat(200)}...`,
+    );
     const { host: second } = configure('{"x\\n":1}');
     expect(second.logs[0]!.message).toBe(`${PREFIX}unknown key "x\\n": 1`);
   });
 
   test("random and truncated inputs never trap: each is accepted or refused with one line", () => {
     const random = prng(7);
-    const valid = '{"agent_cluster":"c","agent_authority":"a","heartbeat_ms":5,"push_timeout_ms":9,"epoch":1,"instance":"i\\u0041","exclude_paths":["/a*"],"token":"t\\u0021","holder_paths":true}';
+    const valid =
+      '{"agent_cluster":"c","agent_authority":"a","heartbeat_ms":5,"push_timeout_ms":9,"epoch":1,"instance":"i\\u0041","exclude_paths":["/a*"],"token":"t\\u0021","holder_paths":true}';
     const alphabet = '{}[]",:\\u0123456789abcdefxyz -.eE\n\t\u00e9\u{1f600}';
     const inputs: string[] = [];
     for (let cut = 0; cut <= valid.length; cut++) inputs.push(valid.slice(0, cut));

@@ -3,17 +3,33 @@
 import { describe, expect, test } from "vitest";
 import { type FilterVm, ProxyWasmHost } from "../support/proxy-wasm-host.ts";
 import { prng } from "./prng.ts";
-import { Truth, gaugeName } from "./truth.ts";
+import { gaugeName, Truth } from "./truth.ts";
 
 const GAUGE = gaugeName(0);
 const TOTAL = "wasmcustom.lastcall_streams_total";
 const EXCLUDING = JSON.stringify({ exclude_paths: ["/healthz", "/internal/*"], heartbeat_ms: 0 });
 const PLAIN = '{"heartbeat_ms":0}';
-const PATHS = ["/", "/api/users?id=1", "/healthz", "/healthz?probe=1", "/internal/metrics", "/internal", "/healthzz", "/internal/"];
+const PATHS = [
+  "/",
+  "/api/users?id=1",
+  "/healthz",
+  "/healthz?probe=1",
+  "/internal/metrics",
+  "/internal",
+  "/healthzz",
+  "/internal/",
+];
 const excludedBy = (config: string, path: string) =>
-  config === EXCLUDING && ["/healthz", "/internal/metrics", "/internal/"].includes(path.split("?")[0]!);
+  config === EXCLUDING &&
+  ["/healthz", "/internal/metrics", "/internal/"].includes(path.split("?")[0]!);
 
-interface Live { vm: FilterVm; config: string; id: number; counted: boolean; headers: boolean }
+interface Live {
+  vm: FilterVm;
+  config: string;
+  id: number;
+  counted: boolean;
+  headers: boolean;
+}
 
 /** A host whose gauge is checked against the true count after every host call. */
 function watched(gauge = GAUGE): { host: ProxyWasmHost; truth: Truth } {
@@ -36,14 +52,23 @@ describe("counting across worker VMs", () => {
       let moves = 0;
       const end = (stream: Live) => {
         truth.run(stream.vm, stream.counted ? -1 : 0, () => stream.vm.endStream(stream.id));
-        if (stream.counted) { finished++; moves++; }
+        if (stream.counted) {
+          finished++;
+          moves++;
+        }
       };
       for (let step = 0; step < 6000; step++) {
         const roll = random();
         if (roll < 0.45 || live.length === 0) {
           const index = Math.floor(random() * vms.length);
           const vm = vms[index]!;
-          live.push({ vm, config: configs[index]!, id: truth.run(vm, 1, () => vm.createStream()), counted: true, headers: false });
+          live.push({
+            vm,
+            config: configs[index]!,
+            id: truth.run(vm, 1, () => vm.createStream()),
+            counted: true,
+            headers: false,
+          });
           moves++;
         } else if (roll < 0.7) {
           const stream = pick(live);
@@ -51,8 +76,20 @@ describe("counting across worker VMs", () => {
           stream.headers = true;
           const path = pick(PATHS);
           const excluded = excludedBy(stream.config, path);
-          truth.run(stream.vm, excluded ? -1 : 0, () => stream.vm.requestHeaders(stream.id, { ":path": path, ":method": "GET", ":authority": "app" }));
-          if (excluded) { stream.counted = false; moves++; }
+          truth.run(
+            stream.vm,
+            excluded ? -1 : 0,
+            () =>
+              stream.vm.requestHeaders(stream.id, {
+                ":path": path,
+                ":method": "GET",
+                ":authority": "app",
+              }),
+          );
+          if (excluded) {
+            stream.counted = false;
+            moves++;
+          }
         } else if (roll < 0.75) {
           const stream = pick(live); // a local reply from an earlier filter: response headers, maybe no request headers
           truth.run(stream.vm, 0, () => stream.vm.responseHeaders(stream.id));
@@ -98,10 +135,20 @@ describe("counting across worker VMs", () => {
 
   test("prefix entries match by prefix and exact entries only exactly, query string removed", () => {
     const { host, truth } = watched();
-    const vm = host.createVm({ configuration: JSON.stringify({ exclude_paths: ["/a*", "/b"], heartbeat_ms: 0 }) });
+    const vm = host.createVm({
+      configuration: JSON.stringify({ exclude_paths: ["/a*", "/b"], heartbeat_ms: 0 }),
+    });
     const cases: [string, boolean][] = [
-      ["/a", true], ["/abc", true], ["/a/b?c", true], ["/b", true], ["/b?x", true],
-      ["/bc", false], ["/", false], ["/c/a", false], ["/B", false], ["/?/a", false],
+      ["/a", true],
+      ["/abc", true],
+      ["/a/b?c", true],
+      ["/b", true],
+      ["/b?x", true],
+      ["/bc", false],
+      ["/", false],
+      ["/c/a", false],
+      ["/B", false],
+      ["/?/a", false],
     ];
     const ids = cases.map(([path, excluded]) => {
       const id = truth.run(vm, 1, () => vm.createStream());
@@ -117,7 +164,10 @@ describe("counting across worker VMs", () => {
   test("a network-filter connection is in flight from creation to deletion, in the gauge its plugin names", () => {
     const TCP = gaugeName(0, "lastcall_inflight_tcp");
     const { host, truth } = watched(TCP);
-    const tcp = host.createVm({ vmId: "lastcall_inflight_tcp", configuration: '{"heartbeat_ms":0,"gauge":"lastcall_inflight_tcp"}' });
+    const tcp = host.createVm({
+      vmId: "lastcall_inflight_tcp",
+      configuration: '{"heartbeat_ms":0,"gauge":"lastcall_inflight_tcp"}',
+    });
     const http = host.createVm({ configuration: PLAIN });
     const connection = truth.run(tcp, 1, () => tcp.createStream());
     expect(truth.run(tcp, 0, () => tcp.newConnection(connection))).toBe(0);
@@ -145,16 +195,28 @@ describe("counting across worker VMs", () => {
   });
 
   test.each([
-    [0, undefined, "lastcall_inflight"], [1, undefined, "lastcall_inflight_odd"], [2, undefined, "lastcall_inflight"],
-    [7, undefined, "lastcall_inflight_odd"], [0, "lastcall_inflight_tcp", "lastcall_inflight_tcp"], [3, "x_9", "x_9_odd"],
+    [0, undefined, "lastcall_inflight"],
+    [1, undefined, "lastcall_inflight_odd"],
+    [2, undefined, "lastcall_inflight"],
+    [7, undefined, "lastcall_inflight_odd"],
+    [0, "lastcall_inflight_tcp", "lastcall_inflight_tcp"],
+    [3, "x_9", "x_9_odd"],
   ])("restart epoch %i with gauge %s counts in wasmcustom.%s only", (epoch, gauge, name) => {
     const { host, truth } = watched(`wasmcustom.${name}`);
-    const configuration = (extra: object) => JSON.stringify({ epoch, ...(gauge ? { gauge } : {}), ...extra });
-    const vms = [host.createVm({ configuration: configuration({ heartbeat_ms: 0 }) }), host.createVm({ configuration: configuration({}) })];
+    const configuration = (extra: object) =>
+      JSON.stringify({ epoch, ...(gauge ? { gauge } : {}), ...extra });
+    const vms = [
+      host.createVm({ configuration: configuration({ heartbeat_ms: 0 }) }),
+      host.createVm({ configuration: configuration({}) }),
+    ];
     const ids = vms.map((vm) => truth.run(vm, 1, () => vm.createStream()));
     expect(host.metric(`wasmcustom.${name}`)).toBe(2);
-    const others = [0, 1].flatMap((parity) => [gaugeName(parity), gaugeName(parity, gauge ?? "lastcall_inflight")]);
-    for (const other of others) if (other !== `wasmcustom.${name}`) expect(host.metric(other), other).toBeUndefined(); // never even defined
+    const others = [0, 1].flatMap((
+      parity,
+    ) => [gaugeName(parity), gaugeName(parity, gauge ?? "lastcall_inflight")]);
+    for (const other of others) {
+      if (other !== `wasmcustom.${name}`) expect(host.metric(other), other).toBeUndefined(); // never even defined
+    }
     vms[1]!.tick();
     expect(JSON.parse(host.calls[0]!.body)).toMatchObject({ epoch, inflight: 2 });
     vms.forEach((vm, i) => truth.run(vm, -1, () => vm.endStream(ids[i]!)));
@@ -171,8 +233,12 @@ describe("the cost of a stream outside a drain", () => {
     host.calls[0]!.respond(200, "", [["x-lastcall-draining", "0"]]); // heard from the agent: not draining
     const imports: string[] = [];
     const points: string[] = [];
-    host.onImport = (_, name) => { imports.push(name); };
-    host.afterHostCall = ({ call, key, callback, offset }) => { points.push(`${callback}: ${call} ${key} ${offset}`); };
+    host.onImport = (_, name) => {
+      imports.push(name);
+    };
+    host.afterHostCall = ({ call, key, callback, offset }) => {
+      points.push(`${callback}: ${call} ${key} ${offset}`);
+    };
     for (const vm of vms) {
       const id = vm.createStream();
       vm.requestHeaders(id, { ":path": "/api", ":method": "GET", ":authority": "app" });
@@ -180,9 +246,12 @@ describe("the cost of a stream outside a drain", () => {
       vm.endStream(id);
     }
     expect(imports).toEqual(Array(4).fill("proxy_increment_metric"));
-    expect(points).toEqual(Array(2).fill([
-      `proxy_on_context_create: proxy_increment_metric ${GAUGE} 1`, `proxy_on_delete: proxy_increment_metric ${GAUGE} -1`,
-    ]).flat());
+    expect(points).toEqual(
+      Array(2).fill([
+        `proxy_on_context_create: proxy_increment_metric ${GAUGE} 1`,
+        `proxy_on_delete: proxy_increment_metric ${GAUGE} -1`,
+      ]).flat(),
+    );
     expect(host.calls).toHaveLength(1);
     vms[1]!.endStream(other);
   });
@@ -191,20 +260,32 @@ describe("the cost of a stream outside a drain", () => {
     const host = new ProxyWasmHost();
     const vm = host.createVm({ configuration: EXCLUDING });
     const imports: string[] = [];
-    host.onImport = (_, name) => { imports.push(name); };
+    host.onImport = (_, name) => {
+      imports.push(name);
+    };
     const id = vm.createStream();
     vm.requestHeaders(id, { ":path": "/api" });
     vm.endStream(id);
-    expect(imports).toEqual(["proxy_increment_metric", "proxy_get_header_map_value", "proxy_increment_metric"]);
+    expect(imports).toEqual([
+      "proxy_increment_metric",
+      "proxy_get_header_map_value",
+      "proxy_increment_metric",
+    ]);
   });
 
   test("the module imports only proxy-wasm ABI functions, and no shared data", () => {
     const imports = new ProxyWasmHost().imports();
     expect(imports.filter((name) => !/^env\.proxy_[a-z_]+$/.test(name))).toEqual([]);
     expect(imports.sort()).toEqual([
-      "env.proxy_define_metric", "env.proxy_get_buffer_bytes",
-      "env.proxy_get_header_map_value", "env.proxy_get_metric", "env.proxy_get_property", "env.proxy_http_call",
-      "env.proxy_increment_metric", "env.proxy_log", "env.proxy_set_effective_context",
+      "env.proxy_define_metric",
+      "env.proxy_get_buffer_bytes",
+      "env.proxy_get_header_map_value",
+      "env.proxy_get_metric",
+      "env.proxy_get_property",
+      "env.proxy_http_call",
+      "env.proxy_increment_metric",
+      "env.proxy_log",
+      "env.proxy_set_effective_context",
       "env.proxy_set_tick_period_milliseconds",
     ]);
   });
@@ -222,7 +303,10 @@ describe("the cost of a stream outside a drain", () => {
       if (now.length !== before.length) return ["memory grew"];
       const words: number[] = [];
       for (let i = 0; i < now.length; i += 4) {
-        if (now[i] !== before[i] || now[i + 1] !== before[i + 1] || now[i + 2] !== before[i + 2] || now[i + 3] !== before[i + 3]) {
+        if (
+          now[i] !== before[i] || now[i + 1] !== before[i + 1] || now[i + 2] !== before[i + 2] ||
+          now[i + 3] !== before[i + 3]
+        ) {
           words.push(new DataView(now.buffer, i, 4).getUint32(0, true));
         }
       }

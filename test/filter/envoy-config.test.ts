@@ -10,7 +10,9 @@ test.each([
   ["not json", "malformed JSON at byte 0: not json"],
   ['{"token":"a b"}', '"token" must be at most 256 visible ASCII characters (0x21 to 0x7e): "a b"'],
 ])("Envoy refuses to start with plugin configuration %s", async (configuration, message) => {
-  const error = await startEnvoy(httpBootstrap({ upstreamPort: 9, configuration }), { concurrency: 1 })
+  const error = await startEnvoy(httpBootstrap({ upstreamPort: 9, configuration }), {
+    concurrency: 1,
+  })
     .then(() => undefined, (e: unknown) => e);
   expect(error).toBeInstanceOf(EnvoyExitedError);
   const exited = error as EnvoyExitedError;

@@ -1,9 +1,15 @@
 // The count under real load in Envoy 1.40 (HTTP/1.1, HTTP/2, resets, WebSocket, several workers)
 // equals Envoy's own.
 import { afterEach, describe, expect, test } from "vitest";
-import { type TestEnvoy, httpBootstrap, startEnvoy, stopAllEnvoys, waitFor } from "../support/envoy.ts";
-import { type UpstreamApp, startUpstreamApp } from "../support/upstream-app.ts";
-import { type Outcome, closeWebSocket, h2Session, http1, http2, openWebSocket } from "./clients.ts";
+import {
+  httpBootstrap,
+  startEnvoy,
+  stopAllEnvoys,
+  type TestEnvoy,
+  waitFor,
+} from "../support/envoy.ts";
+import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
+import { closeWebSocket, h2Session, http1, http2, openWebSocket, type Outcome } from "./clients.ts";
 import { prng } from "./prng.ts";
 import { type Report, type ReportSink, startReportSink } from "./report-sink.ts";
 
@@ -21,7 +27,9 @@ const ACTIVE = "http.ingress.downstream_rq_active";
 
 /** The filter's gauge and Envoy's own count of active requests on the listener. */
 async function counts(envoy: TestEnvoy): Promise<{ gauge?: number; active?: number }> {
-  const stats = await envoy.stats(`^(${GAUGE.replaceAll(".", "\\.")}|${ACTIVE.replaceAll(".", "\\.")})$`);
+  const stats = await envoy.stats(
+    `^(${GAUGE.replaceAll(".", "\\.")}|${ACTIVE.replaceAll(".", "\\.")})$`,
+  );
   return { gauge: stats[GAUGE], active: stats[ACTIVE] };
 }
 
@@ -42,7 +50,14 @@ function probe(sink: ReportSink, id: number): Promise<Report> {
 // had time for two heartbeats after the probe answer, the newest heartbeats say it too (a
 // heartbeat is a hint, composed whenever its VM's timer fired: those composed before the gauge
 // settled may still arrive just after the probe answer).
-async function quiescent(envoy: TestEnvoy, sink: ReportSink, expected: number, vms: number, id: number, draining: boolean): Promise<void> {
+async function quiescent(
+  envoy: TestEnvoy,
+  sink: ReportSink,
+  expected: number,
+  vms: number,
+  id: number,
+  draining: boolean,
+): Promise<void> {
   await waitFor(async () => {
     const now = await counts(envoy);
     return now.gauge === expected && now.active === expected ? true : undefined;
@@ -61,12 +76,22 @@ describe.each([2, 4])("with --concurrency %i", (concurrency) => {
     sink = await startReportSink();
     const token = `t0k3n-${concurrency}`;
     sink.token = token; // a report without it is answered 401 and counted failed
-    const envoy = await startEnvoy(httpBootstrap({
-      upstreamPort: app.port, agentPort: sink.port,
-      // A 10 s report timeout: the sink answers at once, so a call that fails is the filter's
-      // fault, not a machine too busy to answer within the default 1 s.
-      configuration: { heartbeat_ms: HEARTBEAT_MS, push_timeout_ms: 10_000, instance: `c${concurrency}`, exclude_paths: ["/healthz"], token },
-    }), { concurrency });
+    const envoy = await startEnvoy(
+      httpBootstrap({
+        upstreamPort: app.port,
+        agentPort: sink.port,
+        // A 10 s report timeout: the sink answers at once, so a call that fails is the filter's
+        // fault, not a machine too busy to answer within the default 1 s.
+        configuration: {
+          heartbeat_ms: HEARTBEAT_MS,
+          push_timeout_ms: 10_000,
+          instance: `c${concurrency}`,
+          exclude_paths: ["/healthz"],
+          token,
+        },
+      }),
+      { concurrency },
+    );
     const port = envoy.port("ingress");
     const vms = concurrency + 1; // each worker's VM and the main thread's: each has a timer
     const sessions = await Promise.all([h2Session(port), h2Session(port)]);
@@ -75,16 +100,24 @@ describe.each([2, 4])("with --concurrency %i", (concurrency) => {
     // plus HELD requests that stay open and one WebSocket.
     const HELD = 12;
     const held: Promise<Outcome>[] = [];
-    for (let i = 0; i < HELD; i++) held.push(i % 3 === 0 ? http2(sessions[i % 2]!, "/hold") : http1(port, "/hold"));
+    for (let i = 0; i < HELD; i++) {
+      held.push(i % 3 === 0 ? http2(sessions[i % 2]!, "/hold") : http1(port, "/hold"));
+    }
     const socket = await openWebSocket(port);
     const load: Promise<Outcome>[] = [];
     let excluded = 0;
     for (let i = 0; i < 240; i++) {
       const ms = Math.floor(random() * 300);
-      const path = random() < 0.15 ? `/stream?chunks=4&interval=${Math.floor(ms / 4) + 1}` : random() < 0.1 ? "/healthz" : `/delay?ms=${ms}`;
+      const path = random() < 0.15
+        ? `/stream?chunks=4&interval=${Math.floor(ms / 4) + 1}`
+        : random() < 0.1
+        ? "/healthz"
+        : `/delay?ms=${ms}`;
       if (path === "/healthz") excluded++;
       const resetAfter = random() < 0.2 ? Math.floor(random() * 150) : undefined;
-      load.push(random() < 0.33 ? http2(sessions[i % 2]!, path, resetAfter) : http1(port, path, resetAfter));
+      load.push(
+        random() < 0.33 ? http2(sessions[i % 2]!, path, resetAfter) : http1(port, path, resetAfter),
+      );
     }
     await app.until((a) => a.held === HELD);
     const outcomes = await Promise.all(load);
@@ -106,7 +139,11 @@ describe.each([2, 4])("with --concurrency %i", (concurrency) => {
     sink.draining = true;
     await untilReports(sink, () => sink!.count("drain_ack") === vms);
     const acks = sink.reports.filter((r) => r.reason === "drain_ack");
-    expect(acks).toEqual(Array(vms).fill(expect.objectContaining({ inflight: open, draining: true, instance: `c${concurrency}` })));
+    expect(acks).toEqual(
+      Array(vms).fill(
+        expect.objectContaining({ inflight: open, draining: true, instance: `c${concurrency}` }),
+      ),
+    );
     await quiescent(envoy, sink, open, vms, 3000 + concurrency, true);
     expect(sink.count("drain_ack")).toBe(vms);
     expect(sink.count("zero") + sink.count("busy")).toBe(0); // nothing moved to or from zero
@@ -114,7 +151,10 @@ describe.each([2, 4])("with --concurrency %i", (concurrency) => {
     // The last responses: no zero while the WebSocket is open; its close is the last move to 0.
     const zero = sink.next((r) => r.reason === "zero");
     // Snapshot of the upstream when the zero arrives: no HTTP request may still be in flight.
-    const upstreamAtZero = zero.then(() => ({ requests: app!.inflight - app!.webSockets, held: app!.held }));
+    const upstreamAtZero = zero.then(() => ({
+      requests: app!.inflight - app!.webSockets,
+      held: app!.held,
+    }));
     app.release();
     const last = await Promise.all(held);
     expect(last.every((o) => o.status === 200)).toBe(true);
@@ -128,20 +168,32 @@ describe.each([2, 4])("with --concurrency %i", (concurrency) => {
     expect(report).toMatchObject({ inflight: 0, draining: true, instance: `c${concurrency}` });
     await quiescent(envoy, sink, 0, vms, 4000 + concurrency, true);
     // Two workers ending their last streams at once may both read 0: every zero says 0, none came early.
-    expect(sink.reports.filter((r) => r.reason === "zero").every((r) => r.inflight === 0 && r.arrival >= closingAt)).toBe(true);
+    expect(
+      sink.reports.filter((r) => r.reason === "zero").every((r) =>
+        r.inflight === 0 && r.arrival >= closingAt
+      ),
+    ).toBe(true);
     expect(sink.count("drain_ack")).toBe(vms);
 
     // Counted streams: every answered non-excluded request, held ones and the socket; a client reset
     // may or may not have reached Envoy, so those are bounds. Each VM adds its own at its tick.
     const answered = outcomes.filter((o) => !o.reset).length;
     const total = await waitFor(async () => {
-      const value = (await envoy.stats("^wasmcustom\\.lastcall_streams_total$"))["wasmcustom.lastcall_streams_total"]!;
+      const value = (await envoy.stats("^wasmcustom\\.lastcall_streams_total$"))[
+        "wasmcustom.lastcall_streams_total"
+      ]!;
       return value >= answered - excluded + HELD + 1 ? value : undefined;
     }, { what: "lastcall_streams_total to count every answered request" });
     expect(total).toBeLessThanOrEqual(outcomes.length - excluded + HELD + 1);
-    expect((await envoy.stats("^wasmcustom\\.lastcall_reports_failed$"))["wasmcustom.lastcall_reports_failed"]).toBe(0);
+    expect(
+      (await envoy.stats("^wasmcustom\\.lastcall_reports_failed$"))[
+        "wasmcustom.lastcall_reports_failed"
+      ],
+    ).toBe(0);
     expect(sink.reports.filter((r) => r.headers["x-lastcall-token"] !== token)).toEqual([]);
-    expect(sink.reports.filter((r) => r.reason === "probe").map((r) => r.probe)).toEqual([1, 2, 3, 4].map((k) => k * 1000 + concurrency));
+    expect(sink.reports.filter((r) => r.reason === "probe").map((r) => r.probe)).toEqual(
+      [1, 2, 3, 4].map((k) => k * 1000 + concurrency),
+    );
     for (const session of sessions) session.close();
   });
 });

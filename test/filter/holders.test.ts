@@ -7,8 +7,24 @@ import { type FilterVm, type HttpCall, ProxyWasmHost } from "../support/proxy-wa
 const SLOTS = 16384;
 const EXCLUDING = '{"exclude_paths":["/healthz"]}';
 
-interface Holder { id: number; start_ns?: number; method?: string; path?: string; address?: string; protocol?: string; cluster?: string; route?: string }
-interface Report { reason: string; vm?: string; inflight: number; draining: boolean; vm_inflight?: number; holders?: Holder[] }
+interface Holder {
+  id: number;
+  start_ns?: number;
+  method?: string;
+  path?: string;
+  address?: string;
+  protocol?: string;
+  cluster?: string;
+  route?: string;
+}
+interface Report {
+  reason: string;
+  vm?: string;
+  inflight: number;
+  draining: boolean;
+  vm_inflight?: number;
+  holders?: Holder[];
+}
 const parse = (call: HttpCall) => JSON.parse(call.body) as Report;
 
 /** Ticks `vm` and answers its heartbeat with `headers` (200); returns the reports the answer caused. */
@@ -25,8 +41,13 @@ function drain(host: ProxyWasmHost, vm: FilterVm): void {
 }
 
 /** Asks a VM that knows of the drain for `n` holders; the holders report, or undefined if none was sent. */
-function ask(host: ProxyWasmHost, vm: FilterVm, n = "32"): { call: HttpCall; report: Report } | undefined {
-  const calls = answerTick(host, vm, [["x-lastcall-draining", "1"], ["x-lastcall-holders", n]]).filter((c) => parse(c).reason === "holders");
+function ask(
+  host: ProxyWasmHost,
+  vm: FilterVm,
+  n = "32",
+): { call: HttpCall; report: Report } | undefined {
+  const calls = answerTick(host, vm, [["x-lastcall-draining", "1"], ["x-lastcall-holders", n]])
+    .filter((c) => parse(c).reason === "holders");
   expect(calls.length).toBeLessThanOrEqual(1);
   return calls[0] && { call: calls[0], report: parse(calls[0]) };
 }
@@ -45,7 +66,9 @@ describe("the VM id", () => {
     answerTick(host, a, [["x-lastcall-vm", "8"]]); // a second id is not taken
     answerTick(host, b, [["x-lastcall-draining", "1"]]); // the ack already carries it
     expect(host.calls.slice(2).map((c) => [c.vm.index, parse(c).reason, parse(c).vm])).toEqual([
-      [0, "heartbeat", "7"], [1, "heartbeat", "9007199254740991"], [1, "drain_ack", "9007199254740991"],
+      [0, "heartbeat", "7"],
+      [1, "heartbeat", "9007199254740991"],
+      [1, "drain_ack", "9007199254740991"],
     ]);
     expect(host.calls[4]!.body).toMatch(/,"reason":"drain_ack","vm":"9007199254740991"\}$/);
   });
@@ -69,16 +92,24 @@ describe("the holders report", () => {
     const vm = host.createVm();
     const start = 1_795_000_000_000_000_000n;
     vm.createStream({ id: 9, startNs: start + 9n });
-    vm.createStream({ id: 7, startNs: start + 7n, address: "[::1]:8443", protocol: "HTTP/2", route: "r\"1" });
+    vm.createStream({
+      id: 7,
+      startNs: start + 7n,
+      address: "[::1]:8443",
+      protocol: "HTTP/2",
+      route: 'r"1',
+    });
     vm.createStream({ id: 8, http: false, address: "10.0.0.1:9000" }); // a TCP connection: no request properties
     vm.requestHeaders(9, { ":method": "POST", ":path": '/b"\\\u0001\u007f\u00e9?secret=1' });
     vm.requestHeaders(7, { ":method": "GET", ":path": "/a" });
     drain(host, vm);
     const asked = ask(host, vm)!;
-    expect(asked.call.body).toBe('{"instance":"","epoch":0,"inflight":3,"draining":true,"reason":"holders","vm":"42","vm_inflight":3,"holders":[' +
-      '{"id":7,"start_ns":1795000000000000007,"method":"GET","path":"/a","address":"[::1]:8443","protocol":"HTTP/2","cluster":"app","route":"r\\"1"},' +
-      '{"id":8,"address":"10.0.0.1:9000","cluster":"app"},' +
-      '{"id":9,"start_ns":1795000000000000009,"method":"POST","path":"/b\\"\\\\\\u0001\\u007f\\u00e9","address":"127.0.0.1:10000","protocol":"HTTP/1.1","cluster":"app"}]}');
+    expect(asked.call.body).toBe(
+      '{"instance":"","epoch":0,"inflight":3,"draining":true,"reason":"holders","vm":"42","vm_inflight":3,"holders":[' +
+        '{"id":7,"start_ns":1795000000000000007,"method":"GET","path":"/a","address":"[::1]:8443","protocol":"HTTP/2","cluster":"app","route":"r\\"1"},' +
+        '{"id":8,"address":"10.0.0.1:9000","cluster":"app"},' +
+        '{"id":9,"start_ns":1795000000000000009,"method":"POST","path":"/b\\"\\\\\\u0001\\u007f\\u00e9","address":"127.0.0.1:10000","protocol":"HTTP/1.1","cluster":"app"}]}',
+    );
     expect(asked.call.effectiveContext).toBe(vm.rootContextId);
     expect(ids(ask(host, vm, "2")?.report)).toEqual([7, 8]);
     expect(ids(ask(host, vm, "1")?.report)).toEqual([7]);
@@ -90,18 +121,32 @@ describe("the holders report", () => {
     const id = vm.createStream();
     vm.requestHeaders(id, { ":method": "GET", ":path": "/x" });
     drain(host, vm);
-    expect(Object.keys(ask(host, vm)!.report.holders![0]!)).toEqual(["id", "start_ns", "address", "protocol", "cluster"]);
+    expect(Object.keys(ask(host, vm)!.report.holders![0]!)).toEqual([
+      "id",
+      "start_ns",
+      "address",
+      "protocol",
+      "cluster",
+    ]);
   });
 
   test("outside a drain an ask is ignored; on one answer: drain_ack, then the probe, then the holders", () => {
     const host = new ProxyWasmHost();
     const vm = host.createVm();
     vm.createStream();
-    expect(answerTick(host, vm, [["x-lastcall-draining", "0"], ["x-lastcall-holders", "32"]])).toEqual([]);
+    expect(answerTick(host, vm, [["x-lastcall-draining", "0"], ["x-lastcall-holders", "32"]]))
+      .toEqual([]);
     expect(answerTick(host, vm, [["x-lastcall-holders", "32"]])).toEqual([]);
-    const calls = answerTick(host, vm, [["x-lastcall-draining", "1"], ["x-lastcall-probe", "3"], ["x-lastcall-holders", "32"]]);
+    const calls = answerTick(host, vm, [["x-lastcall-draining", "1"], ["x-lastcall-probe", "3"], [
+      "x-lastcall-holders",
+      "32",
+    ]]);
     expect(calls.map((c) => parse(c).reason)).toEqual(["drain_ack", "probe", "holders"]);
-    expect(answerTick(host, vm, [["x-lastcall-draining", "0"], ["x-lastcall-holders", "32"]]).map((c) => parse(c).reason)).toEqual(["holders"]); // draining is sticky
+    expect(
+      answerTick(host, vm, [["x-lastcall-draining", "0"], ["x-lastcall-holders", "32"]]).map((c) =>
+        parse(c).reason
+      ),
+    ).toEqual(["holders"]); // draining is sticky
   });
 
   test("a stream leaves the table when it leaves the count: an excluded path at its headers, any other at its deletion", () => {
@@ -110,10 +155,18 @@ describe("the holders report", () => {
     const [a, b, c] = [vm.createStream(), vm.createStream(), vm.createStream()];
     vm.requestHeaders(b, { ":path": "/healthz?probe=1" });
     drain(host, vm);
-    expect(ask(host, vm)!.report).toMatchObject({ inflight: 2, vm_inflight: 2, holders: [{ id: a }, { id: c }] });
+    expect(ask(host, vm)!.report).toMatchObject({
+      inflight: 2,
+      vm_inflight: 2,
+      holders: [{ id: a }, { id: c }],
+    });
     vm.endStream(b); // deleted after it left the count: nothing moves
     vm.endStream(a);
-    expect(ask(host, vm)!.report).toMatchObject({ inflight: 1, vm_inflight: 1, holders: [{ id: c }] });
+    expect(ask(host, vm)!.report).toMatchObject({
+      inflight: 1,
+      vm_inflight: 1,
+      holders: [{ id: c }],
+    });
     vm.endStream(c);
     expect(ask(host, vm)!.report).toMatchObject({ inflight: 0, vm_inflight: 0, holders: [] });
   });
@@ -122,7 +175,9 @@ describe("the holders report", () => {
     const host = new ProxyWasmHost({ keepRequestHeaders: true });
     const vm = host.createVm();
     const path = "/" + "\u0001".repeat(400); // 256 bytes kept, each \u0001 (6 bytes) but the first
-    for (let i = 0; i < 40; i++) vm.requestHeaders(vm.createStream(), { ":method": "GET", ":path": path });
+    for (let i = 0; i < 40; i++) {
+      vm.requestHeaders(vm.createStream(), { ":method": "GET", ":path": path });
+    }
     drain(host, vm);
     const { call, report } = ask(host, vm)!;
     expect(Buffer.byteLength(call.body)).toBeLessThanOrEqual(16384);
@@ -137,17 +192,24 @@ describe("the holders report", () => {
     const host = new ProxyWasmHost({ keepRequestHeaders: true });
     const vm = host.createVm();
     drain(host, vm);
-    fc.assert(fc.property(fc.uint8Array({ maxLength: 600 }), (bytes) => {
-      const text = Buffer.from(bytes).toString("latin1");
-      const id = vm.createStream();
-      vm.requestHeaders(id, { ":method": "GET", ":path": text });
-      const { call, report } = ask(host, vm)!;
-      vm.endStream(id);
-      expect(/^[\x20-\x7e]*$/.test(call.body)).toBe(true);
-      const path = text.split("?")[0]!.slice(0, 256);
-      expect(report.holders).toEqual([path === "" ? expect.not.objectContaining({ path: expect.anything() }) : expect.objectContaining({ id, path })]);
-      expect(report.holders![0]!.id).toBe(id);
-    }), { numRuns: 300 });
+    fc.assert(
+      fc.property(fc.uint8Array({ maxLength: 600 }), (bytes) => {
+        const text = Buffer.from(bytes).toString("latin1");
+        const id = vm.createStream();
+        vm.requestHeaders(id, { ":method": "GET", ":path": text });
+        const { call, report } = ask(host, vm)!;
+        vm.endStream(id);
+        expect(/^[\x20-\x7e]*$/.test(call.body)).toBe(true);
+        const path = text.split("?")[0]!.slice(0, 256);
+        expect(report.holders).toEqual([
+          path === ""
+            ? expect.not.objectContaining({ path: expect.anything() })
+            : expect.objectContaining({ id, path }),
+        ]);
+        expect(report.holders![0]!.id).toBe(id);
+      }),
+      { numRuns: 300 },
+    );
   });
 });
 
@@ -161,15 +223,25 @@ describe("x-lastcall-holders", () => {
     const values = fc.oneof(
       fc.string({ maxLength: 6 }),
       fc.integer({ min: -5, max: 40 }).map(String),
-      fc.tuple(fc.constantFrom("", " ", "0", "+", "-", "\t"), fc.integer({ min: 0, max: 33 }), fc.constantFrom("", " ", "0", ".0", "x")).map(([a, n, b]) => `${a}${n}${b}`),
+      fc.tuple(
+        fc.constantFrom("", " ", "0", "+", "-", "\t"),
+        fc.integer({ min: 0, max: 33 }),
+        fc.constantFrom("", " ", "0", ".0", "x"),
+      ).map(([a, n, b]) => `${a}${n}${b}`),
     );
-    fc.assert(fc.property(values, (value) => {
-      const asked = ask(host, vm, value);
-      if (valid.test(value)) expect(ids(asked?.report)).toEqual(vm.streamIds.slice(0, Number(value)));
-      else expect(asked).toBeUndefined();
-    }), { numRuns: 500 });
+    fc.assert(
+      fc.property(values, (value) => {
+        const asked = ask(host, vm, value);
+        if (valid.test(value)) {
+          expect(ids(asked?.report)).toEqual(vm.streamIds.slice(0, Number(value)));
+        } else expect(asked).toBeUndefined();
+      }),
+      { numRuns: 500 },
+    );
     for (const value of ["1", "32"]) expect(ask(host, vm, value)).toBeDefined();
-    for (const value of ["0", "33", "01", "+1", " 1", "1 ", "1e1", "", "320"]) expect(ask(host, vm, value)).toBeUndefined();
+    for (const value of ["0", "33", "01", "+1", " 1", "1 ", "1e1", "", "320"]) {
+      expect(ask(host, vm, value)).toBeUndefined();
+    }
   });
 });
 
@@ -187,7 +259,10 @@ describe("the table of live ids", () => {
     vm.endStream(5);
     expect(ask(host, vm)!.report).toMatchObject({ vm_inflight: 1, holders: [] }); // the slot was held when it came
     vm.createStream({ id: 5 + 3 * SLOTS });
-    expect(ask(host, vm)!.report).toMatchObject({ vm_inflight: 2, holders: [{ id: 5 + 3 * SLOTS }] });
+    expect(ask(host, vm)!.report).toMatchObject({
+      vm_inflight: 2,
+      holders: [{ id: 5 + 3 * SLOTS }],
+    });
   });
 
   test("more live streams than slots: the oldest keep theirs, the 32 oldest are named, vm_inflight is exact", () => {
@@ -195,7 +270,10 @@ describe("the table of live ids", () => {
     const vm = host.createVm();
     const live = Array.from({ length: SLOTS + 100 }, () => vm.createStream());
     drain(host, vm);
-    expect(ask(host, vm)!.report).toMatchObject({ vm_inflight: SLOTS + 100, inflight: SLOTS + 100 });
+    expect(ask(host, vm)!.report).toMatchObject({
+      vm_inflight: SLOTS + 100,
+      inflight: SLOTS + 100,
+    });
     expect(ids(ask(host, vm)!.report)).toEqual(live.slice(0, 32));
     for (const id of live.slice(0, 40)) vm.endStream(id);
     // The 100 newest shared slots with older streams: those that are free now stay free (no re-tracking).
@@ -207,42 +285,58 @@ describe("the table of live ids", () => {
   // holds it leaves the count. Random creates (ids chosen to collide), excluded paths and deletions.
   test("in random create/exclude/delete sequences: tracked ids ⊆ live ids, every live id whose slot was free at creation is tracked", () => {
     const action = fc.oneof(
-      fc.record({ t: fc.constant("create" as const), slot: fc.integer({ min: 2, max: 9 }), lap: fc.nat(4) }),
+      fc.record({
+        t: fc.constant("create" as const),
+        slot: fc.integer({ min: 2, max: 9 }),
+        lap: fc.nat(4),
+      }),
       fc.record({ t: fc.constant("exclude" as const), pick: fc.nat() }),
       fc.record({ t: fc.constant("end" as const), pick: fc.nat() }),
     );
-    fc.assert(fc.property(fc.array(action, { minLength: 1, maxLength: 60 }), (actions) => {
-      const host = new ProxyWasmHost();
-      const vm = host.createVm({ configuration: EXCLUDING });
-      drain(host, vm);
-      const counted = new Set<number>(); // live ids in the count
-      const live = new Set<number>();
-      const freeAtCreation = new Set<number>();
-      const table = new Map<number, number>(); // slot -> id
-      for (const a of actions) {
-        if (a.t === "create") {
-          const id = a.slot + a.lap * SLOTS;
-          if (live.has(id)) continue;
-          vm.createStream({ id });
-          live.add(id);
-          counted.add(id);
-          if (!table.has(id % SLOTS)) { table.set(id % SLOTS, id); freeAtCreation.add(id); }
-        } else {
-          const pool = a.t === "exclude" ? [...counted] : [...live];
-          if (pool.length === 0) continue;
-          const id = pool[a.pick % pool.length]!;
-          if (a.t === "exclude") vm.requestHeaders(id, { ":path": "/healthz" });
-          else { vm.endStream(id); live.delete(id); }
-          if (counted.delete(id) && table.get(id % SLOTS) === id) { table.delete(id % SLOTS); freeAtCreation.delete(id); }
+    fc.assert(
+      fc.property(fc.array(action, { minLength: 1, maxLength: 60 }), (actions) => {
+        const host = new ProxyWasmHost();
+        const vm = host.createVm({ configuration: EXCLUDING });
+        drain(host, vm);
+        const counted = new Set<number>(); // live ids in the count
+        const live = new Set<number>();
+        const freeAtCreation = new Set<number>();
+        const table = new Map<number, number>(); // slot -> id
+        for (const a of actions) {
+          if (a.t === "create") {
+            const id = a.slot + a.lap * SLOTS;
+            if (live.has(id)) continue;
+            vm.createStream({ id });
+            live.add(id);
+            counted.add(id);
+            if (!table.has(id % SLOTS)) {
+              table.set(id % SLOTS, id);
+              freeAtCreation.add(id);
+            }
+          } else {
+            const pool = a.t === "exclude" ? [...counted] : [...live];
+            if (pool.length === 0) continue;
+            const id = pool[a.pick % pool.length]!;
+            if (a.t === "exclude") vm.requestHeaders(id, { ":path": "/healthz" });
+            else {
+              vm.endStream(id);
+              live.delete(id);
+            }
+            if (counted.delete(id) && table.get(id % SLOTS) === id) {
+              table.delete(id % SLOTS);
+              freeAtCreation.delete(id);
+            }
+          }
+          const report = ask(host, vm)!.report;
+          const tracked = ids(report)!;
+          expect(report.vm_inflight).toBe(counted.size);
+          expect(tracked.every((id) => counted.has(id))).toBe(true);
+          expect([...freeAtCreation].every((id) => tracked.includes(id))).toBe(true);
+          expect(tracked).toEqual([...table.values()].sort((x, y) => x - y));
         }
-        const report = ask(host, vm)!.report;
-        const tracked = ids(report)!;
-        expect(report.vm_inflight).toBe(counted.size);
-        expect(tracked.every((id) => counted.has(id))).toBe(true);
-        expect([...freeAtCreation].every((id) => tracked.includes(id))).toBe(true);
-        expect(tracked).toEqual([...table.values()].sort((x, y) => x - y));
-      }
-    }), { numRuns: 200 });
+      }),
+      { numRuns: 200 },
+    );
   });
 });
 
@@ -267,12 +361,16 @@ describe("holder_paths", () => {
     vm.requestHeaders(d, { ":method": "VERY_LONG_METHOD_NAME", ":path": "?only=query" });
     drain(host, vm);
     const { call, report } = ask(host, vm)!;
-    expect(call.body).toBe('{"instance":"","epoch":0,"inflight":5,"draining":true,"reason":"holders","vm":"42","vm_inflight":5,"holders":[' +
-      '{"id":2,"start_ns":1,"method":"GET","path":"/first","address":"127.0.0.1:10000","protocol":"HTTP/1.1","cluster":"app"},' +
-      '{"id":3,"start_ns":2,"method":"POST","path":"/b\\"\\\\\\u0001\\u007f\\u00e9","address":"127.0.0.1:10000","protocol":"HTTP/1.1","cluster":"app"},' +
-      `{"id":4,"start_ns":3,"method":"PUT","path":"/${"x".repeat(255)}","address":"127.0.0.1:10000","protocol":"HTTP/1.1","cluster":"app"},` +
-      '{"id":5,"start_ns":4,"method":"VERY_LONG_METHOD","address":"127.0.0.1:10000","protocol":"HTTP/1.1","cluster":"app"},' +
-      '{"id":6,"start_ns":5,"address":"127.0.0.1:10000","protocol":"HTTP/1.1","cluster":"app"}]}');
+    expect(call.body).toBe(
+      '{"instance":"","epoch":0,"inflight":5,"draining":true,"reason":"holders","vm":"42","vm_inflight":5,"holders":[' +
+        '{"id":2,"start_ns":1,"method":"GET","path":"/first","address":"127.0.0.1:10000","protocol":"HTTP/1.1","cluster":"app"},' +
+        '{"id":3,"start_ns":2,"method":"POST","path":"/b\\"\\\\\\u0001\\u007f\\u00e9","address":"127.0.0.1:10000","protocol":"HTTP/1.1","cluster":"app"},' +
+        `{"id":4,"start_ns":3,"method":"PUT","path":"/${
+          "x".repeat(255)
+        }","address":"127.0.0.1:10000","protocol":"HTTP/1.1","cluster":"app"},` +
+        '{"id":5,"start_ns":4,"method":"VERY_LONG_METHOD","address":"127.0.0.1:10000","protocol":"HTTP/1.1","cluster":"app"},' +
+        '{"id":6,"start_ns":5,"address":"127.0.0.1:10000","protocol":"HTTP/1.1","cluster":"app"}]}',
+    );
     expect(report.holders!.map((h) => h.id)).toEqual([a, b, c, d, e]);
     expect(call.body).not.toContain("secret");
     expect(call.effectiveContext).toBe(vm.rootContextId);
@@ -282,19 +380,23 @@ describe("holder_paths", () => {
     const host = new ProxyWasmHost();
     const vm = host.createVm({ configuration: KEEPING });
     drain(host, vm);
-    const bytes = (max: number) => fc.uint8Array({ maxLength: max }).map((b) => Buffer.from(b).toString("latin1"));
-    fc.assert(fc.property(bytes(40), bytes(700), (method, path) => {
-      const id = vm.createStream();
-      vm.requestHeaders(id, { ":method": method, ":path": path });
-      const { call, report } = ask(host, vm)!;
-      vm.endStream(id);
-      expect(/^[\x20-\x7e]*$/.test(call.body)).toBe(true);
-      const holder = report.holders![0]!;
-      expect(holder.id).toBe(id);
-      expect(holder.method).toBe(method === "" ? undefined : method.slice(0, 16));
-      const kept = path.slice(0, 256).split("?")[0]!;
-      expect(holder.path).toBe(kept === "" ? undefined : kept);
-    }), { numRuns: 300 });
+    const bytes = (max: number) =>
+      fc.uint8Array({ maxLength: max }).map((b) => Buffer.from(b).toString("latin1"));
+    fc.assert(
+      fc.property(bytes(40), bytes(700), (method, path) => {
+        const id = vm.createStream();
+        vm.requestHeaders(id, { ":method": method, ":path": path });
+        const { call, report } = ask(host, vm)!;
+        vm.endStream(id);
+        expect(/^[\x20-\x7e]*$/.test(call.body)).toBe(true);
+        const holder = report.holders![0]!;
+        expect(holder.id).toBe(id);
+        expect(holder.method).toBe(method === "" ? undefined : method.slice(0, 16));
+        const kept = path.slice(0, 256).split("?")[0]!;
+        expect(holder.path).toBe(kept === "" ? undefined : kept);
+      }),
+      { numRuns: 300 },
+    );
   });
 
   test("a slot reused by a later stream never names the earlier stream's method or path", () => {
@@ -305,16 +407,22 @@ describe("holder_paths", () => {
     vm.requestHeaders(5, { ":method": "DELETE", ":path": "/earlier" });
     vm.endStream(5);
     vm.createStream({ id: 5 + SLOTS }); // takes the freed slot; no headers yet
-    expect(ask(host, vm)!.report.holders).toEqual([expect.not.objectContaining({ path: expect.anything() })]);
+    expect(ask(host, vm)!.report.holders).toEqual([
+      expect.not.objectContaining({ path: expect.anything() }),
+    ]);
     vm.requestHeaders(5 + SLOTS, { ":method": "GET", ":path": "/later" });
-    expect(ask(host, vm)!.report.holders).toEqual([expect.objectContaining({ id: 5 + SLOTS, method: "GET", path: "/later" })]);
+    expect(ask(host, vm)!.report.holders).toEqual([
+      expect.objectContaining({ id: 5 + SLOTS, method: "GET", path: "/later" }),
+    ]);
     // A stream whose slot is taken keeps nothing: the slot's owner is named with its own request.
     vm.createStream({ id: 5 + 2 * SLOTS });
     vm.requestHeaders(5 + 2 * SLOTS, { ":method": "PUT", ":path": "/untracked" });
     vm.endStream(5 + SLOTS);
     vm.createStream({ id: 5 + 3 * SLOTS });
     const { call } = ask(host, vm)!;
-    expect(JSON.parse(call.body).holders).toEqual([expect.not.objectContaining({ path: expect.anything() })]);
+    expect(JSON.parse(call.body).holders).toEqual([
+      expect.not.objectContaining({ path: expect.anything() }),
+    ]);
     expect(call.body).not.toMatch(/earlier|later|untracked/);
   });
 
@@ -322,45 +430,70 @@ describe("holder_paths", () => {
   // ones if delivered twice) when it owned its slot at them, and nothing otherwise.
   test("in random create/headers/exclude/delete sequences with colliding ids, every named holder carries its own request or none", () => {
     const action = fc.oneof(
-      fc.record({ t: fc.constant("create" as const), slot: fc.integer({ min: 2, max: 6 }), lap: fc.nat(3) }),
-      fc.record({ t: fc.constant("headers" as const), pick: fc.nat(), path: fc.constantFrom("/a", "/b?x=1", "/healthz", "/c") }),
+      fc.record({
+        t: fc.constant("create" as const),
+        slot: fc.integer({ min: 2, max: 6 }),
+        lap: fc.nat(3),
+      }),
+      fc.record({
+        t: fc.constant("headers" as const),
+        pick: fc.nat(),
+        path: fc.constantFrom("/a", "/b?x=1", "/healthz", "/c"),
+      }),
       fc.record({ t: fc.constant("end" as const), pick: fc.nat() }),
     );
-    fc.assert(fc.property(fc.array(action, { minLength: 1, maxLength: 60 }), (actions) => {
-      const host = new ProxyWasmHost();
-      const vm = host.createVm({ configuration: '{"holder_paths":true,"exclude_paths":["/healthz"]}' });
-      drain(host, vm);
-      const live: number[] = [];
-      const slots = new Map<number, number>(); // slot -> tracked id
-      const kept = new Map<number, string>(); // tracked id -> its kept path
-      for (const a of actions) {
-        if (a.t === "create") {
-          const id = a.slot + a.lap * SLOTS;
-          if (live.includes(id) || vm.streamIds.includes(id)) continue;
-          vm.createStream({ id });
-          live.push(id);
-          if (!slots.has(id % SLOTS)) slots.set(id % SLOTS, id);
-          continue;
+    fc.assert(
+      fc.property(fc.array(action, { minLength: 1, maxLength: 60 }), (actions) => {
+        const host = new ProxyWasmHost();
+        const vm = host.createVm({
+          configuration: '{"holder_paths":true,"exclude_paths":["/healthz"]}',
+        });
+        drain(host, vm);
+        const live: number[] = [];
+        const slots = new Map<number, number>(); // slot -> tracked id
+        const kept = new Map<number, string>(); // tracked id -> its kept path
+        for (const a of actions) {
+          if (a.t === "create") {
+            const id = a.slot + a.lap * SLOTS;
+            if (live.includes(id) || vm.streamIds.includes(id)) continue;
+            vm.createStream({ id });
+            live.push(id);
+            if (!slots.has(id % SLOTS)) slots.set(id % SLOTS, id);
+            continue;
+          }
+          if (live.length === 0) continue;
+          const id = live[a.pick % live.length]!;
+          const tracked = slots.get(id % SLOTS) === id;
+          if (a.t === "headers") {
+            vm.requestHeaders(id, { ":method": "GET", ":path": a.path });
+            if (a.path === "/healthz") {
+              live.splice(live.indexOf(id), 1); // left the count (its deletion is not modelled further)
+              if (tracked) {
+                slots.delete(id % SLOTS);
+                kept.delete(id);
+              }
+            } else if (tracked) kept.set(id, a.path.split("?")[0]!);
+          } else {
+            vm.endStream(id);
+            live.splice(live.indexOf(id), 1);
+            if (tracked) {
+              slots.delete(id % SLOTS);
+              kept.delete(id);
+            }
+          }
         }
-        if (live.length === 0) continue;
-        const id = live[a.pick % live.length]!;
-        const tracked = slots.get(id % SLOTS) === id;
-        if (a.t === "headers") {
-          vm.requestHeaders(id, { ":method": "GET", ":path": a.path });
-          if (a.path === "/healthz") {
-            live.splice(live.indexOf(id), 1); // left the count (its deletion is not modelled further)
-            if (tracked) { slots.delete(id % SLOTS); kept.delete(id); }
-          } else if (tracked) kept.set(id, a.path.split("?")[0]!);
-        } else {
-          vm.endStream(id);
-          live.splice(live.indexOf(id), 1);
-          if (tracked) { slots.delete(id % SLOTS); kept.delete(id); }
+        const holders = ask(host, vm)!.report.holders!;
+        expect(holders.map((h) => h.id)).toEqual([...slots.values()].sort((x, y) => x - y));
+        for (const h of holders) {
+          expect([h.id, h.path, h.method]).toEqual([
+            h.id,
+            kept.get(h.id),
+            kept.has(h.id) ? "GET" : undefined,
+          ]);
         }
-      }
-      const holders = ask(host, vm)!.report.holders!;
-      expect(holders.map((h) => h.id)).toEqual([...slots.values()].sort((x, y) => x - y));
-      for (const h of holders) expect([h.id, h.path, h.method]).toEqual([h.id, kept.get(h.id), kept.has(h.id) ? "GET" : undefined]);
-    }), { numRuns: 300 });
+      }),
+      { numRuns: 300 },
+    );
   });
 
   test("off (the default), a request costs the host calls it cost before: +1 at creation, −1 at deletion, none at its headers (with exclude_paths: the one :path read)", () => {
@@ -384,9 +517,15 @@ describe("holder_paths", () => {
     expect(perRequest("")).toBe(plain.repeat(3).trim());
     expect(perRequest('{"holder_paths":false}')).toBe(plain.repeat(3).trim());
     expect(perRequest('{"exclude_paths":["/healthz"]}'))
-      .toBe("| create proxy_increment_metric | headers proxy_get_header_map_value | delete proxy_increment_metric ".repeat(3).trim());
+      .toBe(
+        "| create proxy_increment_metric | headers proxy_get_header_map_value | delete proxy_increment_metric "
+          .repeat(3).trim(),
+      );
     expect(perRequest(KEEPING))
-      .toBe("| create proxy_increment_metric | headers proxy_get_header_map_value proxy_get_header_map_value | delete proxy_increment_metric ".repeat(3).trim());
+      .toBe(
+        "| create proxy_increment_metric | headers proxy_get_header_map_value proxy_get_header_map_value | delete proxy_increment_metric "
+          .repeat(3).trim(),
+      );
   });
 
   test("on: a live stream keeps at most a few hundred bytes of its request, whatever its path's length", () => {
@@ -396,7 +535,9 @@ describe("holder_paths", () => {
     const first = vm.createStream();
     vm.requestHeaders(first, { ":method": "GET", ":path": long });
     const before = vm.memorySize;
-    for (let i = 0; i < 2000; i++) vm.requestHeaders(vm.createStream(), { ":method": "GET", ":path": long });
+    for (let i = 0; i < 2000; i++) {
+      vm.requestHeaders(vm.createStream(), { ":method": "GET", ":path": long });
+    }
     expect(vm.memorySize - before).toBeLessThan(2000 * 1024); // kept whole, they would take 128 MiB
     drain(host, vm);
     expect(ask(host, vm, "1")!.report.holders![0]!.path).toBe(long.slice(0, 256));

@@ -3,10 +3,23 @@
 // inside `beforeHostCall` (see test/support/proxy-wasm-host.ts).
 import fc from "fast-check";
 import { describe, expect, test } from "vitest";
-import { type FilterVm, type HostCallPoint, type HttpCall, ProxyWasmHost, WasmResult } from "../support/proxy-wasm-host.ts";
-import { Truth, check, gaugeName } from "./truth.ts";
+import {
+  type FilterVm,
+  type HostCallPoint,
+  type HttpCall,
+  ProxyWasmHost,
+  WasmResult,
+} from "../support/proxy-wasm-host.ts";
+import { check, gaugeName, Truth } from "./truth.ts";
 
-interface Report { instance: string; epoch: number; inflight: number; draining: boolean; reason: string; probe?: number }
+interface Report {
+  instance: string;
+  epoch: number;
+  inflight: number;
+  draining: boolean;
+  reason: string;
+  probe?: number;
+}
 const body = (call: HttpCall) => JSON.parse(call.body) as Report;
 const DRAINING: [string, string][] = [["x-lastcall-draining", "1"]];
 
@@ -19,15 +32,25 @@ function twoDraining() {
     host.calls.at(-1)!.respond(200, "", DRAINING);
   }
   const from = host.calls.length;
-  const pushes = () => host.calls.slice(from).map((call) => `${call.vm.index} ${body(call).reason} ${body(call).inflight}`);
+  const pushes = () =>
+    host.calls.slice(from).map((call) =>
+      `${call.vm.index} ${body(call).reason} ${body(call).inflight}`
+    );
   return { host, a, b, pushes };
 }
 
 /** Runs `race` once, when `vm` is about to read the gauge in `callback`. */
-function beforeRead(host: ProxyWasmHost, vm: FilterVm, callback: string, race: () => void): () => boolean {
+function beforeRead(
+  host: ProxyWasmHost,
+  vm: FilterVm,
+  callback: string,
+  race: () => void,
+): () => boolean {
   let raced = false;
   host.beforeHostCall = (point) => {
-    if (raced || point.vm !== vm || point.call !== "proxy_get_metric" || point.callback !== callback) return;
+    if (
+      raced || point.vm !== vm || point.call !== "proxy_get_metric" || point.callback !== callback
+    ) return;
     raced = true;
     race();
   };
@@ -76,12 +99,23 @@ type Action =
   | { t: "fail"; pick: number };
 
 // One callback in ten or so has its first gauge read or its first report call failed by the host.
-const FAULTS: Fault[] = [...Array<Fault>(16).fill(undefined), "proxy_get_metric", "proxy_http_call"];
+const FAULTS: Fault[] = [
+  ...Array<Fault>(16).fill(undefined),
+  "proxy_get_metric",
+  "proxy_http_call",
+];
 const INVALID_PROBES = ["0", "-1", "01", "1.5", "9007199254740992", "", "x", " 5"];
 const fault = fc.constantFrom(...FAULTS);
 const action: fc.Arbitrary<Action> = fc.oneof(
   { weight: 5, arbitrary: fc.record({ t: fc.constant("create" as const), vm: fc.nat(3), fault }) },
-  { weight: 2, arbitrary: fc.record({ t: fc.constant("headers" as const), pick: fc.nat(), excluded: fc.boolean() }) },
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      t: fc.constant("headers" as const),
+      pick: fc.nat(),
+      excluded: fc.boolean(),
+    }),
+  },
   { weight: 5, arbitrary: fc.record({ t: fc.constant("end" as const), pick: fc.nat(), fault }) },
   { weight: 2, arbitrary: fc.record({ t: fc.constant("tick" as const), vm: fc.nat(3), fault }) },
   {
@@ -98,10 +132,21 @@ const action: fc.Arbitrary<Action> = fc.oneof(
   { weight: 1, arbitrary: fc.record({ t: fc.constant("fail" as const), pick: fc.nat() }) },
 );
 
-const BODY = /^\{"instance":"","epoch":\d+,"inflight":\d+,"draining":(true|false),"reason":"(heartbeat|drain_ack|zero|busy|probe)"(,"probe":[1-9]\d*)?(,"vm":"[1-9]\d*")?\}$/;
+const BODY =
+  /^\{"instance":"","epoch":\d+,"inflight":\d+,"draining":(true|false),"reason":"(heartbeat|drain_ack|zero|busy|probe)"(,"probe":[1-9]\d*)?(,"vm":"[1-9]\d*")?\}$/;
 
-interface Stream { vm: FilterVm; id: number; counted: boolean; headers: boolean }
-interface Read { ok: boolean; value: number; truth: number; afterMove: boolean }
+interface Stream {
+  vm: FilterVm;
+  id: number;
+  counted: boolean;
+  headers: boolean;
+}
+interface Read {
+  ok: boolean;
+  value: number;
+  truth: number;
+  afterMove: boolean;
+}
 /** One callback the scenario drives, and what the filter did in it. */
 interface Frame {
   kind: Action["t"];
@@ -120,12 +165,26 @@ interface Frame {
 /** What the runs exercised, so that the property cannot pass on runs that never reach a drain. */
 const seen = { nested: 0, faults: 0, acks: 0, zero: 0, busy: 0, probe: 0, unaware: 0 };
 
-function scenario(vmCount: number, excluding: boolean[], epoch: number, actions: Action[], nestings: number[]): void {
+function scenario(
+  vmCount: number,
+  excluding: boolean[],
+  epoch: number,
+  actions: Action[],
+  nestings: number[],
+): void {
   const host = new ProxyWasmHost();
   const gauge = gaugeName(epoch);
   const truth = new Truth(host, gauge);
-  const vms = Array.from({ length: vmCount }, (_, i) =>
-    host.createVm({ configuration: JSON.stringify({ epoch, ...(excluding[i] ? { exclude_paths: ["/healthz"] } : {}) }) }));
+  const vms = Array.from(
+    { length: vmCount },
+    (_, i) =>
+      host.createVm({
+        configuration: JSON.stringify({
+          epoch,
+          ...(excluding[i] ? { exclude_paths: ["/healthz"] } : {}),
+        }),
+      }),
+  );
   const streams: Stream[] = [];
   const knows = new Set<FilterVm>();
   const acks = new Map<FilterVm, number>();
@@ -139,8 +198,26 @@ function scenario(vmCount: number, excluding: boolean[], epoch: number, actions:
   let depth = 0;
 
   // Runs one callback of `vm`, then checks what the filter did in it against the contract.
-  const drive = <T>(vm: FilterVm, kind: Action["t"], delta: -1 | 0 | 1, options: Partial<Frame>, callback: () => T): T => {
-    const frame: Frame = { kind, delta, knew: knows.has(vm), fault: undefined, faultHit: false, learns: false, probe: undefined, reads: [], used: -1, reports: [], ...options };
+  const drive = <T>(
+    vm: FilterVm,
+    kind: Action["t"],
+    delta: -1 | 0 | 1,
+    options: Partial<Frame>,
+    callback: () => T,
+  ): T => {
+    const frame: Frame = {
+      kind,
+      delta,
+      knew: knows.has(vm),
+      fault: undefined,
+      faultHit: false,
+      learns: false,
+      probe: undefined,
+      reads: [],
+      used: -1,
+      reports: [],
+      ...options,
+    };
     frames.set(vm, frame);
     let result: T;
     try {
@@ -149,9 +226,19 @@ function scenario(vmCount: number, excluding: boolean[], epoch: number, actions:
       frames.delete(vm);
     }
     const reasons = frame.reports.map((r) => r.reason);
-    const what = () => `VM ${vm.index} ${kind} (delta ${delta}, knew ${frame.knew}, fault ${frame.fault} hit ${frame.faultHit}): reads ${JSON.stringify(frame.reads)}, reports ${JSON.stringify(frame.reports)}`;
-    if (frame.faultHit) { failures++; seen.faults++; }
-    for (const reason of reasons) if (reason === "drain_ack" || reason === "zero" || reason === "busy" || reason === "probe") seen[reason === "drain_ack" ? "acks" : reason]++;
+    const what = () =>
+      `VM ${vm.index} ${kind} (delta ${delta}, knew ${frame.knew}, fault ${frame.fault} hit ${frame.faultHit}): reads ${
+        JSON.stringify(frame.reads)
+      }, reports ${JSON.stringify(frame.reports)}`;
+    if (frame.faultHit) {
+      failures++;
+      seen.faults++;
+    }
+    for (const reason of reasons) {
+      if (reason === "drain_ack" || reason === "zero" || reason === "busy" || reason === "probe") {
+        seen[reason === "drain_ack" ? "acks" : reason]++;
+      }
+    }
     let expected: string[];
     if (kind === "create" || kind === "end" || kind === "headers") {
       if (!frame.knew || delta === 0) {
@@ -160,16 +247,26 @@ function scenario(vmCount: number, excluding: boolean[], epoch: number, actions:
       } else {
         // While it knows, a VM reads the gauge once, after its move, and pushes a move to or from zero.
         const read = frame.reads[0];
-        check(frame.reads.length === 1 && read!.afterMove, () => `one read, after the move: ${what()}`);
-        const push = read!.ok && read!.value === (delta > 0 ? 1 : 0) && !(frame.faultHit && frame.fault === "proxy_http_call");
+        check(
+          frame.reads.length === 1 && read!.afterMove,
+          () => `one read, after the move: ${what()}`,
+        );
+        const push = read!.ok && read!.value === (delta > 0 ? 1 : 0) &&
+          !(frame.faultHit && frame.fault === "proxy_http_call");
         expected = push ? [delta > 0 ? "busy" : "zero"] : [];
       }
     } else {
       if (kind === "tick") expected = ["heartbeat"];
-      else expected = [...(frame.learns ? ["drain_ack"] : []), ...(frame.probe !== undefined ? ["probe"] : [])];
+      else {expected = [
+          ...(frame.learns ? ["drain_ack"] : []),
+          ...(frame.probe !== undefined ? ["probe"] : []),
+        ];}
       if (frame.faultHit) expected.shift(); // the first read or report call of the callback failed: that report is not sent
     }
-    check(reasons.join() === expected.join(), () => `reports ${reasons}, expected ${expected}: ${what()}`);
+    check(
+      reasons.join() === expected.join(),
+      () => `reports ${reasons}, expected ${expected}: ${what()}`,
+    );
     return result!;
   };
 
@@ -185,20 +282,35 @@ function scenario(vmCount: number, excluding: boolean[], epoch: number, actions:
         stream.id = drive(vm, "create", 1, { fault: a.fault }, () => vm.createStream());
         return;
       }
-      case "headers": case "end": {
-        const candidates = streams.filter((s) => s.id !== 0 && !s.vm.busy && (a.t === "end" || !s.headers));
+      case "headers":
+      case "end": {
+        const candidates = streams.filter((s) =>
+          s.id !== 0 && !s.vm.busy && (a.t === "end" || !s.headers)
+        );
         if (candidates.length === 0) return;
         const stream = candidates[a.pick % candidates.length]!;
         const { vm } = stream;
         if (a.t === "headers") {
           stream.headers = true;
           const excluded = a.excluded && excluding[vm.index]!;
-          drive(vm, "headers", excluded ? -1 : 0, {}, () => vm.requestHeaders(stream.id, { ":path": a.excluded ? "/healthz?x=1" : "/api" }));
+          drive(
+            vm,
+            "headers",
+            excluded ? -1 : 0,
+            {},
+            () => vm.requestHeaders(stream.id, { ":path": a.excluded ? "/healthz?x=1" : "/api" }),
+          );
           if (excluded) stream.counted = false;
         } else {
           streams.splice(streams.indexOf(stream), 1);
           if (stream.counted) finished++;
-          drive(vm, "end", stream.counted ? -1 : 0, { fault: a.fault }, () => vm.endStream(stream.id));
+          drive(
+            vm,
+            "end",
+            stream.counted ? -1 : 0,
+            { fault: a.fault },
+            () => vm.endStream(stream.id),
+          );
         }
         return;
       }
@@ -207,7 +319,8 @@ function scenario(vmCount: number, excluding: boolean[], epoch: number, actions:
         drive(vm, "tick", 0, { fault: a.fault }, () => vm.tick());
         return;
       }
-      case "answer": case "fail": {
+      case "answer":
+      case "fail": {
         const pending = host.pendingCalls().filter((call) => !call.vm.busy);
         if (pending.length === 0) return;
         const call = pending[a.pick % pending.length]!;
@@ -219,7 +332,9 @@ function scenario(vmCount: number, excluding: boolean[], epoch: number, actions:
         const headers: [string, string][] = [];
         if (a.draining !== undefined) headers.push(["x-lastcall-draining", a.draining]);
         let probe = a.probe;
-        if (probe === "valid") probe = String(nextProbe++ % 3 === 0 ? Number.MAX_SAFE_INTEGER - nextProbe : nextProbe);
+        if (probe === "valid") {
+          probe = String(nextProbe++ % 3 === 0 ? Number.MAX_SAFE_INTEGER - nextProbe : nextProbe);
+        }
         if (probe !== undefined) headers.push(["x-lastcall-probe", probe]);
         const ok = a.status === 200;
         if (!ok) failures++;
@@ -227,8 +342,11 @@ function scenario(vmCount: number, excluding: boolean[], epoch: number, actions:
         const tellsDrain = ok && a.draining === "1";
         const learns = tellsDrain && !(acks.get(call.vm)! > 0);
         if (tellsDrain) knows.add(call.vm);
-        drive(call.vm, "answer", 0, { fault: a.fault, learns, probe: ok && a.probe === "valid" ? Number(probe) : undefined },
-          () => call.respond(a.status, JSON.stringify({ draining: a.draining === "1" }), headers));
+        drive(call.vm, "answer", 0, {
+          fault: a.fault,
+          learns,
+          probe: ok && a.probe === "valid" ? Number(probe) : undefined,
+        }, () => call.respond(a.status, JSON.stringify({ draining: a.draining === "1" }), headers));
         return;
       }
     }
@@ -258,7 +376,12 @@ function scenario(vmCount: number, excluding: boolean[], epoch: number, actions:
     if (!frame) return;
     if (point.call === "proxy_get_metric") {
       check(point.key === gauge, () => `VM ${point.vm.index} read ${point.key}`);
-      frame.reads.push({ ok: result === WasmResult.Ok, value: truth.gauge(), truth: truth.now(), afterMove: truth.op(point.vm)!.moved });
+      frame.reads.push({
+        ok: result === WasmResult.Ok,
+        value: truth.gauge(),
+        truth: truth.now(),
+        afterMove: truth.op(point.vm)!.moved,
+      });
       return;
     }
     if (point.call !== "proxy_http_call" || result !== WasmResult.Ok) return;
@@ -266,29 +389,50 @@ function scenario(vmCount: number, excluding: boolean[], epoch: number, actions:
     const call = host.calls.at(-1)!;
     const report = body(call);
     frame.reports.push(report);
-    const what = () => `VM ${point.vm.index} sent ${call.body} in ${point.callback} after reads ${JSON.stringify(frame.reads)}`;
+    const what = () =>
+      `VM ${point.vm.index} sent ${call.body} in ${point.callback} after reads ${
+        JSON.stringify(frame.reads)
+      }`;
     check(BODY.test(call.body) && report.epoch === epoch, () => `report shape: ${what()}`);
     // Every report carries the count its own read found, and that was the true count then.
     const read = frame.reads.at(-1);
-    check(read !== undefined && read.ok && frame.reads.length - 1 > frame.used && read.value === report.inflight && read.truth === report.inflight,
-      () => `a report of the gauge it read just before: ${what()}`);
+    check(
+      read !== undefined && read.ok && frame.reads.length - 1 > frame.used &&
+        read.value === report.inflight && read.truth === report.inflight,
+      () => `a report of the gauge it read just before: ${what()}`,
+    );
     frame.used = frame.reads.length - 1;
-    check(report.draining === knows.has(point.vm), () => `draining is what this VM knows: ${what()}`);
+    check(
+      report.draining === knows.has(point.vm),
+      () => `draining is what this VM knows: ${what()}`,
+    );
     if (report.reason === "zero" || report.reason === "busy") {
-      check(frame.knew && read!.afterMove && report.inflight === (report.reason === "zero" ? 0 : 1) && frame.delta === (report.reason === "zero" ? -1 : 1),
-        () => `a push: by a VM that knew, read after its own move: ${what()}`);
+      check(
+        frame.knew && read!.afterMove && report.inflight === (report.reason === "zero" ? 0 : 1) &&
+          frame.delta === (report.reason === "zero" ? -1 : 1),
+        () => `a push: by a VM that knew, read after its own move: ${what()}`,
+      );
     }
     if (report.reason === "drain_ack") {
       acks.set(point.vm, (acks.get(point.vm) ?? 0) + 1);
-      check(frame.learns && acks.get(point.vm) === 1, () => `one drain_ack per VM, until one goes out: ${what()}`);
+      check(
+        frame.learns && acks.get(point.vm) === 1,
+        () => `one drain_ack per VM, until one goes out: ${what()}`,
+      );
     }
-    check((report.reason === "probe") === ("probe" in report) && report.probe === (report.reason === "probe" ? frame.probe : undefined),
-      () => `a probe report answers the probe asked: ${what()}`);
+    check(
+      (report.reason === "probe") === ("probe" in report) &&
+        report.probe === (report.reason === "probe" ? frame.probe : undefined),
+      () => `a probe report answers the probe asked: ${what()}`,
+    );
   };
 
   const quiescent = () => {
     expect(depth).toBe(0);
-    check(truth.gauge() === streams.filter((s) => s.counted).length, () => `gauge ${truth.gauge()} at rest`);
+    check(
+      truth.gauge() === streams.filter((s) => s.counted).length,
+      () => `gauge ${truth.gauge()} at rest`,
+    );
   };
   while (next < actions.length) {
     run(actions[next++]!);
@@ -296,7 +440,9 @@ function scenario(vmCount: number, excluding: boolean[], epoch: number, actions:
   }
   host.beforeHostCall = undefined;
   seen.unaware += vms.filter((vm) => !knows.has(vm)).length;
-  for (const stream of [...streams]) run({ t: "end", pick: streams.indexOf(stream), fault: undefined });
+  for (const stream of [...streams]) {
+    run({ t: "end", pick: streams.indexOf(stream), fault: undefined });
+  }
   for (const vm of vms) run({ t: "tick", vm: vm.index, fault: undefined });
   quiescent();
   expect(truth.gauge()).toBe(0);
@@ -314,7 +460,8 @@ test("in random interleavings: the gauge is the true count at every host call, e
       fc.nat(3),
       fc.array(action, { minLength: 1, maxLength: 200, size: "max" }),
       fc.array(fc.nat(9), { minLength: 1, maxLength: 40 }),
-      (vmCount, excluding, epoch, actions, nestings) => scenario(vmCount, excluding, epoch, actions, nestings),
+      (vmCount, excluding, epoch, actions, nestings) =>
+        scenario(vmCount, excluding, epoch, actions, nestings),
     ),
     { numRuns: 300 },
   );

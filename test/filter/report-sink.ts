@@ -73,12 +73,19 @@ export async function startReportSink(): Promise<ReportSink> {
   let vmIds = 0;
   const server = createServer((request, response) => {
     let body = "";
-    request.setEncoding("utf8").on("data", (chunk: string) => { body += chunk; }).on("end", () => {
+    request.setEncoding("utf8").on("data", (chunk: string) => {
+      body += chunk;
+    }).on("end", () => {
       if (request.method !== "POST" || request.url !== "/v1/inflight") {
         response.writeHead(404).end();
         return;
       }
-      const report = { ...JSON.parse(body), raw: body, arrival: reports.length, headers: request.headers } as Report;
+      const report = {
+        ...JSON.parse(body),
+        raw: body,
+        arrival: reports.length,
+        headers: request.headers,
+      } as Report;
       reports.push(report);
       if (sink.token !== undefined && request.headers["x-lastcall-token"] !== sink.token) {
         response.writeHead(401).end();
@@ -86,7 +93,8 @@ export async function startReportSink(): Promise<ReportSink> {
         return;
       }
       const headers: Record<string, string> = {
-        "content-type": "application/json", "x-lastcall-draining": sink.draining ? "1" : "0",
+        "content-type": "application/json",
+        "x-lastcall-draining": sink.draining ? "1" : "0",
       };
       const probe = probes.shift();
       if (probe !== undefined) headers["x-lastcall-probe"] = String(probe);
@@ -123,8 +131,16 @@ export async function startReportSink(): Promise<ReportSink> {
         };
         const timer = setTimeout(() => {
           events.off("report", onReport);
-          const last = reports.slice(-12).map((r) => `${r.arrival} ${r.vm ?? "-"} ${r.reason}${r.holders ? ` ${r.holders.length} holders` : ""}`).join("; ");
-          fail(new Error(`No report: ${what}, within ${timeoutMs} ms (${reports.length} received; the last: ${last})`));
+          const last = reports.slice(-12).map((r) =>
+            `${r.arrival} ${r.vm ?? "-"} ${r.reason}${
+              r.holders ? ` ${r.holders.length} holders` : ""
+            }`
+          ).join("; ");
+          fail(
+            new Error(
+              `No report: ${what}, within ${timeoutMs} ms (${reports.length} received; the last: ${last})`,
+            ),
+          );
         }, timeoutMs);
         events.on("report", onReport);
       });

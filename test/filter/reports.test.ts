@@ -2,7 +2,12 @@
 // heartbeat, its own sticky draining flag learned from the answers to ITS reports, one drain_ack
 // per VM, pushes of moves to and from zero while it knows, probes answered with the gauge.
 import { describe, expect, test } from "vitest";
-import { type FilterVm, type HttpCall, ProxyWasmHost, WasmResult } from "../support/proxy-wasm-host.ts";
+import {
+  type FilterVm,
+  type HttpCall,
+  ProxyWasmHost,
+  WasmResult,
+} from "../support/proxy-wasm-host.ts";
 import { prng } from "./prng.ts";
 import { gaugeName } from "./truth.ts";
 
@@ -10,9 +15,19 @@ const GAUGE = gaugeName(0);
 const TOTAL = "wasmcustom.lastcall_streams_total";
 const SENT = "wasmcustom.lastcall_reports_sent";
 const FAILED = "wasmcustom.lastcall_reports_failed";
-const HEADERS: [string, string][] = [[":method", "POST"], [":path", "/v1/inflight"], [":authority", "lastcall"], ["content-type", "application/json"]];
+const HEADERS: [string, string][] = [[":method", "POST"], [":path", "/v1/inflight"], [
+  ":authority",
+  "lastcall",
+], ["content-type", "application/json"]];
 
-interface Report { instance: string; epoch: number; inflight: number; draining: boolean; reason: string; probe?: number }
+interface Report {
+  instance: string;
+  epoch: number;
+  inflight: number;
+  draining: boolean;
+  reason: string;
+  probe?: number;
+}
 /** A report's body without its `vm` (checked here: absent, or the decimal id the agent gave; holders.test.ts). */
 const body = (call: HttpCall) => {
   const { vm, ...report } = JSON.parse(call.body) as Report & { vm?: unknown };
@@ -29,7 +44,12 @@ function answer(call: HttpCall, draining: boolean, probe?: string): void {
 }
 
 /** Ticks `vm` and answers its heartbeat: after this the VM knows of the drain (or not). */
-function heartbeat(host: ProxyWasmHost, vm: FilterVm, draining: boolean, probe?: string): HttpCall[] {
+function heartbeat(
+  host: ProxyWasmHost,
+  vm: FilterVm,
+  draining: boolean,
+  probe?: string,
+): HttpCall[] {
   const from = host.calls.length;
   vm.tick();
   answer(host.calls[from]!, draining, probe);
@@ -39,7 +59,8 @@ function heartbeat(host: ProxyWasmHost, vm: FilterVm, draining: boolean, probe?:
 describe("reports", () => {
   test("a heartbeat is one POST /v1/inflight with the process-wide gauge, keys in order, no seq", () => {
     const host = new ProxyWasmHost({ clock: () => 1_795_000_000_123_456_789n });
-    const configuration = '{"instance":"pod-\\"a\\"","epoch":4,"agent_authority":"agent.local","push_timeout_ms":250}';
+    const configuration =
+      '{"instance":"pod-\\"a\\"","epoch":4,"agent_authority":"agent.local","push_timeout_ms":250}';
     const [a, b] = [host.createVm({ configuration }), host.createVm({ configuration })];
     const ids = [b.createStream(), b.createStream(), a.createStream()];
     a.tick();
@@ -48,8 +69,13 @@ describe("reports", () => {
     expect(call!.vm).toBe(a);
     expect(call!.cluster).toBe("lastcall_agent");
     expect(call!.timeoutMs).toBe(250);
-    expect(call!.headers).toEqual([[":method", "POST"], [":path", "/v1/inflight"], [":authority", "agent.local"], ["content-type", "application/json"]]);
-    expect(call!.body).toBe('{"instance":"pod-\\"a\\"","epoch":4,"inflight":3,"draining":false,"reason":"heartbeat"}'); // no vm: no answer gave it one yet
+    expect(call!.headers).toEqual([[":method", "POST"], [":path", "/v1/inflight"], [
+      ":authority",
+      "agent.local",
+    ], ["content-type", "application/json"]]);
+    expect(call!.body).toBe(
+      '{"instance":"pod-\\"a\\"","epoch":4,"inflight":3,"draining":false,"reason":"heartbeat"}',
+    ); // no vm: no answer gave it one yet
     expect(host.metric(SENT)).toBe(1);
     answer(call!, false);
     expect(host.metric(FAILED)).toBe(0);
@@ -74,9 +100,14 @@ describe("reports", () => {
 
   test("lastcall_streams_total is added by each VM at its tick, not per stream", () => {
     const host = new ProxyWasmHost();
-    const [a, b] = [host.createVm({ configuration: '{"heartbeat_ms":0}' }), host.createVm({ configuration: '{"heartbeat_ms":200}' })];
+    const [a, b] = [
+      host.createVm({ configuration: '{"heartbeat_ms":0}' }),
+      host.createVm({ configuration: '{"heartbeat_ms":200}' }),
+    ];
     const moved: string[] = [];
-    host.afterHostCall = ({ call, key }) => { if (call === "proxy_increment_metric") moved.push(key); };
+    host.afterHostCall = ({ call, key }) => {
+      if (call === "proxy_increment_metric") moved.push(key);
+    };
     for (let i = 0; i < 3; i++) a.endStream(a.createStream());
     for (let i = 0; i < 2; i++) b.endStream(b.createStream());
     expect(moved).toEqual(Array(10).fill(GAUGE));
@@ -97,7 +128,9 @@ describe("reports", () => {
     heartbeat(host, vm, true, "9"); // heartbeat, drain_ack, probe
     vm.endStream(vm.createStream()); // busy, zero
     expect(reasons(host.calls)).toEqual(["heartbeat", "drain_ack", "probe", "busy", "zero"]);
-    for (const call of host.calls) expect(call.headers).toEqual([...HEADERS, ["x-lastcall-token", token]]);
+    for (const call of host.calls) {
+      expect(call.headers).toEqual([...HEADERS, ["x-lastcall-token", token]]);
+    }
     const plain = new ProxyWasmHost();
     plain.createVm({ configuration: '{"token":""}' }).tick();
     expect(plain.calls[0]!.headers).toEqual(HEADERS);
@@ -107,7 +140,9 @@ describe("reports", () => {
     const host = new ProxyWasmHost();
     const vm = host.createVm();
     heartbeat(host, vm, true); // heartbeat and drain_ack
-    host.beforeHostCall = ({ call }) => (call === "proxy_get_metric" ? WasmResult.InternalFailure : undefined);
+    host.beforeHostCall = (
+      { call },
+    ) => (call === "proxy_get_metric" ? WasmResult.InternalFailure : undefined);
     vm.tick(); // heartbeat
     vm.endStream(vm.createStream()); // busy, zero
     answer(host.calls[1]!, true, "5"); // probe
@@ -150,12 +185,16 @@ describe("draining", () => {
     const second = heartbeat(host, vms[1]!, true);
     expect(second.map((call) => call.vm)).toEqual([vms[1], vms[1]]);
     expect(second.map(body)).toMatchObject([
-      { inflight: 2, draining: false, reason: "heartbeat" }, { inflight: 2, draining: true, reason: "drain_ack" },
+      { inflight: 2, draining: false, reason: "heartbeat" },
+      { inflight: 2, draining: true, reason: "drain_ack" },
     ]);
     vms[2]!.tick(); // never answered: does not know, does not ack
     expect(body(host.calls.at(-1)!)).toMatchObject({ draining: false, reason: "heartbeat" });
-    expect(host.calls.filter((call) => body(call).reason === "drain_ack").map((call) => call.vm)).toEqual([vms[0], vms[1]]);
-    vms.forEach((vm, i) => { if (i > 0) vm.endStream(ids[i]!); });
+    expect(host.calls.filter((call) => body(call).reason === "drain_ack").map((call) => call.vm))
+      .toEqual([vms[0], vms[1]]);
+    vms.forEach((vm, i) => {
+      if (i > 0) vm.endStream(ids[i]!);
+    });
   });
 
   test("the ack reads the gauge after the VM learned: another VM's move just before the read is in it", () => {
@@ -165,19 +204,30 @@ describe("draining", () => {
     a.tick();
     let raced = false;
     host.beforeHostCall = ({ vm, call, callback }) => {
-      if (raced || vm !== a || call !== "proxy_get_metric" || callback !== "proxy_on_http_call_response") return;
+      if (
+        raced || vm !== a || call !== "proxy_get_metric" ||
+        callback !== "proxy_on_http_call_response"
+      ) return;
       raced = true;
       b.endStream(stream); // b does not know of the drain: its 1 → 0 pushes nothing
     };
     answer(host.calls[0]!, true);
     expect(raced).toBe(true);
-    expect(host.calls.slice(1).map((call) => [call.vm.index, body(call).reason, body(call).inflight])).toEqual([[0, "drain_ack", 0]]);
+    expect(
+      host.calls.slice(1).map((call) => [call.vm.index, body(call).reason, body(call).inflight]),
+    ).toEqual([[0, "drain_ack", 0]]);
   });
 
   test("a drain learned at zero is acked with inflight 0", () => {
     const host = new ProxyWasmHost();
     const vm = host.createVm();
-    expect(body(heartbeat(host, vm, true)[1]!)).toEqual({ instance: "", epoch: 0, inflight: 0, draining: true, reason: "drain_ack" });
+    expect(body(heartbeat(host, vm, true)[1]!)).toEqual({
+      instance: "",
+      epoch: 0,
+      inflight: 0,
+      draining: true,
+      reason: "drain_ack",
+    });
   });
 
   test("only a VM that knows of the drain pushes busy and zero, each read right after its own move", () => {
@@ -185,7 +235,10 @@ describe("draining", () => {
     const [a, b] = [host.createVm(), host.createVm()];
     heartbeat(host, a, true);
     const from = host.calls.length;
-    const pushes = () => host.calls.slice(from).map((call) => `${call.vm.index} ${body(call).reason} ${body(call).inflight}`);
+    const pushes = () =>
+      host.calls.slice(from).map((call) =>
+        `${call.vm.index} ${body(call).reason} ${body(call).inflight}`
+      );
     b.endStream(b.createStream()); // b does not know: 0 → 1 → 0 pushes nothing
     expect(pushes()).toEqual([]);
     const first = a.createStream(); // 0 → 1
@@ -224,7 +277,10 @@ describe("draining", () => {
     expect(host.calls).toHaveLength(answers.length);
     vm.endStream(vm.createStream());
     vm.tick();
-    expect(host.calls.slice(answers.length).map(body)).toMatchObject([{ reason: "heartbeat", draining: false }]);
+    expect(host.calls.slice(answers.length).map(body)).toMatchObject([{
+      reason: "heartbeat",
+      draining: false,
+    }]);
     host.calls.at(-1)!.respond(200, "", [["x-lastcall-draining", "1"]]);
     expect(reasons(host.calls).at(-1)).toBe("drain_ack");
   });
@@ -244,16 +300,23 @@ describe("draining", () => {
     heartbeat(host, vm, true);
     vm.endStream(vm.createStream());
     vm.tick();
-    expect(host.calls.slice(2).map((call) => `${body(call).reason} ${body(call).draining}`)).toEqual([
-      ...Array(5).fill("heartbeat true"), "busy true", "zero true", "heartbeat true",
-    ]);
+    expect(host.calls.slice(2).map((call) => `${body(call).reason} ${body(call).draining}`))
+      .toEqual([
+        ...Array(5).fill("heartbeat true"),
+        "busy true",
+        "zero true",
+        "heartbeat true",
+      ]);
   });
 
   test("while every VM knows, the pushes are exactly the count's moves to and from zero, alternating", () => {
     for (const seed of [11, 12, 13]) {
       const host = new ProxyWasmHost();
       const random = prng(seed);
-      const vms = Array.from({ length: 4 }, () => host.createVm({ configuration: '{"exclude_paths":["/healthz"]}' }));
+      const vms = Array.from(
+        { length: 4 },
+        () => host.createVm({ configuration: '{"exclude_paths":["/healthz"]}' }),
+      );
       for (const vm of vms) heartbeat(host, vm, true);
       const from = host.calls.length;
       const live: { vm: FilterVm; id: number; counted: boolean }[] = [];
@@ -284,7 +347,9 @@ describe("draining", () => {
         }
       }
       for (const stream of live.splice(0)) end(stream);
-      const pushes = host.calls.slice(from).map((call) => `${body(call).reason} ${body(call).inflight}`);
+      const pushes = host.calls.slice(from).map((call) =>
+        `${body(call).reason} ${body(call).inflight}`
+      );
       expect(moves.length).toBeGreaterThan(100);
       expect(pushes).toEqual(moves);
       expect(host.calls.slice(from).every((call) => body(call).draining)).toBe(true);
@@ -296,15 +361,27 @@ describe("draining", () => {
 describe("probes", () => {
   test("a probe answer gets a probe report: the id after reason, the VM's flag, the gauge read now", () => {
     const host = new ProxyWasmHost({ clock: () => 1n });
-    const [vm, other] = [host.createVm({ configuration: '{"instance":"x"}' }), host.createVm({ configuration: '{"instance":"x"}' })];
+    const [vm, other] = [
+      host.createVm({ configuration: '{"instance":"x"}' }),
+      host.createVm({ configuration: '{"instance":"x"}' }),
+    ];
     const ids = [vm.createStream(), other.createStream()];
     vm.tick();
     vm.endStream(ids[0]!);
     answer(host.calls[0]!, false, "42");
     expect(host.calls).toHaveLength(2);
-    expect(host.calls[1]!.body).toBe('{"instance":"x","epoch":0,"inflight":1,"draining":false,"reason":"probe","probe":42}');
+    expect(host.calls[1]!.body).toBe(
+      '{"instance":"x","epoch":0,"inflight":1,"draining":false,"reason":"probe","probe":42}',
+    );
     answer(host.calls[1]!, false, "9007199254740991"); // the agent may probe a probe report: answered again
-    expect(body(host.calls[2]!)).toEqual({ instance: "x", epoch: 0, inflight: 1, draining: false, reason: "probe", probe: 9007199254740991 });
+    expect(body(host.calls[2]!)).toEqual({
+      instance: "x",
+      epoch: 0,
+      inflight: 1,
+      draining: false,
+      reason: "probe",
+      probe: 9007199254740991,
+    });
     answer(host.calls[2]!, false);
     expect(host.calls).toHaveLength(3);
     expect(host.metric(SENT)).toBe(3);
@@ -317,7 +394,10 @@ describe("probes", () => {
     a.tick();
     let raced = false;
     host.beforeHostCall = ({ vm, call, callback }) => {
-      if (raced || vm !== a || call !== "proxy_get_metric" || callback !== "proxy_on_http_call_response") return;
+      if (
+        raced || vm !== a || call !== "proxy_get_metric" ||
+        callback !== "proxy_on_http_call_response"
+      ) return;
       raced = true;
       b.createStream();
     };
@@ -327,8 +407,21 @@ describe("probes", () => {
   });
 
   test.each([
-    ["0"], ["-1"], ["+1"], ["01"], ["1.5"], ["1e3"], ["0x10"], [" 7"], ["7 "], [""], ["abc"], ["7,8"],
-    ["9007199254740992"], ["18446744073709551617"], ["12345678901234567"],
+    ["0"],
+    ["-1"],
+    ["+1"],
+    ["01"],
+    ["1.5"],
+    ["1e3"],
+    ["0x10"],
+    [" 7"],
+    ["7 "],
+    [""],
+    ["abc"],
+    ["7,8"],
+    ["9007199254740992"],
+    ["18446744073709551617"],
+    ["12345678901234567"],
   ])("an invalid probe header %j is ignored", (probe) => {
     const host = new ProxyWasmHost();
     const vm = host.createVm();
@@ -344,7 +437,10 @@ describe("probes", () => {
     vm.tick();
     host.calls[0]!.respond(503, "", [["x-lastcall-draining", "1"], ["x-lastcall-probe", "5"]]);
     vm.tick();
-    expect(host.calls.map(body)).toMatchObject([{ reason: "heartbeat" }, { reason: "heartbeat", draining: false }]);
+    expect(host.calls.map(body)).toMatchObject([{ reason: "heartbeat" }, {
+      reason: "heartbeat",
+      draining: false,
+    }]);
   });
 
   test("draining and a probe in one answer: drain_ack first, then the probe report; each VM acks once", () => {
@@ -364,6 +460,9 @@ describe("probes", () => {
       [1, { instance: "", epoch: 0, inflight: 1, draining: true, reason: "probe", probe: 8 }],
     ]);
     answer(host.calls[5]!, true, "9"); // b knows: the probe alone
-    expect(host.calls.slice(6).map((call) => [call.vm.index, body(call).reason])).toEqual([[1, "probe"]]);
+    expect(host.calls.slice(6).map((call) => [call.vm.index, body(call).reason])).toEqual([[
+      1,
+      "probe",
+    ]]);
   });
 });

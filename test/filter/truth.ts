@@ -73,7 +73,13 @@ export class Truth {
     this.#ops.set(vm, op);
     try {
       const result = callback();
-      check(op.moved === (delta !== 0), () => `VM ${vm.index}: a callback that must move the count by ${delta} did ${op.moved ? "" : "not "}move it`);
+      check(
+        op.moved === (delta !== 0),
+        () =>
+          `VM ${vm.index}: a callback that must move the count by ${delta} did ${
+            op.moved ? "" : "not "
+          }move it`,
+      );
       return result;
     } finally {
       this.#ops.delete(vm);
@@ -85,13 +91,22 @@ export class Truth {
   observe(point: HostCallPoint): void {
     if (point.call === "proxy_increment_metric" && point.key === this.#gauge) {
       const op = this.#ops.get(point.vm);
-      check(op !== undefined && op.delta !== 0 && !op.moved && point.offset === BigInt(op.delta),
-        () => `VM ${point.vm.index} moved the gauge by ${point.offset} in ${point.callback}, expected ${op ? (op.moved ? "no second move" : op.delta) : "no move"}`);
+      check(
+        op !== undefined && op.delta !== 0 && !op.moved && point.offset === BigInt(op.delta),
+        () =>
+          `VM ${point.vm.index} moved the gauge by ${point.offset} in ${point.callback}, expected ${
+            op ? (op.moved ? "no second move" : op.delta) : "no move"
+          }`,
+      );
       op!.moved = true;
     }
     const gauge = this.gauge();
     const truth = this.now();
-    check(gauge === truth && gauge >= 0, () => `after ${point.call} ${point.key} of VM ${point.vm.index} in ${point.callback}: gauge ${gauge}, true count ${truth}`);
+    check(
+      gauge === truth && gauge >= 0,
+      () =>
+        `after ${point.call} ${point.key} of VM ${point.vm.index} in ${point.callback}: gauge ${gauge}, true count ${truth}`,
+    );
     this.checks++;
   }
 }

@@ -23,20 +23,34 @@ const edited = (path: string, edit: (object: Json) => void) => {
 const specOf = (object: Json) => object.spec.template.spec;
 /** A container of a pod spec, regular or init, by name. */
 const container = (object: Json, name: string): Json =>
-  [...(specOf(object).containers ?? []), ...(specOf(object).initContainers ?? [])].find((c: { name: string }) => c.name === name);
-const sleepPreStop = (seconds: number) => ({ preStop: { exec: { command: ["/bin/sh", "-c", `sleep ${seconds}`] } } });
+  [...(specOf(object).containers ?? []), ...(specOf(object).initContainers ?? [])].find((
+    c: { name: string },
+  ) => c.name === name);
+const sleepPreStop = (seconds: number) => ({
+  preStop: { exec: { command: ["/bin/sh", "-c", `sleep ${seconds}`] } },
+});
 
 /**
  * Sets proxyMetadata the way Istio's injector writes it: in the pod's proxy.istio.io/config
  * annotation, in PROXY_CONFIG, and as variables of istio-proxy.
  */
-function proxyMetadata(object: Json, values: Record<string, string>, config: Record<string, unknown> = {}) {
+function proxyMetadata(
+  object: Json,
+  values: Record<string, string>,
+  config: Record<string, unknown> = {},
+) {
   const annotations = object.spec.template.metadata.annotations;
   const annotated = YAML.parse(annotations["proxy.istio.io/config"] ?? "{}");
-  const merged = { ...annotated, ...config, proxyMetadata: { ...annotated.proxyMetadata, ...values } };
+  const merged = {
+    ...annotated,
+    ...config,
+    proxyMetadata: { ...annotated.proxyMetadata, ...values },
+  };
   annotations["proxy.istio.io/config"] = YAML.stringify(merged);
   const proxy = container(object, "istio-proxy");
-  proxy.env.find((e: { name: string }) => e.name === "PROXY_CONFIG").value = `${JSON.stringify(merged)}\n`;
+  proxy.env.find((e: { name: string }) => e.name === "PROXY_CONFIG").value = `${
+    JSON.stringify(merged)
+  }\n`;
   for (const [name, value] of Object.entries(values)) {
     const existing = proxy.env.find((e: { name: string }) => e.name === name);
     if (existing) existing.value = value;
@@ -51,15 +65,18 @@ const GATEWAY = fixturePath("envoy-gateway-default.yaml");
 const GATEWAY_SHUTDOWN = fixturePath("envoy-gateway-shutdown.yaml");
 const NGINX = fixturePath("nginx-deployment.yaml");
 
-const NATIVE_ISTIO = `or run istio-proxy as a native sidecar (sidecar.istio.io/nativeSidecar: "true"; stops after the app) or use lastcall (waits for the app)`;
+const NATIVE_ISTIO =
+  `or run istio-proxy as a native sidecar (sidecar.istio.io/nativeSidecar: "true"; stops after the app) or use lastcall (waits for the app)`;
 const CLASSIC_NO_PRESTOP =
   'deployment/hello: container "hello" has no preStop: it gets SIGTERM at once while istio-proxy still takes new requests until terminationDrainDuration 5s (default): the app stops answering requests the proxy forwards; add lifecycle.preStop.sleep.seconds: 5 on container "hello"';
 const NATIVE_NO_PRESTOP =
   'deployment/hello: container "hello" has no preStop: it gets SIGTERM at once, before endpoint removal is over (~3s), while istio-proxy (a native sidecar) still takes new requests until the app has exited: the app stops answering requests the proxy forwards; add lifecycle.preStop.sleep.seconds: 5 on container "hello"';
 const IDLE_EXIT = (minDrain: string, exitAt: string, fix: string) =>
   `deployment/hello: istio-proxy may exit as early as ${exitAt} after termination starts, at the first poll that finds no connection open (MINIMUM_DRAIN_DURATION ${minDrain} + the 1s poll), before the app's shutdown (preStop sleep 10s) is over: an app idle for a moment loses its proxy, and its calls out fail from then on; set MINIMUM_DRAIN_DURATION ≥ ${fix} ${NATIVE_ISTIO}`;
-const NO_PROXY = (ref: string) => `${ref}: no proxy found: only the apps' preStop hooks against the grace period were checked`;
-const UNMODELLED = (ref: string, name: string, what: string) => `${ref}: ${name} (${what}): timing not modelled: only the apps' preStop hooks against the grace period were checked`;
+const NO_PROXY = (ref: string) =>
+  `${ref}: no proxy found: only the apps' preStop hooks against the grace period were checked`;
+const UNMODELLED = (ref: string, name: string, what: string) =>
+  `${ref}: ${name} (${what}): timing not modelled: only the apps' preStop hooks against the grace period were checked`;
 
 /** One manifest and what check must say about it. */
 interface Row {
@@ -90,19 +107,22 @@ const rows: Row[] = [
     summary: "1 workload, 1 proxy, 1 finding",
   },
   {
-    name: "Istio's native injected layout (since 1.28), app without preStop: its SIGTERM comes at once, whatever the sidecar does",
+    name:
+      "Istio's native injected layout (since 1.28), app without preStop: its SIGTERM comes at once, whatever the sidecar does",
     file: ISTIO_NATIVE,
     findings: [NATIVE_NO_PRESTOP],
     summary: "1 workload, 1 proxy, 1 finding",
   },
   {
-    name: "Istio's native layout, app with preStop sleep 5: none (the sidecar drains from its preStop and stops after the app)",
+    name:
+      "Istio's native layout, app with preStop sleep 5: none (the sidecar drains from its preStop and stops after the app)",
     text: () => edited(ISTIO_NATIVE, (o) => (container(o, "hello").lifecycle = sleepPreStop(5))),
     findings: [],
     summary: "1 workload, 1 proxy, 0 findings",
   },
   {
-    name: "Istio's older layout, app with preStop sleep 5: terminationDrainDuration kills the proxy during the app's shutdown",
+    name:
+      "Istio's older layout, app with preStop sleep 5: terminationDrainDuration kills the proxy during the app's shutdown",
     text: () => edited(ISTIO_CLASSIC, (o) => (container(o, "hello").lifecycle = sleepPreStop(5))),
     findings: [
       `deployment/hello: istio-proxy terminationDrainDuration 5s (default) is shorter than the app's shutdown (preStop sleep 5s): the proxy stops while the app still calls out; set proxy.istio.io/config terminationDrainDuration ≥ 10s ${NATIVE_ISTIO}`,
@@ -119,10 +139,16 @@ const rows: Row[] = [
     summary: "1 workload, 1 proxy, 2 findings",
   },
   {
-    name: "Istio's native layout whose drain goes to Envoy's admin port (pilot-agent request without --debug-port)",
+    name:
+      "Istio's native layout whose drain goes to Envoy's admin port (pilot-agent request without --debug-port)",
     text: () =>
       edited(ISTIO_NATIVE, (o) => {
-        container(o, "istio-proxy").lifecycle.preStop.exec.command = ["pilot-agent", "request", "POST", "drain"];
+        container(o, "istio-proxy").lifecycle.preStop.exec.command = [
+          "pilot-agent",
+          "request",
+          "POST",
+          "drain",
+        ];
         container(o, "hello").lifecycle = sleepPreStop(5);
       }),
     findings: [
@@ -132,7 +158,8 @@ const rows: Row[] = [
   },
   // Istio's EXIT_ON_ZERO_ACTIVE_CONNECTIONS and MINIMUM_DRAIN_DURATION (pkg/envoy/agent.go).
   {
-    name: "EXIT_ON_ZERO_ACTIVE_CONNECTIONS with an app preStop of 10 s (istio issue 44690): the proxy may exit at 6 s",
+    name:
+      "EXIT_ON_ZERO_ACTIVE_CONNECTIONS with an app preStop of 10 s (istio issue 44690): the proxy may exit at 6 s",
     file: ISTIO_EXIT_ON_ZERO,
     findings: [IDLE_EXIT("5s (default)", "6s", "14s")],
     summary: "1 workload, 1 proxy, 1 finding",
@@ -140,14 +167,24 @@ const rows: Row[] = [
   {
     // The listeners close (drainDuration) when the app's preStop ends; the first poll comes
     // after the app's preStop and its shutdown.
-    name: "EXIT_ON_ZERO with MINIMUM_DRAIN_DURATION 14s in proxyMetadata and drainDuration 10s: none",
-    text: () => edited(ISTIO_EXIT_ON_ZERO, (o) => proxyMetadata(o, { MINIMUM_DRAIN_DURATION: "14s" }, { drainDuration: "10s" })),
+    name:
+      "EXIT_ON_ZERO with MINIMUM_DRAIN_DURATION 14s in proxyMetadata and drainDuration 10s: none",
+    text: () =>
+      edited(
+        ISTIO_EXIT_ON_ZERO,
+        (o) => proxyMetadata(o, { MINIMUM_DRAIN_DURATION: "14s" }, { drainDuration: "10s" }),
+      ),
     findings: [],
     summary: "1 workload, 1 proxy, 0 findings",
   },
   {
     name: "EXIT_ON_ZERO with MINIMUM_DRAIN_DURATION 10s on istio-proxy's environment only",
-    text: () => edited(ISTIO_EXIT_ON_ZERO, (o) => container(o, "istio-proxy").env.push({ name: "MINIMUM_DRAIN_DURATION", value: "10s" })),
+    text: () =>
+      edited(
+        ISTIO_EXIT_ON_ZERO,
+        (o) =>
+          container(o, "istio-proxy").env.push({ name: "MINIMUM_DRAIN_DURATION", value: "10s" }),
+      ),
     findings: [
       'deployment/hello: container "hello" preStop sleep 10s ends while istio-proxy still takes new requests until MINIMUM_DRAIN_DURATION 10s + the 1s poll: the app stops answering requests the proxy forwards; set lifecycle.preStop.sleep.seconds: 11 on container "hello", or set proxy.istio.io/config drainDuration ≤ 10s',
       IDLE_EXIT("10s", "11s", "14s"),
@@ -155,8 +192,9 @@ const rows: Row[] = [
     summary: "1 workload, 1 proxy, 2 findings",
   },
   {
-    name: "EXIT_ON_ZERO with MINIMUM_DRAIN_DURATION \"15\": not a Go duration, pilot-agent keeps 5 s",
-    text: () => edited(ISTIO_EXIT_ON_ZERO, (o) => proxyMetadata(o, { MINIMUM_DRAIN_DURATION: "15" })),
+    name: 'EXIT_ON_ZERO with MINIMUM_DRAIN_DURATION "15": not a Go duration, pilot-agent keeps 5 s',
+    text: () =>
+      edited(ISTIO_EXIT_ON_ZERO, (o) => proxyMetadata(o, { MINIMUM_DRAIN_DURATION: "15" })),
     findings: [
       'deployment/hello: istio-proxy: MINIMUM_DRAIN_DURATION "15" is not a Go duration: pilot-agent ignores it and uses 5s; write it with a unit (15s)',
       IDLE_EXIT("5s (default)", "6s", "14s"),
@@ -164,8 +202,10 @@ const rows: Row[] = [
     summary: "1 workload, 1 proxy, 2 findings",
   },
   {
-    name: "EXIT_ON_ZERO with terminationDrainDuration 30s, as in istio issue 44690: it has no effect",
-    text: () => edited(ISTIO_EXIT_ON_ZERO, (o) => proxyMetadata(o, {}, { terminationDrainDuration: "30s" })),
+    name:
+      "EXIT_ON_ZERO with terminationDrainDuration 30s, as in istio issue 44690: it has no effect",
+    text: () =>
+      edited(ISTIO_EXIT_ON_ZERO, (o) => proxyMetadata(o, {}, { terminationDrainDuration: "30s" })),
     findings: [
       "deployment/hello: istio-proxy terminationDrainDuration 30s has no effect with EXIT_ON_ZERO_ACTIVE_CONNECTIONS: pilot-agent waits MINIMUM_DRAIN_DURATION 5s (default), then kills Envoy at the first poll that finds no connection open (istio issue 44690); set MINIMUM_DRAIN_DURATION instead",
       IDLE_EXIT("5s (default)", "6s", "14s"),
@@ -173,8 +213,13 @@ const rows: Row[] = [
     summary: "1 workload, 1 proxy, 2 findings",
   },
   {
-    name: "EXIT_ON_ZERO_ACTIVE_CONNECTIONS \"enabled\": not a Go boolean, pilot-agent waits terminationDrainDuration",
-    text: () => edited(ISTIO_EXIT_ON_ZERO, (o) => proxyMetadata(o, { EXIT_ON_ZERO_ACTIVE_CONNECTIONS: "enabled" })),
+    name:
+      'EXIT_ON_ZERO_ACTIVE_CONNECTIONS "enabled": not a Go boolean, pilot-agent waits terminationDrainDuration',
+    text: () =>
+      edited(
+        ISTIO_EXIT_ON_ZERO,
+        (o) => proxyMetadata(o, { EXIT_ON_ZERO_ACTIVE_CONNECTIONS: "enabled" }),
+      ),
     findings: [
       'deployment/hello: istio-proxy: EXIT_ON_ZERO_ACTIVE_CONNECTIONS "enabled" is not a Go boolean: pilot-agent ignores it (false); write "true" or "false"',
       `deployment/hello: istio-proxy terminationDrainDuration 5s (default) is shorter than the app's shutdown (preStop sleep 10s): the proxy stops while the app still calls out; set proxy.istio.io/config terminationDrainDuration ≥ 15s ${NATIVE_ISTIO}`,
@@ -182,7 +227,8 @@ const rows: Row[] = [
     summary: "1 workload, 1 proxy, 2 findings",
   },
   {
-    name: "the same EXIT_ON_ZERO pod in the native layout: none (the drain hook ends Envoy only after the app)",
+    name:
+      "the same EXIT_ON_ZERO pod in the native layout: none (the drain hook ends Envoy only after the app)",
     text: () =>
       edited(ISTIO_NATIVE, (o) => {
         proxyMetadata(o, { EXIT_ON_ZERO_ACTIVE_CONNECTIONS: "true" });
@@ -192,12 +238,14 @@ const rows: Row[] = [
     summary: "1 workload, 1 proxy, 0 findings",
   },
   {
-    name: "a Deployment marked for injection with EXIT_ON_ZERO and MINIMUM_DRAIN_DURATION in its annotation's proxyMetadata",
+    name:
+      "a Deployment marked for injection with EXIT_ON_ZERO and MINIMUM_DRAIN_DURATION in its annotation's proxyMetadata",
     text: () =>
       edited(NGINX, (o) => {
         o.spec.template.metadata.annotations = {
           "sidecar.istio.io/inject": "true",
-          "proxy.istio.io/config": "proxyMetadata:\n  EXIT_ON_ZERO_ACTIVE_CONNECTIONS: \"true\"\n  MINIMUM_DRAIN_DURATION: 8s\n",
+          "proxy.istio.io/config":
+            'proxyMetadata:\n  EXIT_ON_ZERO_ACTIVE_CONNECTIONS: "true"\n  MINIMUM_DRAIN_DURATION: 8s\n',
         };
         container(o, "nginx").lifecycle = sleepPreStop(10);
       }),
@@ -207,11 +255,18 @@ const rows: Row[] = [
     summary: "1 workload, 1 proxy, 1 finding",
   },
   {
-    name: "a Deployment marked for injection by the label sidecar.istio.io/inject (Istio reads labels and annotations)",
+    name:
+      "a Deployment marked for injection by the label sidecar.istio.io/inject (Istio reads labels and annotations)",
     text: () =>
       edited(NGINX, (o) => {
-        o.spec.template.metadata.labels = { ...o.spec.template.metadata.labels, "sidecar.istio.io/inject": "true" };
-        o.spec.template.metadata.annotations = { "proxy.istio.io/config": "proxyMetadata:\n  EXIT_ON_ZERO_ACTIVE_CONNECTIONS: \"true\"\n  MINIMUM_DRAIN_DURATION: 8s\n" };
+        o.spec.template.metadata.labels = {
+          ...o.spec.template.metadata.labels,
+          "sidecar.istio.io/inject": "true",
+        };
+        o.spec.template.metadata.annotations = {
+          "proxy.istio.io/config":
+            'proxyMetadata:\n  EXIT_ON_ZERO_ACTIVE_CONNECTIONS: "true"\n  MINIMUM_DRAIN_DURATION: 8s\n',
+        };
         container(o, "nginx").lifecycle = sleepPreStop(10);
       }),
     findings: [
@@ -221,7 +276,8 @@ const rows: Row[] = [
   },
   // Contour's Envoy DaemonSet.
   {
-    name: "Contour's example Envoy DaemonSet: with no connection open, Envoy stops at the first check, at once",
+    name:
+      "Contour's example Envoy DaemonSet: with no connection open, Envoy stops at the first check, at once",
     file: join(import.meta.dirname, "fixtures/contour-envoy.yaml"),
     findings: [
       "daemonset/envoy: envoy stops taking requests as early as 0s after termination starts (contour envoy shutdown --drain-delay 0s, default), before endpoint removal is over (~3s): clients still routed to the pod are refused; set contour envoy shutdown --drain-delay ≥ 5s",
@@ -236,20 +292,29 @@ const rows: Row[] = [
   },
   // Envoy Gateway's proxy (v1.9: envoy-gateway envoy shutdown-manager / shutdown).
   {
-    name: "Envoy Gateway's proxy Deployment shape with its defaults (--min-drain-duration 10s, --drain-timeout 60s, grace 360 s): none",
+    name:
+      "Envoy Gateway's proxy Deployment shape with its defaults (--min-drain-duration 10s, --drain-timeout 60s, grace 360 s): none",
     file: GATEWAY,
     findings: [],
     summary: "1 workload, 1 proxy, 0 findings",
   },
   {
-    name: "Envoy Gateway's proxy shape with EnvoyProxy's shutdown settings (30s / 15s, --ready-timeout=40s, grace 330 s): none",
+    name:
+      "Envoy Gateway's proxy shape with EnvoyProxy's shutdown settings (30s / 15s, --ready-timeout=40s, grace 330 s): none",
     file: GATEWAY_SHUTDOWN,
     findings: [],
     summary: "1 workload, 1 proxy, 0 findings",
   },
   {
     name: "Envoy Gateway with --min-drain-duration=2s: Envoy may stop within endpoint removal",
-    text: () => edited(GATEWAY, (o) => container(o, "shutdown-manager").lifecycle.preStop.exec.command.push("--min-drain-duration=2s")),
+    text: () =>
+      edited(
+        GATEWAY,
+        (o) =>
+          container(o, "shutdown-manager").lifecycle.preStop.exec.command.push(
+            "--min-drain-duration=2s",
+          ),
+      ),
     findings: [
       "deployment/envoy-default-37a8eec1: envoy stops taking requests as early as 2s after termination starts (--min-drain-duration 2s), before endpoint removal is over (~3s): clients still routed to the pod are refused; set envoy-gateway envoy shutdown --min-drain-duration ≥ 5s",
     ],
@@ -257,7 +322,14 @@ const rows: Row[] = [
   },
   {
     name: "Envoy Gateway with --min-drain-duration=10 (no unit): the command refuses it",
-    text: () => edited(GATEWAY, (o) => container(o, "shutdown-manager").lifecycle.preStop.exec.command.push("--min-drain-duration=10")),
+    text: () =>
+      edited(
+        GATEWAY,
+        (o) =>
+          container(o, "shutdown-manager").lifecycle.preStop.exec.command.push(
+            "--min-drain-duration=10",
+          ),
+      ),
     findings: [
       'deployment/envoy-default-37a8eec1: shutdown-manager: `envoy-gateway envoy shutdown` refuses --min-drain-duration "10" is not a Go duration (e.g. 10s): its preStop fails at once, so Envoy is not drained and its preStop GET /shutdown/ready blocks for --ready-timeout 610s (default)',
     ],
@@ -273,7 +345,8 @@ const rows: Row[] = [
   },
   {
     name: "Envoy Gateway's Envoy preStop on the wrong port",
-    text: () => edited(GATEWAY, (o) => (container(o, "envoy").lifecycle.preStop.httpGet.port = 19001)),
+    text: () =>
+      edited(GATEWAY, (o) => (container(o, "envoy").lifecycle.preStop.httpGet.port = 19001)),
     findings: [
       "deployment/envoy-default-37a8eec1: envoy: preStop GET /shutdown/ready goes to port 19001, but Envoy Gateway's shutdown manager always serves 19002: the hook fails at once and Envoy exits without draining; use port 19002",
     ],
@@ -281,7 +354,14 @@ const rows: Row[] = [
   },
   {
     name: "Envoy Gateway with --drain-timeout past the grace period",
-    text: () => edited(GATEWAY, (o) => container(o, "shutdown-manager").lifecycle.preStop.exec.command.push("--drain-timeout=400s")),
+    text: () =>
+      edited(
+        GATEWAY,
+        (o) =>
+          container(o, "shutdown-manager").lifecycle.preStop.exec.command.push(
+            "--drain-timeout=400s",
+          ),
+      ),
     findings: [
       "deployment/envoy-default-37a8eec1: envoy --drain-timeout 400s is longer than terminationGracePeriodSeconds 360: the kubelet kills the proxy first; set envoy-gateway envoy shutdown --drain-timeout ≤ 6m or terminationGracePeriodSeconds ≥ 400",
     ],
@@ -289,7 +369,17 @@ const rows: Row[] = [
   },
   {
     name: "Envoy Gateway with a --ready-timeout shorter than --drain-timeout",
-    text: () => edited(GATEWAY_SHUTDOWN, (o) => (container(o, "shutdown-manager").args = ["envoy", "shutdown-manager", "--ready-timeout=20s"])),
+    text: () =>
+      edited(
+        GATEWAY_SHUTDOWN,
+        (
+          o,
+        ) => (container(o, "shutdown-manager").args = [
+          "envoy",
+          "shutdown-manager",
+          "--ready-timeout=20s",
+        ]),
+      ),
     findings: [
       "deployment/envoy-default-37a8eec1: shutdown-manager --ready-timeout 20s is not longer than --drain-timeout 30s: Envoy's preStop gives up first and Envoy gets SIGTERM while connections still drain; set envoy-gateway envoy shutdown-manager --ready-timeout ≥ 40s (--drain-timeout + 10s, as Envoy Gateway writes it)",
     ],
@@ -309,7 +399,8 @@ const rows: Row[] = [
     summary: "1 workload, 1 proxy, 0 findings",
   },
   {
-    name: "lastcall native, as inject prints it for an nginx Deployment without preStop: none (its preStop GET /v1/app-stop holds the SIGTERM until the drain's floor)",
+    name:
+      "lastcall native, as inject prints it for an nginx Deployment without preStop: none (its preStop GET /v1/app-stop holds the SIGTERM until the drain's floor)",
     text: () => injected.nginx,
     findings: [],
     summary: "1 workload, 1 proxy, 0 findings",
@@ -329,15 +420,21 @@ const rows: Row[] = [
     summary: "1 workload, 1 proxy, 1 finding",
   },
   {
-    name: "inject's nginx with the app-stop hook on a port lastcall does not serve: SIGTERM at once",
-    text: () => injectedEdited("nginx", (o) => (container(o, "nginx").lifecycle.preStop.httpGet.port = 15999)),
+    name:
+      "inject's nginx with the app-stop hook on a port lastcall does not serve: SIGTERM at once",
+    text: () =>
+      injectedEdited(
+        "nginx",
+        (o) => (container(o, "nginx").lifecycle.preStop.httpGet.port = 15999),
+      ),
     findings: [
       'deployment/nginx-deployment: container "nginx" preStop GET /v1/app-stop reaches no lastcall status server (port 15999): it gets SIGTERM at once while lastcall still takes new requests until --min-drain 5s (default): the app stops answering requests the proxy forwards; set lifecycle.preStop.sleep.seconds: 5 on container "nginx"',
     ],
     summary: "1 workload, 1 proxy, 1 finding",
   },
   {
-    name: "inject's nginx whose native sidecar lost its preStop drain: the app-stop hook answers after 1 s, within endpoint removal",
+    name:
+      "inject's nginx whose native sidecar lost its preStop drain: the app-stop hook answers after 1 s, within endpoint removal",
     text: () => injectedEdited("nginx", (o) => delete container(o, "lastcall").lifecycle),
     findings: [
       "deployment/nginx-deployment: lastcall is a native sidecar without a preStop `lastcall drain`: it starts draining only after the app has exited, so keep-alive clients keep sending requests the stopping app cannot answer; add lifecycle.preStop.exec.command: [lastcall, drain]",
@@ -357,7 +454,8 @@ const rows: Row[] = [
     name: "a file without any pod template",
     file: join(root, "examples/k8s/envoy-config.yaml"),
     findings: [],
-    summary: "0 workloads, 0 proxies, 0 findings: nothing to check (no Pod, Deployment, StatefulSet, DaemonSet, Job or CronJob)",
+    summary:
+      "0 workloads, 0 proxies, 0 findings: nothing to check (no Pod, Deployment, StatefulSet, DaemonSet, Job or CronJob)",
   },
   {
     name: "kubectl get -o yaml: a kind: List of an Istio-injected Deployment and one without proxy",
@@ -370,7 +468,12 @@ const rows: Row[] = [
     name: "the API's typed list (DeploymentList) whose items have no kind",
     text: () => {
       const list = objectOf(fixturePath("kubectl-list.yaml"));
-      return YAML.stringify({ apiVersion: "apps/v1", kind: "DeploymentList", metadata: {}, items: list.items.map(({ kind: _, ...item }: Record<string, unknown>) => item) });
+      return YAML.stringify({
+        apiVersion: "apps/v1",
+        kind: "DeploymentList",
+        metadata: {},
+        items: list.items.map(({ kind: _, ...item }: Record<string, unknown>) => item),
+      });
     },
     findings: [CLASSIC_NO_PRESTOP],
     notes: [NO_PROXY("deployment/nginx-deployment")],
@@ -387,14 +490,25 @@ const rows: Row[] = [
     name: "Consul's and Kuma's sidecars: proxies, their timing not modelled",
     text: () =>
       [
-        edited(NGINX, (o) => specOf(o).containers.push({ name: "consul-dataplane", image: "hashicorp/consul-dataplane:1.6.1" })),
+        edited(NGINX, (o) =>
+          specOf(o).containers.push({
+            name: "consul-dataplane",
+            image: "hashicorp/consul-dataplane:1.6.1",
+          })),
         edited(NGINX, (o) => {
           o.metadata.name = "kuma";
-          specOf(o).containers.push({ name: "kuma-sidecar", image: "docker.io/kumahq/kuma-dp:2.9.0", args: ["run"] });
+          specOf(o).containers.push({
+            name: "kuma-sidecar",
+            image: "docker.io/kumahq/kuma-dp:2.9.0",
+            args: ["run"],
+          });
         }),
       ].join("---\n"),
     findings: [],
-    notes: [UNMODELLED("deployment/nginx-deployment", "consul-dataplane", "Consul's sidecar"), UNMODELLED("deployment/kuma", "kuma-sidecar", "Kuma's sidecar")],
+    notes: [
+      UNMODELLED("deployment/nginx-deployment", "consul-dataplane", "Consul's sidecar"),
+      UNMODELLED("deployment/kuma", "kuma-sidecar", "Kuma's sidecar"),
+    ],
     summary: "2 workloads, 2 proxies, 0 findings",
   },
 ];
@@ -402,11 +516,18 @@ const rows: Row[] = [
 beforeAll(async () => {
   const inject = async (args: string[]) => {
     const result = await runLastcall(["inject", ...args]);
-    if (result.code !== 0) throw new Error(`lastcall inject ${args.join(" ")} exited ${result.code}: ${result.stderr}`);
+    if (result.code !== 0) {
+      throw new Error(`lastcall inject ${args.join(" ")} exited ${result.code}: ${result.stderr}`);
+    }
     return result.stdout;
   };
   injected.native = await inject(["-f", join(root, "examples/k8s/deployment.yaml")]);
-  injected.classic = await inject(["-f", join(root, "examples/k8s/deployment.yaml"), "--mode", "classic"]);
+  injected.classic = await inject([
+    "-f",
+    join(root, "examples/k8s/deployment.yaml"),
+    "--mode",
+    "classic",
+  ]);
   injected.nginx = await inject(["-f", NGINX]);
   injected.nginxClassic = await inject(["-f", NGINX, "--mode", "classic"]);
 });
@@ -419,7 +540,10 @@ describe("lastcall check on real-shaped manifests", () => {
     expect(report.flatMap((w) => w.notes.map((n) => `${w.ref}: ${n}`))).toEqual(notes);
     expect(summaryLine(report)).toBe(summary);
     // The same through the built CLI: findings, then notes, then the summary, on stdout.
-    const result = await runLastcall(file ? ["check", "-f", file] : ["check", "-f", "-"], file ? "" : input);
+    const result = await runLastcall(
+      file ? ["check", "-f", file] : ["check", "-f", "-"],
+      file ? "" : input,
+    );
     expect({ code: result.code, stdout: result.stdout, stderr: result.stderr }).toEqual({
       code: findings.length ? 1 : 0,
       stdout: [...findings, ...notes, summary].map((line) => `${line}\n`).join(""),

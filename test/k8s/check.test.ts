@@ -10,14 +10,18 @@ import { formatFlagDuration, goDurationMs } from "../../agent/k8s/timing.ts";
 import { KINDS, manifest, workload } from "./workloads.ts";
 import type { Json } from "../support/json.ts";
 
-const fixture = (name: string) => readFileSync(new URL(`fixtures/${name}`, import.meta.url), "utf8");
+const fixture = (name: string) =>
+  readFileSync(new URL(`fixtures/${name}`, import.meta.url), "utf8");
 const lines = (text: string) => checkManifest(text).map((f) => `${f.ref}: ${f.message}`);
 
 /** An app container with a `sh -c "sleep N"` preStop (none when `preStopSeconds` is undefined). */
 const app = (preStopSeconds?: number, extra: Record<string, unknown> = {}) => ({
   name: "app",
   image: "example/app:1",
-  ...(preStopSeconds !== undefined && { lifecycle: { preStop: { exec: { command: ["/bin/sh", "-c", `sleep ${preStopSeconds}`] } } } }),
+  ...(preStopSeconds !== undefined &&
+    {
+      lifecycle: { preStop: { exec: { command: ["/bin/sh", "-c", `sleep ${preStopSeconds}`] } } },
+    }),
   ...extra,
 });
 const lastcall = (args: string[], extra: Record<string, unknown> = {}) => ({
@@ -26,7 +30,10 @@ const lastcall = (args: string[], extra: Record<string, unknown> = {}) => ({
   args: ["run", "--config", "/etc/envoy/envoy.yaml", ...args],
   ...extra,
 });
-const istio = (config?: string) => ({ "sidecar.istio.io/inject": "true", ...(config && { "proxy.istio.io/config": config }) });
+const istio = (config?: string) => ({
+  "sidecar.istio.io/inject": "true",
+  ...(config && { "proxy.istio.io/config": config }),
+});
 /** A Deployment `web` with this pod spec and pod annotations. */
 const deployment = (spec: Record<string, unknown>, annotations?: Record<string, string>) => {
   const object = workload("Deployment", spec);
@@ -43,16 +50,17 @@ const contour = (edit: (containers: Json[]) => void) => {
 describe("Istio sidecars", () => {
   it("the typical one: a 5 s drain with a 30 s app shutdown is flagged, with the fix", () => {
     expect(lines(fixture("istio-sidecar.yaml"))).toEqual([
-      "deployment/web: istio-proxy terminationDrainDuration 5s (default) is shorter than the app's shutdown (preStop sleep 30s): the proxy stops while the app still calls out; set proxy.istio.io/config terminationDrainDuration ≥ 35s or run istio-proxy as a native sidecar (sidecar.istio.io/nativeSidecar: \"true\"; stops after the app) or use lastcall (waits for the app)",
+      'deployment/web: istio-proxy terminationDrainDuration 5s (default) is shorter than the app\'s shutdown (preStop sleep 30s): the proxy stops while the app still calls out; set proxy.istio.io/config terminationDrainDuration ≥ 35s or run istio-proxy as a native sidecar (sidecar.istio.io/nativeSidecar: "true"; stops after the app) or use lastcall (waits for the app)',
     ]);
   });
 
   it.each([
     {
-      name: "terminationDrainDuration from the annotation, with a grace period too short for the fix",
+      name:
+        "terminationDrainDuration from the annotation, with a grace period too short for the fix",
       text: deployment({ containers: [app(30)] }, istio("terminationDrainDuration: 5s")),
       findings: [
-        "deployment/web: istio-proxy terminationDrainDuration 5s is shorter than the app's shutdown (preStop sleep 30s): the proxy stops while the app still calls out; set proxy.istio.io/config terminationDrainDuration ≥ 35s and terminationGracePeriodSeconds ≥ 35 or run istio-proxy as a native sidecar (sidecar.istio.io/nativeSidecar: \"true\"; stops after the app) or use lastcall (waits for the app)",
+        'deployment/web: istio-proxy terminationDrainDuration 5s is shorter than the app\'s shutdown (preStop sleep 30s): the proxy stops while the app still calls out; set proxy.istio.io/config terminationDrainDuration ≥ 35s and terminationGracePeriodSeconds ≥ 35 or run istio-proxy as a native sidecar (sidecar.istio.io/nativeSidecar: "true"; stops after the app) or use lastcall (waits for the app)',
         'deployment/web: container "app" preStop sleep 30s leaves less than 5s of terminationGracePeriodSeconds 30 for its shutdown: the kubelet kills it mid-shutdown; set terminationGracePeriodSeconds ≥ 35',
       ],
     },
@@ -60,10 +68,14 @@ describe("Istio sidecars", () => {
       name: "TERMINATION_DRAIN_DURATION_SECONDS on the istio-proxy container",
       text: deployment({
         terminationGracePeriodSeconds: 60,
-        containers: [app(30), { name: "istio-proxy", image: "istio/proxyv2:1.22.0", env: [{ name: "TERMINATION_DRAIN_DURATION_SECONDS", value: "5" }] }],
+        containers: [app(30), {
+          name: "istio-proxy",
+          image: "istio/proxyv2:1.22.0",
+          env: [{ name: "TERMINATION_DRAIN_DURATION_SECONDS", value: "5" }],
+        }],
       }),
       findings: [
-        "deployment/web: istio-proxy TERMINATION_DRAIN_DURATION_SECONDS 5s is shorter than the app's shutdown (preStop sleep 30s): the proxy stops while the app still calls out; set TERMINATION_DRAIN_DURATION_SECONDS ≥ 35 or run istio-proxy as a native sidecar (sidecar.istio.io/nativeSidecar: \"true\"; stops after the app) or use lastcall (waits for the app)",
+        'deployment/web: istio-proxy TERMINATION_DRAIN_DURATION_SECONDS 5s is shorter than the app\'s shutdown (preStop sleep 30s): the proxy stops while the app still calls out; set TERMINATION_DRAIN_DURATION_SECONDS ≥ 35 or run istio-proxy as a native sidecar (sidecar.istio.io/nativeSidecar: "true"; stops after the app) or use lastcall (waits for the app)',
       ],
     },
     {
@@ -75,7 +87,12 @@ describe("Istio sidecars", () => {
     },
     {
       name: "EXIT_ON_ZERO_ACTIVE_CONNECTIONS with a MINIMUM_DRAIN_DURATION inside endpoint removal",
-      text: deployment({ containers: [app(5)] }, istio("proxyMetadata:\n  EXIT_ON_ZERO_ACTIVE_CONNECTIONS: 'true'\n  MINIMUM_DRAIN_DURATION: 2s\n")),
+      text: deployment(
+        { containers: [app(5)] },
+        istio(
+          "proxyMetadata:\n  EXIT_ON_ZERO_ACTIVE_CONNECTIONS: 'true'\n  MINIMUM_DRAIN_DURATION: 2s\n",
+        ),
+      ),
       findings: [
         // pilot-agent sleeps MINIMUM_DRAIN_DURATION, then polls the connections each second.
         "deployment/web: istio-proxy stops taking requests as early as 3s after termination starts (MINIMUM_DRAIN_DURATION 2s + the 1s poll), before endpoint removal is over (~3s): clients still routed to the pod are refused; set MINIMUM_DRAIN_DURATION ≥ 4s",
@@ -84,21 +101,35 @@ describe("Istio sidecars", () => {
     },
     {
       name: "Envoy keeps listening (drainDuration) after the app stopped taking requests",
-      text: deployment({ terminationGracePeriodSeconds: 40, containers: [app(30)] }, istio("terminationDrainDuration: 35s\n")),
+      text: deployment(
+        { terminationGracePeriodSeconds: 40, containers: [app(30)] },
+        istio("terminationDrainDuration: 35s\n"),
+      ),
       findings: [
         'deployment/web: container "app" preStop sleep 30s ends while istio-proxy still takes new requests until terminationDrainDuration 35s: the app stops answering requests the proxy forwards; set lifecycle.preStop.sleep.seconds: 35 on container "app", or set proxy.istio.io/config drainDuration ≤ 30s',
       ],
     },
     {
       name: "terminationDrainDuration past the grace period",
-      text: deployment({ containers: [app(10)] }, istio("drainDuration: 10s\nterminationDrainDuration: 1m\n")),
+      text: deployment(
+        { containers: [app(10)] },
+        istio("drainDuration: 10s\nterminationDrainDuration: 1m\n"),
+      ),
       findings: [
         "deployment/web: istio-proxy terminationDrainDuration 1m is longer than terminationGracePeriodSeconds 30: the kubelet kills the proxy first; set proxy.istio.io/config terminationDrainDuration ≤ 30s or terminationGracePeriodSeconds ≥ 60",
       ],
     },
     {
-      name: "a native istio-proxy without its preStop drain, whose drain starts after the app and ends past the grace period",
-      text: deployment({ containers: [app(25)], initContainers: [{ name: "istio-proxy", image: "istio/proxyv2:1.22.0", restartPolicy: "Always" }] }),
+      name:
+        "a native istio-proxy without its preStop drain, whose drain starts after the app and ends past the grace period",
+      text: deployment({
+        containers: [app(25)],
+        initContainers: [{
+          name: "istio-proxy",
+          image: "istio/proxyv2:1.22.0",
+          restartPolicy: "Always",
+        }],
+      }),
       findings: [
         "deployment/web: istio-proxy is a native sidecar without a preStop drain: it starts draining only after the app has exited, so keep-alive clients keep sending requests the stopping app cannot answer; add lifecycle.preStop.exec.command: [pilot-agent, request, --debug-port=15020, POST, drain] (as Istio's injector writes it)",
         "deployment/web: istio-proxy is a native sidecar: its terminationDrainDuration 5s (default) starts after the app's shutdown (preStop sleep 25s) and ends past terminationGracePeriodSeconds 30: the kubelet kills it mid-drain; set terminationGracePeriodSeconds ≥ 35",
@@ -147,7 +178,8 @@ describe("Contour's Envoy DaemonSet", () => {
     },
     {
       name: "checks that start after the grace period",
-      edit: (c: Json[]) => c[0].lifecycle.preStop.exec.command.push("--drain-delay=10s", "--check-delay", "5m"),
+      edit: (c: Json[]) =>
+        c[0].lifecycle.preStop.exec.command.push("--drain-delay=10s", "--check-delay", "5m"),
       findings: [
         "daemonset/envoy: envoy contour envoy shutdown --drain-delay 10s + --check-delay 5m + --check-interval 5s is longer than terminationGracePeriodSeconds 300: the kubelet kills the proxy first; set terminationGracePeriodSeconds ≥ 315",
       ],
@@ -176,7 +208,10 @@ describe("lastcall sidecars", () => {
     },
     {
       name: "native without the preStop drain",
-      text: deployment({ containers: [app(5)], initContainers: [lastcall(["--grace", "30s"], { restartPolicy: "Always" })] }),
+      text: deployment({
+        containers: [app(5)],
+        initContainers: [lastcall(["--grace", "30s"], { restartPolicy: "Always" })],
+      }),
       findings: [
         "deployment/web: lastcall is a native sidecar without a preStop `lastcall drain`: it starts draining only after the app has exited, so keep-alive clients keep sending requests the stopping app cannot answer; add lifecycle.preStop.exec.command: [lastcall, drain]",
       ],
@@ -190,28 +225,39 @@ describe("lastcall sidecars", () => {
     },
     {
       name: "LASTCALL_MIN_DRAIN from the environment",
-      text: deployment({ containers: [lastcall([], { env: [{ name: "LASTCALL_MIN_DRAIN", value: "1s" }] }), app(5)] }),
+      text: deployment({
+        containers: [lastcall([], { env: [{ name: "LASTCALL_MIN_DRAIN", value: "1s" }] }), app(5)],
+      }),
       findings: [
         "deployment/web: lastcall stops taking requests as early as 1s after termination starts (LASTCALL_MIN_DRAIN 1s), before endpoint removal is over (~3s): clients still routed to the pod are refused; set LASTCALL_MIN_DRAIN ≥ 5s",
       ],
     },
     {
       name: "Istio's MINIMUM_DRAIN_DURATION, which lastcall honours",
-      text: deployment({ containers: [lastcall([], { env: [{ name: "MINIMUM_DRAIN_DURATION", value: "1s" }] }), app(5)] }),
+      text: deployment({
+        containers: [
+          lastcall([], { env: [{ name: "MINIMUM_DRAIN_DURATION", value: "1s" }] }),
+          app(5),
+        ],
+      }),
       findings: [
         "deployment/web: lastcall stops taking requests as early as 1s after termination starts (MINIMUM_DRAIN_DURATION 1s), before endpoint removal is over (~3s): clients still routed to the pod are refused; set MINIMUM_DRAIN_DURATION ≥ 5s",
       ],
     },
     {
       name: "--min-drain longer than the app's preStop",
-      text: deployment({ containers: [lastcall(["--drain-time", "10s", "--min-drain", "8s"]), app(5)] }),
+      text: deployment({
+        containers: [lastcall(["--drain-time", "10s", "--min-drain", "8s"]), app(5)],
+      }),
       findings: [
         'deployment/web: container "app" preStop sleep 5s ends while lastcall still takes new requests until --min-drain 8s: the app stops answering requests the proxy forwards; set lifecycle.preStop.sleep.seconds: 8 on container "app", or set --drain-time ≤ 5s',
       ],
     },
     {
       name: "sleep mode shorter than the app's shutdown",
-      text: deployment({ containers: [lastcall(["--drain-mode", "sleep", "--termination-drain", "8s"]), app(5)] }),
+      text: deployment({
+        containers: [lastcall(["--drain-mode", "sleep", "--termination-drain", "8s"]), app(5)],
+      }),
       findings: [
         "deployment/web: lastcall --termination-drain 8s is shorter than the app's shutdown (preStop sleep 5s): the proxy stops while the app still calls out; set --termination-drain ≥ 10s or inject lastcall with --mode native (stops after the app)",
       ],
@@ -219,7 +265,9 @@ describe("lastcall sidecars", () => {
     {
       name: "a value that is not a duration",
       text: deployment({ containers: [lastcall(["--grace", "abc"]), app(5)] }),
-      findings: ['deployment/web: lastcall: cannot read its timings: --grace "abc" is not a duration'],
+      findings: [
+        'deployment/web: lastcall: cannot read its timings: --grace "abc" is not a duration',
+      ],
     },
   ])("$name", ({ text, findings }) => {
     expect(lines(text)).toEqual(findings);
@@ -237,20 +285,33 @@ describe("pods without a proxy", () => {
 describe("clean manifests: no finding", () => {
   it.each([
     { name: "an app without preStop and no proxy", text: deployment({ containers: [app()] }) },
-    { name: "an app with a sleep action", text: deployment({ containers: [app(undefined, { lifecycle: { preStop: { sleep: { seconds: 10 } } } })] }) },
+    {
+      name: "an app with a sleep action",
+      text: deployment({
+        containers: [app(undefined, { lifecycle: { preStop: { sleep: { seconds: 10 } } } })],
+      }),
+    },
     {
       // The first poll (15 s) comes after the app's preStop (10 s) and shutdown (5 s).
       name: "Istio with EXIT_ON_ZERO_ACTIVE_CONNECTIONS, tuned as the chain says",
       text: deployment(
         { containers: [app(10)] },
-        istio("drainDuration: '10s'\nproxyMetadata:\n  MINIMUM_DRAIN_DURATION: '14s'\n  EXIT_ON_ZERO_ACTIVE_CONNECTIONS: 'true'\n"),
+        istio(
+          "drainDuration: '10s'\nproxyMetadata:\n  MINIMUM_DRAIN_DURATION: '14s'\n  EXIT_ON_ZERO_ACTIVE_CONNECTIONS: 'true'\n",
+        ),
       ),
     },
     {
       name: "Istio in sleep mode, tuned as the chain says",
-      text: deployment({ terminationGracePeriodSeconds: 40, containers: [app(30)] }, istio("drainDuration: 30s\nterminationDrainDuration: 35s\n")),
+      text: deployment(
+        { terminationGracePeriodSeconds: 40, containers: [app(30)] },
+        istio("drainDuration: 30s\nterminationDrainDuration: 35s\n"),
+      ),
     },
-    { name: "Istio opted out", text: deployment({ containers: [app()] }, { "sidecar.istio.io/inject": "false" }) },
+    {
+      name: "Istio opted out",
+      text: deployment({ containers: [app()] }, { "sidecar.istio.io/inject": "false" }),
+    },
     {
       name: "Contour with a 5 s --check-delay",
       text: contour((c) => c[0].lifecycle.preStop.exec.command.push("--check-delay", "5s")),
@@ -260,21 +321,49 @@ describe("clean manifests: no finding", () => {
       text: contour((c) => {
         c[0].command = ["lastcall"];
         c[0].args = ["shutdown-manager"];
-        c[0].lifecycle.preStop.exec.command = ["lastcall", "shutdown", "--check-delay", "5s", "--check-interval", "200ms"];
+        c[0].lifecycle.preStop.exec.command = [
+          "lastcall",
+          "shutdown",
+          "--check-delay",
+          "5s",
+          "--check-interval",
+          "200ms",
+        ];
       }),
     },
     {
-      name: "Contour's example DaemonSet with lastcall's image swapped in (examples/k8s/contour-envoy.yaml): lastcall run keeps Envoy up for --min-drain",
-      text: readFileSync(join(import.meta.dirname, "../../examples/k8s/contour-envoy.yaml"), "utf8"),
+      name:
+        "Contour's example DaemonSet with lastcall's image swapped in (examples/k8s/contour-envoy.yaml): lastcall run keeps Envoy up for --min-drain",
+      text: readFileSync(
+        join(import.meta.dirname, "../../examples/k8s/contour-envoy.yaml"),
+        "utf8",
+      ),
     },
-    { name: "lastcall classic with its defaults", text: deployment({ containers: [lastcall(["--grace", "30s"]), app(5)] }) },
+    {
+      name: "lastcall classic with its defaults",
+      text: deployment({ containers: [lastcall(["--grace", "30s"]), app(5)] }),
+    },
     {
       name: "lastcall native with the preStop drain",
-      text: deployment({ containers: [app(5)], initContainers: [lastcall(["--grace", "30s"], { restartPolicy: "Always", lifecycle: { preStop: { exec: { command: ["lastcall", "drain"] } } } })] }),
+      text: deployment({
+        containers: [app(5)],
+        initContainers: [
+          lastcall(["--grace", "30s"], {
+            restartPolicy: "Always",
+            lifecycle: { preStop: { exec: { command: ["lastcall", "drain"] } } },
+          }),
+        ],
+      }),
     },
     {
-      name: "a Job (behind no Service) whose app has no preStop, with a native sidecar without the drain hook",
-      text: manifest(workload("Job", { containers: [app()], initContainers: [lastcall(["--grace", "30s"], { restartPolicy: "Always" })] })),
+      name:
+        "a Job (behind no Service) whose app has no preStop, with a native sidecar without the drain hook",
+      text: manifest(
+        workload("Job", {
+          containers: [app()],
+          initContainers: [lastcall(["--grace", "30s"], { restartPolicy: "Always" })],
+        }),
+      ),
     },
     { name: "unknown kinds", text: "kind: Service\nmetadata: {name: web}\n---\nkind: ConfigMap\n" },
   ])("$name", ({ text }) => {
@@ -283,19 +372,36 @@ describe("clean manifests: no finding", () => {
 });
 
 describe("check accepts what inject produces", () => {
-  it.each(["native", "classic"] as const)("%s, for every kind, when the app's preStop outlasts endpoint removal", (mode) => {
-    const spec = { containers: [app(5, { command: ["./server"], ports: [{ containerPort: 8080 }] })] };
-    const text = injectManifest(manifest(...KINDS.map((kind) => workload(kind, spec))), { ...SIDECAR_DEFAULTS, mode }).text;
-    expect(lines(text)).toEqual([]);
-  });
+  it.each(["native", "classic"] as const)(
+    "%s, for every kind, when the app's preStop outlasts endpoint removal",
+    (mode) => {
+      const spec = {
+        containers: [app(5, { command: ["./server"], ports: [{ containerPort: 8080 }] })],
+      };
+      const text = injectManifest(manifest(...KINDS.map((kind) => workload(kind, spec))), {
+        ...SIDECAR_DEFAULTS,
+        mode,
+      }).text;
+      expect(lines(text)).toEqual([]);
+    },
+  );
 
-  it.each(["native", "classic"] as const)("%s, for an app without preStop: inject gives it lastcall's GET /v1/app-stop, which holds its SIGTERM until the drain's floor", (mode) => {
-    const text = injectManifest(deployment({ containers: [app(undefined, { ports: [{ containerPort: 8080 }] })] }), { ...SIDECAR_DEFAULTS, mode }).text;
-    expect(lines(text)).toEqual([]);
-  });
+  it.each(["native", "classic"] as const)(
+    "%s, for an app without preStop: inject gives it lastcall's GET /v1/app-stop, which holds its SIGTERM until the drain's floor",
+    (mode) => {
+      const text = injectManifest(
+        deployment({ containers: [app(undefined, { ports: [{ containerPort: 8080 }] })] }),
+        { ...SIDECAR_DEFAULTS, mode },
+      ).text;
+      expect(lines(text)).toEqual([]);
+    },
+  );
 
   it("and flags the injected pod once the app's preStop is taken away: it gets SIGTERM while the proxy still forwards", () => {
-    const text = injectManifest(deployment({ containers: [app(undefined, { ports: [{ containerPort: 8080 }] })] }), SIDECAR_DEFAULTS).text;
+    const text = injectManifest(
+      deployment({ containers: [app(undefined, { ports: [{ containerPort: 8080 }] })] }),
+      SIDECAR_DEFAULTS,
+    ).text;
     const [object, ...rest] = YAML.parseAllDocuments(text).map((d) => d.toJS());
     delete object.spec.template.spec.containers[0].lifecycle;
     expect(lines([object, ...rest].map((o) => YAML.stringify(o)).join("---\n"))).toEqual([
@@ -305,18 +411,20 @@ describe("check accepts what inject produces", () => {
 });
 
 describe("durations as Go's time.ParseDuration reads them (Istio's variables, Envoy Gateway's flags)", () => {
-  it.each([
-    ["1m30s", 90_000],
-    ["300ms", 300],
-    ["1.5h", 5_400_000],
-    [".5s", 500],
-    ["5.s", 5000],
-    ["1h2m3s4ms", 3_723_004],
-    ["1500us", 2],
-    ["0", 0],
-    ["+0", 0],
-    ["-5s", 0],
-  ] as const)("%s is %d ms", (text, ms) => {
+  it.each(
+    [
+      ["1m30s", 90_000],
+      ["300ms", 300],
+      ["1.5h", 5_400_000],
+      [".5s", 500],
+      ["5.s", 5000],
+      ["1h2m3s4ms", 3_723_004],
+      ["1500us", 2],
+      ["0", 0],
+      ["+0", 0],
+      ["-5s", 0],
+    ] as const,
+  )("%s is %d ms", (text, ms) => {
     expect(goDurationMs(text)).toBe(ms);
   });
 
@@ -325,12 +433,20 @@ describe("durations as Go's time.ParseDuration reads them (Istio's variables, En
   });
 
   it("reads back every duration a fix suggests (formatFlagDuration)", () => {
-    fc.assert(fc.property(fc.integer({ min: 0, max: 2 ** 31 - 1 }), (ms) => goDurationMs(formatFlagDuration(ms)) === ms));
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 0, max: 2 ** 31 - 1 }),
+        (ms) => goDurationMs(formatFlagDuration(ms)) === ms,
+      ),
+    );
   });
 
   it("adds up the parts of a Go duration", () => {
     const unitMs = { h: 3_600_000, m: 60_000, s: 1000, ms: 1 } as const;
-    const part = fc.record({ n: fc.integer({ min: 0, max: 10_000 }), unit: fc.constantFrom(...(Object.keys(unitMs) as (keyof typeof unitMs)[])) });
+    const part = fc.record({
+      n: fc.integer({ min: 0, max: 10_000 }),
+      unit: fc.constantFrom(...(Object.keys(unitMs) as (keyof typeof unitMs)[])),
+    });
     fc.assert(
       fc.property(fc.array(part, { minLength: 1, maxLength: 5 }), (parts) => {
         const text = parts.map(({ n, unit }) => `${n}${unit}`).join("");

@@ -34,7 +34,9 @@ describe("lastcall inject", () => {
     const result = await lastcall(["inject", "-f", tempFile(text)]);
     const expected = injectManifest(text, SIDECAR_DEFAULTS);
     expect(expected.notes).toHaveLength(2);
-    const stderr = [...expected.notes, ...expected.warnings].map((line) => `lastcall inject: ${line}\n`).join("");
+    const stderr = [...expected.notes, ...expected.warnings].map((line) =>
+      `lastcall inject: ${line}\n`
+    ).join("");
     expect(result).toEqual({ code: 0, stdout: expected.text, stderr });
   });
 
@@ -47,13 +49,33 @@ describe("lastcall inject", () => {
   });
 
   it("takes --image and --config-map", async () => {
-    const result = await lastcall(["inject", "-f", "-", "--image", "registry.example/lastcall:2", "--config-map", "edge"], text);
+    const result = await lastcall([
+      "inject",
+      "-f",
+      "-",
+      "--image",
+      "registry.example/lastcall:2",
+      "--config-map",
+      "edge",
+    ], text);
     expect(result.stdout).toContain("image: registry.example/lastcall:2");
     expect(result.stdout).toContain("name: edge");
   });
 
   it("warns on stderr, one line naming the container, about a Job app it cannot wrap", async () => {
-    const job = manifest(workload("Job", podSpec({ containers: [{ name: "report", image: "example/report:1", ports: [{ containerPort: 80 }] }] }), "nightly"));
+    const job = manifest(
+      workload(
+        "Job",
+        podSpec({
+          containers: [{
+            name: "report",
+            image: "example/report:1",
+            ports: [{ containerPort: 80 }],
+          }],
+        }),
+        "nightly",
+      ),
+    );
     const result = await lastcall(["inject", "-f", "-", "--mode", "classic"], job);
     expect(result.code).toBe(0);
     expect(result.stderr).toBe(
@@ -63,11 +85,14 @@ describe("lastcall inject", () => {
   });
 
   it("a YAML error names the file, the document and the line, and exits 2", async () => {
-    const path = tempFile("kind: Pod\n---\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1: 2\n");
+    const path = tempFile(
+      "kind: Pod\n---\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1: 2\n",
+    );
     expect(await lastcall(["inject", "-f", path])).toEqual({
       code: 2,
       stdout: "",
-      stderr: `lastcall: cannot read ${path}: document 2, line 7: Nested mappings are not allowed in compact mappings\n`,
+      stderr:
+        `lastcall: cannot read ${path}: document 2, line 7: Nested mappings are not allowed in compact mappings\n`,
     });
   });
 
@@ -75,7 +100,8 @@ describe("lastcall inject", () => {
     expect(await lastcall(["inject", "-f", "/nonexistent/deploy.yaml"])).toEqual({
       code: 2,
       stdout: "",
-      stderr: "lastcall: cannot read /nonexistent/deploy.yaml: ENOENT: no such file or directory, open '/nonexistent/deploy.yaml'\n",
+      stderr:
+        "lastcall: cannot read /nonexistent/deploy.yaml: ENOENT: no such file or directory, open '/nonexistent/deploy.yaml'\n",
     });
   });
 
@@ -88,7 +114,8 @@ describe("lastcall inject", () => {
 });
 
 /** The note check prints for a workload without proxy. */
-const noProxy = (ref: string) => `${ref}: no proxy found: only the apps' preStop hooks against the grace period were checked\n`;
+const noProxy = (ref: string) =>
+  `${ref}: no proxy found: only the apps' preStop hooks against the grace period were checked\n`;
 
 describe("lastcall check", () => {
   it("prints one line per finding, then the summary, and exits 1", async () => {
@@ -96,36 +123,49 @@ describe("lastcall check", () => {
     expect(result).toEqual({
       code: 1,
       stdout:
-        "deployment/web: istio-proxy terminationDrainDuration 5s (default) is shorter than the app's shutdown (preStop sleep 30s): the proxy stops while the app still calls out; set proxy.istio.io/config terminationDrainDuration ≥ 35s or run istio-proxy as a native sidecar (sidecar.istio.io/nativeSidecar: \"true\"; stops after the app) or use lastcall (waits for the app)\n" +
+        'deployment/web: istio-proxy terminationDrainDuration 5s (default) is shorter than the app\'s shutdown (preStop sleep 30s): the proxy stops while the app still calls out; set proxy.istio.io/config terminationDrainDuration ≥ 35s or run istio-proxy as a native sidecar (sidecar.istio.io/nativeSidecar: "true"; stops after the app) or use lastcall (waits for the app)\n' +
         "1 workload, 1 proxy, 1 finding\n",
       stderr: "",
     });
   });
 
   it("prints no finding, only its note and the summary, and exits 0 on a clean manifest, from standard input", async () => {
-    expect(await lastcall(["check", "-f", "-"], readFileSync(example("deployment.yaml"), "utf8"))).toEqual({
-      code: 0,
-      stdout: `${noProxy("deployment/web")}1 workload, 0 proxies, 0 findings\n`,
-      stderr: "",
-    });
+    expect(await lastcall(["check", "-f", "-"], readFileSync(example("deployment.yaml"), "utf8")))
+      .toEqual({
+        code: 0,
+        stdout: `${noProxy("deployment/web")}1 workload, 0 proxies, 0 findings\n`,
+        stderr: "",
+      });
   });
 
   it("accepts inject's output: no finding, the proxy counted", async () => {
     const injected = await lastcall(["inject", "-f", example("deployment.yaml")]);
-    expect(await lastcall(["check", "-f", "-"], injected.stdout)).toEqual({ code: 0, stdout: "1 workload, 1 proxy, 0 findings\n", stderr: "" });
+    expect(await lastcall(["check", "-f", "-"], injected.stdout)).toEqual({
+      code: 0,
+      stdout: "1 workload, 1 proxy, 0 findings\n",
+      stderr: "",
+    });
   });
 
   it("flags a Service that still reaches the app, as inject warns of it", async () => {
     const injected = await lastcall(["inject", "-f", example("deployment.yaml")]);
-    const direct = "---\napiVersion: v1\nkind: Service\nmetadata: {name: web-direct}\nspec:\n  selector: {app: web}\n  ports: [{port: 8080}]\n";
-    const line = `service/web-direct port 8080 targetPort 8080 reaches container "web" port 8080 directly (bypasses lastcall): its requests are not counted and not drained`;
+    const direct =
+      "---\napiVersion: v1\nkind: Service\nmetadata: {name: web-direct}\nspec:\n  selector: {app: web}\n  ports: [{port: 8080}]\n";
+    const line =
+      `service/web-direct port 8080 targetPort 8080 reaches container "web" port 8080 directly (bypasses lastcall): its requests are not counted and not drained`;
     expect(await lastcall(["check", "-f", "-"], injected.stdout + direct)).toEqual({
       code: 1,
-      stdout: `deployment/web: ${line}; set targetPort: 18080 (lastcall's listener for it)\n1 workload, 1 proxy, 1 finding\n`,
+      stdout:
+        `deployment/web: ${line}; set targetPort: 18080 (lastcall's listener for it)\n1 workload, 1 proxy, 1 finding\n`,
       stderr: "",
     });
     const again = await lastcall(["inject", "-f", "-"], injected.stdout + direct);
-    expect(again).toEqual({ code: 0, stdout: injected.stdout + direct, stderr: `lastcall inject: deployment/web: ${line}; set targetPort: 18080 (lastcall's listener for it)\n` });
+    expect(again).toEqual({
+      code: 0,
+      stdout: injected.stdout + direct,
+      stderr:
+        `lastcall inject: deployment/web: ${line}; set targetPort: 18080 (lastcall's listener for it)\n`,
+    });
   });
 
   it("exits 2 on unreadable input", async () => {
@@ -146,7 +186,11 @@ describe("lastcall drain", () => {
     await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
     try {
       const port = (server.address() as { port: number }).port;
-      expect(await lastcall(["drain", "--status-url", `http://127.0.0.1:${port}`])).toEqual({ code: 0, stdout: "", stderr: "" });
+      expect(await lastcall(["drain", "--status-url", `http://127.0.0.1:${port}`])).toEqual({
+        code: 0,
+        stdout: "",
+        stderr: "",
+      });
       expect(requests).toEqual(["POST /drain?sidecar=native"]);
     } finally {
       server.close();
@@ -161,7 +205,8 @@ describe("lastcall drain", () => {
     expect(await lastcall(["drain", "--status-url", `http://127.0.0.1:${port}`])).toEqual({
       code: 1,
       stdout: "",
-      stderr: `lastcall drain: cannot reach the agent at http://127.0.0.1:${port}/drain?sidecar=native: ECONNREFUSED\n`,
+      stderr:
+        `lastcall drain: cannot reach the agent at http://127.0.0.1:${port}/drain?sidecar=native: ECONNREFUSED\n`,
     });
   });
 });
@@ -178,23 +223,42 @@ describe("examples/k8s are what the CLI generates", () => {
   });
 
   it.each([
-    { name: "deployment.yaml", stdout: `${noProxy("deployment/web")}1 workload, 0 proxies, 0 findings\n` },
+    {
+      name: "deployment.yaml",
+      stdout: `${noProxy("deployment/web")}1 workload, 0 proxies, 0 findings\n`,
+    },
     { name: "deployment.injected.yaml", stdout: "1 workload, 1 proxy, 0 findings\n" },
     { name: "job.yaml", stdout: `${noProxy("job/reindex")}1 workload, 0 proxies, 0 findings\n` },
     { name: "job.injected.yaml", stdout: "1 workload, 1 proxy, 0 findings\n" },
     { name: "job.classic.yaml", stdout: "1 workload, 1 proxy, 0 findings\n" },
-    { name: "envoy-config.yaml", stdout: "0 workloads, 0 proxies, 0 findings: nothing to check (no Pod, Deployment, StatefulSet, DaemonSet, Job or CronJob)\n" },
+    {
+      name: "envoy-config.yaml",
+      stdout:
+        "0 workloads, 0 proxies, 0 findings: nothing to check (no Pod, Deployment, StatefulSet, DaemonSet, Job or CronJob)\n",
+    },
   ])("check finds nothing in $name", async ({ name, stdout }) => {
     expect(await lastcall(["check", "-f", example(name)])).toEqual({ code: 0, stdout, stderr: "" });
   });
 });
 
 describe("examples/k8s apply as they are on a cluster that has only them", () => {
-  it.each(["deployment.injected.yaml", "job.injected.yaml", "job.classic.yaml", "caller.yaml", "pod-demo.yaml"])("every ConfigMap a pod of %s mounts is in the file", (name) => {
+  it.each([
+    "deployment.injected.yaml",
+    "job.injected.yaml",
+    "job.classic.yaml",
+    "caller.yaml",
+    "pod-demo.yaml",
+  ])("every ConfigMap a pod of %s mounts is in the file", (name) => {
     const docs = YAML.parseAllDocuments(readFileSync(example(name), "utf8")).map((d) => d.toJS());
     const defined = docs.filter((o) => o.kind === "ConfigMap").map((o) => o.metadata.name);
-    const specs = docs.map((o) => (o.kind === "Pod" ? o.spec : o.spec?.template?.spec)).filter(Boolean);
-    const mounted = specs.flatMap((spec) => (spec.volumes ?? []).filter((v: { configMap?: unknown }) => v.configMap).map((v: { configMap: { name: string } }) => v.configMap.name));
+    const specs = docs.map((o) => (o.kind === "Pod" ? o.spec : o.spec?.template?.spec)).filter(
+      Boolean,
+    );
+    const mounted = specs.flatMap((spec) =>
+      (spec.volumes ?? []).filter((v: { configMap?: unknown }) => v.configMap).map((
+        v: { configMap: { name: string } },
+      ) => v.configMap.name)
+    );
     expect(mounted.length).toBeGreaterThan(0);
     expect(mounted.filter((m: string) => !defined.includes(m))).toEqual([]);
   });
@@ -205,13 +269,21 @@ describe.each([
   { file: "deployment.injected.yaml", configMap: "web-lastcall-envoy" },
 ])("examples/k8s/$file", ({ file, configMap }) => {
   it(`holds an envoy.yaml in ConfigMap ${configMap} that Envoy accepts, as lastcall runs it`, async () => {
-    const object = YAML.parseAllDocuments(readFileSync(example(file), "utf8")).map((d) => d.toJS()).find((o) => o.kind === "ConfigMap" && o.metadata.name === configMap);
+    const object = YAML.parseAllDocuments(readFileSync(example(file), "utf8")).map((d) => d.toJS())
+      .find((o) => o.kind === "ConfigMap" && o.metadata.name === configMap);
     const config = tempFile(object.data["envoy.yaml"]);
     const bootstrap = await lastcall(["bootstrap", "--config", config]);
     expect(bootstrap.code).toBe(0);
     const path = join(mkdtempSync(join(tmpdir(), "lastcall-k8s-")), "bootstrap.yaml");
     writeFileSync(path, bootstrap.stdout);
-    const out = execFileSync(process.env.ENVOY_BIN!, ["--mode", "validate", "-c", path, "-l", "warning"], { encoding: "utf8" });
+    const out = execFileSync(process.env.ENVOY_BIN!, [
+      "--mode",
+      "validate",
+      "-c",
+      path,
+      "-l",
+      "warning",
+    ], { encoding: "utf8" });
     expect(out).toContain("OK");
   });
 });

@@ -39,14 +39,26 @@ describe("preStopOf", () => {
     ["no lifecycle", { name: "app" }, { kind: "none" }],
     ["a sleep action", hook({ sleep: { seconds: 10 } }), { kind: "sleep", ms: 10_000 }],
     ["exec sleep", hook({ exec: { command: ["sleep", "15"] } }), { kind: "sleep", ms: 15_000 }],
-    ["sh -c with several sleeps", hook({ exec: { command: ["/bin/sh", "-c", "sleep 5 && nginx -s quit; sleep 2s"] } }), { kind: "sleep", ms: 7000 }],
-    ["a script", hook({ exec: { command: ["/stop.sh"] } }), { kind: "other", what: "exec /stop.sh" }],
-    ["an HTTP call", hook({ httpGet: { path: "/shutdown", port: 8090 } }), { kind: "other", what: "GET /shutdown" }],
+    [
+      "sh -c with several sleeps",
+      hook({ exec: { command: ["/bin/sh", "-c", "sleep 5 && nginx -s quit; sleep 2s"] } }),
+      { kind: "sleep", ms: 7000 },
+    ],
+    ["a script", hook({ exec: { command: ["/stop.sh"] } }), {
+      kind: "other",
+      what: "exec /stop.sh",
+    }],
+    ["an HTTP call", hook({ httpGet: { path: "/shutdown", port: 8090 } }), {
+      kind: "other",
+      what: "GET /shutdown",
+    }],
   ])("%s", (_, container, expected) => {
     expect(preStopOf(container)).toEqual(expected);
   });
 
   it("splits sh -c scripts into words", () => {
-    expect(handlerArgv({ exec: { command: ["bash", "-c", "contour envoy shutdown --check-delay 5s"] } })).toEqual(["contour", "envoy", "shutdown", "--check-delay", "5s"]);
+    expect(
+      handlerArgv({ exec: { command: ["bash", "-c", "contour envoy shutdown --check-delay 5s"] } }),
+    ).toEqual(["contour", "envoy", "shutdown", "--check-delay", "5s"]);
   });
 });

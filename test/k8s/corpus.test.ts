@@ -24,15 +24,26 @@ const clean = (injected: number, ...lines: RegExp[]): Outcome => ({ injected, li
 const refused = (injected: number, ...lines: RegExp[]): Outcome => ({ injected, lines, code: 1 });
 const both = (o: Outcome) => ({ native: o, classic: o });
 /** The line of a pod inject cannot wire: it declares no port. */
-const noPort = (ref: string) => new RegExp(`^${ref}: no container declares a TCP containerPort.*--config-map NAME\\)$`);
+const noPort = (ref: string) =>
+  new RegExp(`^${ref}: no container declares a TCP containerPort.*--config-map NAME\\)$`);
 /** The line of a pod whose app waits for Envoy at start: its --config-map is not in the manifest. */
-const held = (ref: string, configMap: string) => new RegExp(`^${ref}: the app waits for Envoy to be ready at start \\(ConfigMap ${configMap} is not in this manifest`);
-const wrote = (ref: string, configMap: string, listeners: string) => new RegExp(`^${ref}: Envoy config in ConfigMap ${configMap} \\(a new document after it\\): listeners ${listeners}$`);
+const held = (ref: string, configMap: string) =>
+  new RegExp(
+    `^${ref}: the app waits for Envoy to be ready at start \\(ConfigMap ${configMap} is not in this manifest`,
+  );
+const wrote = (ref: string, configMap: string, listeners: string) =>
+  new RegExp(
+    `^${ref}: Envoy config in ConfigMap ${configMap} \\(a new document after it\\): listeners ${listeners}$`,
+  );
 
 /** Per file: the flags inject gets (default: none) and the outcome in each mode. */
 const CORPUS: Record<string, { args?: string[]; native: Outcome; classic: Outcome }> = {
   "plain-deployment.yaml": {
-    native: clean(1, wrote("deployment/storefront", "storefront-lastcall-envoy", "18080 → app port 8080"), /^deployment\/storefront: service\/storefront port 80: targetPort 8080 → 18080 /),
+    native: clean(
+      1,
+      wrote("deployment/storefront", "storefront-lastcall-envoy", "18080 → app port 8080"),
+      /^deployment\/storefront: service\/storefront port 80: targetPort 8080 → 18080 /,
+    ),
     classic: clean(
       1,
       wrote("deployment/storefront", "storefront-lastcall-envoy", "18080 → app port 8080"),
@@ -41,7 +52,11 @@ const CORPUS: Record<string, { args?: string[]; native: Outcome; classic: Outcom
   },
   "service-wiring.yaml": (() => {
     const lines = [
-      wrote("deployment/checkout", "checkout-lastcall-envoy", "18080 → app port 8080, 19090 → app port 9090"),
+      wrote(
+        "deployment/checkout",
+        "checkout-lastcall-envoy",
+        "18080 → app port 8080, 19090 → app port 9090",
+      ),
       /^deployment\/checkout: service\/checkout port 80 \(http\): targetPort http now names lastcall's listener 18080 \(container "checkout" port 8080 is renamed http-app\)$/,
       /^deployment\/checkout: service\/checkout port 9090 \(metrics\): targetPort 9090 → 19090 /,
       /^deployment\/checkout: service\/checkout-internal port 8080: targetPort 8080 → 18080 /,
@@ -52,7 +67,13 @@ const CORPUS: Record<string, { args?: string[]; native: Outcome; classic: Outcom
   // wait for Envoy at start.
   "jobs.yaml": {
     args: ["--config-map", "batch-envoy"],
-    native: clean(2, /^job\/report: Envoy config is your ConfigMap batch-envoy, not in this manifest/, held("job/report", "batch-envoy"), /^cronjob\/heartbeat: Envoy config is your ConfigMap batch-envoy/, held("cronjob/heartbeat", "batch-envoy")),
+    native: clean(
+      2,
+      /^job\/report: Envoy config is your ConfigMap batch-envoy, not in this manifest/,
+      held("job/report", "batch-envoy"),
+      /^cronjob\/heartbeat: Envoy config is your ConfigMap batch-envoy/,
+      held("cronjob/heartbeat", "batch-envoy"),
+    ),
     classic: clean(
       2,
       /^job\/report: Envoy config is your ConfigMap batch-envoy/,
@@ -65,31 +86,67 @@ const CORPUS: Record<string, { args?: string[]; native: Outcome; classic: Outcom
   "contour-render.yaml": {
     native: refused(
       1,
-      wrote("deployment/contour", "contour-lastcall-envoy", "18001 → app port 8001, 18000 → app port 8000, 16060 → app port 6060"),
+      wrote(
+        "deployment/contour",
+        "contour-lastcall-envoy",
+        "18001 → app port 8001, 18000 → app port 8000, 16060 → app port 6060",
+      ),
       noPort("job/contour-certgen-v1-33-8"),
       /^daemonset\/envoy: already has Contour's shutdown-manager \(container "shutdown-manager"\).*put lastcall in its shutdown-manager container/,
     ),
     classic: refused(
       1,
-      wrote("deployment/contour", "contour-lastcall-envoy", "18001 → app port 8001, 18000 → app port 8000, 16060 → app port 6060"),
+      wrote(
+        "deployment/contour",
+        "contour-lastcall-envoy",
+        "18001 → app port 8001, 18000 → app port 8000, 16060 → app port 6060",
+      ),
       noPort("job/contour-certgen-v1-33-8"),
       /^daemonset\/envoy: already has Contour's shutdown-manager/,
     ),
   },
-  "istio-injected-sidecar.yaml": both(refused(0, /^deployment\/hello: already has Istio's sidecar \(container "istio-proxy"\).*remove Istio's injection first/)),
-  "istio-injected-native.yaml": both(refused(0, /^deployment\/hello: already has Istio's sidecar \(container "istio-proxy"\)/)),
+  "istio-injected-sidecar.yaml": both(
+    refused(
+      0,
+      /^deployment\/hello: already has Istio's sidecar \(container "istio-proxy"\).*remove Istio's injection first/,
+    ),
+  ),
+  "istio-injected-native.yaml": both(
+    refused(0, /^deployment\/hello: already has Istio's sidecar \(container "istio-proxy"\)/),
+  ),
   "mesh-marked.yaml": both(refused(
     0,
     /^deployment\/reviews: already has Istio's injection \(sidecar\.istio\.io\/inject: true\)/,
     /^pod\/emoji: already has Linkerd's sidecar \(container "linkerd-proxy"\) and Linkerd's injection/,
   )),
-  "envoy-gateway-proxy.yaml": both(refused(0, /already has Envoy Gateway's shutdown-manager \(container "shutdown-manager"\).*put lastcall in its shutdown-manager container/)),
+  "envoy-gateway-proxy.yaml": both(
+    refused(
+      0,
+      /already has Envoy Gateway's shutdown-manager \(container "shutdown-manager"\).*put lastcall in its shutdown-manager container/,
+    ),
+  ),
   "helm-rendered.yaml": {
-    native: refused(1, wrote("deployment/release-web", "release-web-lastcall-envoy", "10080 → app port 80"), noPort("pod/release-web-test-connection")),
-    classic: refused(1, wrote("deployment/release-web", "release-web-lastcall-envoy", "10080 → app port 80"), noPort("pod/release-web-test-connection")),
+    native: refused(
+      1,
+      wrote("deployment/release-web", "release-web-lastcall-envoy", "10080 → app port 80"),
+      noPort("pod/release-web-test-connection"),
+    ),
+    classic: refused(
+      1,
+      wrote("deployment/release-web", "release-web-lastcall-envoy", "10080 → app port 80"),
+      noPort("pod/release-web-test-connection"),
+    ),
   },
-  "host-network.yaml": both(refused(0, /^daemonset\/node-exporter: uses hostNetwork: .*--host-network to inject it anyway/)),
-  "kubectl-list.yaml": both(clean(1, wrote("deployment/web", "web-lastcall-envoy", "18080 → app port 8080"), /^deployment\/web: service\/web port 80: targetPort 8080 → 18080 /)),
+  "host-network.yaml": both(
+    refused(0, /^daemonset\/node-exporter: uses hostNetwork: .*--host-network to inject it anyway/),
+  ),
+  "kubectl-list.yaml": both(
+    clean(
+      1,
+      wrote("deployment/web", "web-lastcall-envoy", "18080 → app port 8080"),
+      /^deployment\/web: service\/web port 80: targetPort 8080 → 18080 /,
+    ),
+  ),
   // `kubectl create deployment` declares no port unless asked (--port).
   "kubectl-create.json": both(refused(0, noPort("deployment/api"))),
   "statefulset-forms.yaml": both(clean(
@@ -99,7 +156,11 @@ const CORPUS: Record<string, { args?: string[]; native: Outcome; classic: Outcom
   )),
   "distroless-app.yaml": {
     args: ["--config-map", "static-app-envoy"],
-    native: clean(1, /^deployment\/static-app: Envoy config is your ConfigMap static-app-envoy/, held("deployment/static-app", "static-app-envoy")),
+    native: clean(
+      1,
+      /^deployment\/static-app: Envoy config is your ConfigMap static-app-envoy/,
+      held("deployment/static-app", "static-app-envoy"),
+    ),
     classic: clean(
       1,
       /^deployment\/static-app: Envoy config is your ConfigMap static-app-envoy/,
@@ -110,7 +171,10 @@ const CORPUS: Record<string, { args?: string[]; native: Outcome; classic: Outcom
 };
 
 /** Reads YAML as Kubernetes does (1.1: `0644` is octal); one value per document. */
-const values = (text: string) => parseAllDocuments(text, { version: "1.1", merge: true }).map((d) => d.toJS({ maxAliasCount: -1 }));
+const values = (text: string) =>
+  parseAllDocuments(text, { version: "1.1", merge: true }).map((d) =>
+    d.toJS({ maxAliasCount: -1 })
+  );
 
 /** Every one-line scalar as written: `0644`, `"yes"`, `0x3`, with how often it occurs. */
 function scalarForms(text: string): Map<string, number> {
@@ -137,7 +201,14 @@ const ADDED_CONTAINERS = new Set(["lastcall", "lastcall-install"]);
 const ADDED_VOLUMES = new Set(["lastcall-config", "lastcall-bin"]);
 
 /** The objects of a document: itself, or a List's items. */
-const objectsOf = (value: unknown): Obj[] => (isObj(value) && typeof value.kind === "string" && value.kind.endsWith("List") && Array.isArray(value.items) ? value.items.filter(isObj) : isObj(value) ? [value] : []);
+const objectsOf = (
+  value: unknown,
+): Obj[] => (isObj(value) && typeof value.kind === "string" && value.kind.endsWith("List") &&
+    Array.isArray(value.items)
+  ? value.items.filter(isObj)
+  : isObj(value)
+  ? [value]
+  : []);
 
 /** The pod spec of an object, if it is a workload. */
 function podSpecOf(object: Obj): Obj | undefined {
@@ -158,7 +229,12 @@ function withoutSidecar(output: Obj, input: Obj): Obj {
     const spec = podSpecOf(object);
     const before = inputs[i] && podSpecOf(inputs[i]);
     if (!spec || !before) return;
-    const drop = (key: string, keep: (item: Obj) => boolean, from: Obj = spec, was: Obj | undefined = before) => {
+    const drop = (
+      key: string,
+      keep: (item: Obj) => boolean,
+      from: Obj = spec,
+      was: Obj | undefined = before,
+    ) => {
       if (!Array.isArray(from[key])) return;
       from[key] = (from[key] as Obj[]).filter(keep);
       if ((from[key] as unknown[]).length === 0 && !(was && key in was)) delete from[key];
@@ -168,7 +244,9 @@ function withoutSidecar(output: Obj, input: Obj): Obj {
     drop("volumes", (v) => !ADDED_VOLUMES.has(String(v.name)));
     for (const [j, c] of ((spec.containers as Obj[] | undefined) ?? []).entries()) {
       const command = c.command as string[] | undefined;
-      if (command?.[0] === "/lastcall/bin/lastcall" && command[1] === "exec") c.command = command.slice(command.indexOf("--") + 1);
+      if (command?.[0] === "/lastcall/bin/lastcall" && command[1] === "exec") {
+        c.command = command.slice(command.indexOf("--") + 1);
+      }
       const was = (before.containers as Obj[])[j];
       drop("volumeMounts", (m) => !ADDED_VOLUMES.has(String(m.name)), c, was);
       // lastcall's preStop, given to an app container that had none.
@@ -176,7 +254,9 @@ function withoutSidecar(output: Obj, input: Obj): Obj {
       const hook = (lifecycle?.preStop as Obj | undefined)?.httpGet as Obj | undefined;
       if (hook?.path === "/v1/app-stop" && !((was?.lifecycle as Obj | undefined)?.preStop)) {
         delete lifecycle!.preStop;
-        if (Object.keys(lifecycle!).length === 0 && !(was && "lifecycle" in was)) delete c.lifecycle;
+        if (Object.keys(lifecycle!).length === 0 && !(was && "lifecycle" in was)) {
+          delete c.lifecycle;
+        }
       }
     }
   });
@@ -190,42 +270,55 @@ function withoutSidecar(output: Obj, input: Obj): Obj {
  */
 function withoutWiring(values: unknown[], inputs: unknown[]): unknown[] {
   const known = new Set(inputs.flatMap(objectsOf).map((o) => JSON.stringify(o)));
-  const added = (o: unknown) => isObj(o) && o.kind === "ConfigMap" && /-lastcall-envoy$/.test(String((o.metadata as Obj)?.name)) && !known.has(JSON.stringify(o));
+  const added = (o: unknown) =>
+    isObj(o) && o.kind === "ConfigMap" &&
+    /-lastcall-envoy$/.test(String((o.metadata as Obj)?.name)) && !known.has(JSON.stringify(o));
   const appPortOf = new Map<number, number>();
   for (const o of values.flatMap(objectsOf).filter(added)) {
-    for (const l of readWires(YAML.parse(String((o.data as Obj)["envoy.yaml"]))).listeners) appPortOf.set(l.port, l.appPorts[0]);
+    for (const l of readWires(YAML.parse(String((o.data as Obj)["envoy.yaml"]))).listeners) {
+      appPortOf.set(l.port, l.appPorts[0]);
+    }
   }
   const kept = structuredClone(values.filter((v) => !added(v)));
-  for (const v of kept) if (isObj(v) && Array.isArray(v.items)) v.items = v.items.filter((item) => !added(item));
-  kept.forEach((v, i) => objectsOf(v).forEach((o, j) => {
-    const input = objectsOf(inputs[i])[j];
-    if (o.kind === "Service") {
-      ((o.spec as Obj)?.ports as Obj[] ?? []).forEach((p, k) => {
-        const was = ((input?.spec as Obj)?.ports as Obj[] | undefined)?.[k];
-        if (typeof p.targetPort !== "number" || !appPortOf.has(p.targetPort)) return;
-        if (was && !("targetPort" in was)) delete p.targetPort;
-        else p.targetPort = appPortOf.get(p.targetPort);
-      });
-    }
-    const spec = podSpecOf(o);
-    const sidecar = [...((spec?.initContainers as Obj[]) ?? []), ...((spec?.containers as Obj[]) ?? [])].find((c) => c.name === "lastcall");
-    for (const port of (sidecar?.ports as Obj[] | undefined) ?? []) {
-      const appPort = appPortOf.get(Number(port.containerPort));
-      if (typeof port.name !== "string" || appPort === undefined) continue;
-      for (const c of (spec!.containers as Obj[]).filter((c) => c !== sidecar)) {
-        const own = ((c.ports as Obj[] | undefined) ?? []).find((p) => p.containerPort === appPort && typeof p.name === "string");
-        if (!own) continue;
-        const renamed = own.name;
-        own.name = port.name;
-        for (const key of ["livenessProbe", "readinessProbe", "startupProbe"]) {
-          for (const kind of ["httpGet", "tcpSocket"]) {
-            const handler = (c[key] as Obj | undefined)?.[kind] as Obj | undefined;
-            if (handler?.port === renamed) handler.port = port.name;
+  for (const v of kept) {
+    if (isObj(v) && Array.isArray(v.items)) v.items = v.items.filter((item) => !added(item));
+  }
+  kept.forEach((v, i) =>
+    objectsOf(v).forEach((o, j) => {
+      const input = objectsOf(inputs[i])[j];
+      if (o.kind === "Service") {
+        ((o.spec as Obj)?.ports as Obj[] ?? []).forEach((p, k) => {
+          const was = ((input?.spec as Obj)?.ports as Obj[] | undefined)?.[k];
+          if (typeof p.targetPort !== "number" || !appPortOf.has(p.targetPort)) return;
+          if (was && !("targetPort" in was)) delete p.targetPort;
+          else p.targetPort = appPortOf.get(p.targetPort);
+        });
+      }
+      const spec = podSpecOf(o);
+      const sidecar = [
+        ...((spec?.initContainers as Obj[]) ?? []),
+        ...((spec?.containers as Obj[]) ?? []),
+      ].find((c) => c.name === "lastcall");
+      for (const port of (sidecar?.ports as Obj[] | undefined) ?? []) {
+        const appPort = appPortOf.get(Number(port.containerPort));
+        if (typeof port.name !== "string" || appPort === undefined) continue;
+        for (const c of (spec!.containers as Obj[]).filter((c) => c !== sidecar)) {
+          const own = ((c.ports as Obj[] | undefined) ?? []).find((p) =>
+            p.containerPort === appPort && typeof p.name === "string"
+          );
+          if (!own) continue;
+          const renamed = own.name;
+          own.name = port.name;
+          for (const key of ["livenessProbe", "readinessProbe", "startupProbe"]) {
+            for (const kind of ["httpGet", "tcpSocket"]) {
+              const handler = (c[key] as Obj | undefined)?.[kind] as Obj | undefined;
+              if (handler?.port === renamed) handler.port = port.name;
+            }
           }
         }
       }
-    }
-  }));
+    })
+  );
   return kept;
 }
 
@@ -234,10 +327,19 @@ function wiredForms(values: unknown[]): Set<string> {
   const forms = new Set<string>();
   for (const o of values.flatMap(objectsOf)) {
     const spec = podSpecOf(o);
-    const sidecar = [...((spec?.initContainers as Obj[]) ?? []), ...((spec?.containers as Obj[]) ?? [])].find((c) => c.name === "lastcall");
-    for (const p of (sidecar?.ports as Obj[] | undefined) ?? []) if (typeof p.name === "string") forms.add(p.name);
+    const sidecar = [
+      ...((spec?.initContainers as Obj[]) ?? []),
+      ...((spec?.containers as Obj[]) ?? []),
+    ].find((c) => c.name === "lastcall");
+    for (const p of (sidecar?.ports as Obj[] | undefined) ?? []) {
+      if (typeof p.name === "string") forms.add(p.name);
+    }
     if (o.kind === "ConfigMap" && /-lastcall-envoy$/.test(String((o.metadata as Obj)?.name))) {
-      for (const l of readWires(YAML.parse(String((o.data as Obj)["envoy.yaml"]))).listeners) for (const port of l.appPorts) forms.add(String(port));
+      for (const l of readWires(YAML.parse(String((o.data as Obj)["envoy.yaml"]))).listeners) {
+        for (const port of l.appPorts) {
+          forms.add(String(port));
+        }
+      }
     }
   }
   return forms;
@@ -262,7 +364,9 @@ describe("inject over the corpus of real-shaped manifests", () => {
   if (skip) it.skip(`corpus against the API server: ${skip}`, () => {});
   else {
     it("every input is valid to the API server to begin with", async () => {
-      for (const file of Object.keys(CORPUS)) expect(await api!.validate(readFileSync(join(dir, file), "utf8")), file).toEqual([]);
+      for (const file of Object.keys(CORPUS)) {
+        expect(await api!.validate(readFileSync(join(dir, file), "utf8")), file).toEqual([]);
+      }
     });
   }
 
@@ -273,17 +377,27 @@ describe("inject over the corpus of real-shaped manifests", () => {
         const path = join(dir, file);
         const input = readFileSync(path, "utf8");
         const once = await runLastcall(["inject", "-f", path, "--mode", mode, ...args]);
-        const lines = once.stderr.split("\n").filter(Boolean).map((l) => l.replace(/^lastcall inject: /, ""));
-        expect({ code: once.code, lines: lines.length }).toEqual({ code: expected.code, lines: expected.lines.length });
+        const lines = once.stderr.split("\n").filter(Boolean).map((l) =>
+          l.replace(/^lastcall inject: /, "")
+        );
+        expect({ code: once.code, lines: lines.length }).toEqual({
+          code: expected.code,
+          lines: expected.lines.length,
+        });
         expected.lines.forEach((pattern, i) => expect(lines[i]).toMatch(pattern));
 
         const json = file.endsWith(".json");
         const before = json ? [JSON.parse(input)] : values(input);
         const after = json ? [JSON.parse(once.stdout)] : values(once.stdout);
         // Nothing else changed meaning: the output without the sidecar and its wiring is the input.
-        expect(withoutWiring(after, before).map((v, i) => withoutSidecar(v as Obj, before[i] as Obj))).toEqual(before);
+        expect(
+          withoutWiring(after, before).map((v, i) => withoutSidecar(v as Obj, before[i] as Obj)),
+        ).toEqual(before);
         const sidecars = after.flatMap((v) => objectsOf(v)).map(podSpecOf).filter((spec) =>
-          [...((spec?.initContainers as Obj[] | undefined) ?? []), ...((spec?.containers as Obj[] | undefined) ?? [])].some((c) => c.name === "lastcall")
+          [
+            ...((spec?.initContainers as Obj[] | undefined) ?? []),
+            ...((spec?.containers as Obj[] | undefined) ?? []),
+          ].some((c) => c.name === "lastcall")
         );
         expect(sidecars).toHaveLength(expected.injected);
         // Every scalar kept its form (octal modes, quotes, hex): the input's forms are all in the output.
@@ -291,11 +405,16 @@ describe("inject over the corpus of real-shaped manifests", () => {
         if (!json) {
           const out = scalarForms(once.stdout);
           const moved = wiredForms(after);
-          const lost = [...scalarForms(input)].filter(([form, n]) => (out.get(form) ?? 0) < n && !moved.has(form)).map(([form]) => form);
+          const lost = [...scalarForms(input)].filter(([form, n]) =>
+            (out.get(form) ?? 0) < n && !moved.has(form)
+          ).map(([form]) => form);
           expect(lost).toEqual([]);
         }
         // Idempotent: the output, injected again, is the same bytes.
-        const again = await runLastcall(["inject", "-f", "-", "--mode", mode, ...args], once.stdout);
+        const again = await runLastcall(
+          ["inject", "-f", "-", "--mode", mode, ...args],
+          once.stdout,
+        );
         expect(again.stdout).toBe(once.stdout);
         if (api) expect(await api.validate(once.stdout)).toEqual([]);
       });
@@ -306,20 +425,34 @@ describe("inject over the corpus of real-shaped manifests", () => {
     const path = join(dir, "helm-template.yaml");
     const result = await runLastcall(["inject", "-f", path]);
     expect(result).toMatchObject({ code: 2, stdout: "" });
-    expect(result.stderr.trim()).toBe(`lastcall: cannot read ${path}: document 1, line 5: an unrendered template ({{ … }}): render it first (helm template, kustomize build) and inject what it prints`);
+    expect(result.stderr.trim()).toBe(
+      `lastcall: cannot read ${path}: document 1, line 5: an unrendered template ({{ … }}): render it first (helm template, kustomize build) and inject what it prints`,
+    );
   });
 
   it("--host-network injects a hostNetwork pod when asked", async () => {
-    const result = await runLastcall(["inject", "-f", join(dir, "host-network.yaml"), "--host-network"]);
+    const result = await runLastcall([
+      "inject",
+      "-f",
+      join(dir, "host-network.yaml"),
+      "--host-network",
+    ]);
     expect(result.code).toBe(0);
     expect(result.stdout).toContain("name: lastcall\n");
     if (api) expect(await api.validate(result.stdout)).toEqual([]);
   });
 
-  it("annotation lastcall/inject: \"false\" leaves a workload out, silently, exit 0", async () => {
-    const text = readFileSync(join(dir, "plain-deployment.yaml"), "utf8").replace("  labels:\n    app: storefront\nspec:", "  labels:\n    app: storefront\n  annotations:\n    lastcall/inject: \"false\"\nspec:");
+  it('annotation lastcall/inject: "false" leaves a workload out, silently, exit 0', async () => {
+    const text = readFileSync(join(dir, "plain-deployment.yaml"), "utf8").replace(
+      "  labels:\n    app: storefront\nspec:",
+      '  labels:\n    app: storefront\n  annotations:\n    lastcall/inject: "false"\nspec:',
+    );
     const path = join(tempDir("corpus-"), "opted-out.yaml");
     writeFileSync(path, text);
-    expect(await runLastcall(["inject", "-f", path])).toMatchObject({ code: 0, stdout: text, stderr: "" });
+    expect(await runLastcall(["inject", "-f", path])).toMatchObject({
+      code: 0,
+      stdout: text,
+      stderr: "",
+    });
   });
 });

@@ -31,8 +31,9 @@ if (skip) {
       for (const { block, object } of objects) {
         for (const error of await api.validate(JSON.stringify(object))) {
           // Kinds this API server has no API for are listed, and must be the known ones.
-          if (/no matches for kind/.test(error)) notServed.push(`${where(block)}: ${(object as { kind?: string }).kind}`);
-          else rejected.push(`${where(block)}: ${error}`);
+          if (/no matches for kind/.test(error)) {
+            notServed.push(`${where(block)}: ${(object as { kind?: string }).kind}`);
+          } else rejected.push(`${where(block)}: ${error}`);
         }
       }
       expect(rejected).toEqual([]);
@@ -41,7 +42,9 @@ if (skip) {
     });
 
     it.each(examples)("examples/k8s/%s", async (file) => {
-      expect(await api.validate(readFileSync(join(root, "examples/k8s", file), "utf8"))).toEqual([]);
+      expect(await api.validate(readFileSync(join(root, "examples/k8s", file), "utf8"))).toEqual(
+        [],
+      );
     });
   });
 }

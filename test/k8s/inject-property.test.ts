@@ -12,7 +12,10 @@ import type { Json } from "../support/json.ts";
 
 const word = fc.stringMatching(/^[a-z][a-z0-9-]{0,8}$/);
 /** Command-line words, YAML-hostile ones included (`: `, `#`, quotes, `---`, newlines). */
-const argWord = fc.oneof(fc.string({ minLength: 1, maxLength: 10 }), fc.constantFrom("--", "---", "# x", "a: b", "'q'", "\"q\"", "yes", "1.0", "null", "line\nbreak"));
+const argWord = fc.oneof(
+  fc.string({ minLength: 1, maxLength: 10 }),
+  fc.constantFrom("--", "---", "# x", "a: b", "'q'", '"q"', "yes", "1.0", "null", "line\nbreak"),
+);
 
 const container = (name: string) =>
   fc.record({
@@ -36,53 +39,88 @@ const podSpec = fc.record({
   grace: fc.option(fc.integer({ min: 0, max: 120 }), { nil: undefined }),
   volume: fc.boolean(),
 }).chain(({ names, initNames, grace, volume }) =>
-  fc.tuple(fc.tuple(...names.map(container)), fc.constant(initNames), fc.constant(grace), fc.constant(volume))
+  fc.tuple(
+    fc.tuple(...names.map(container)),
+    fc.constant(initNames),
+    fc.constant(grace),
+    fc.constant(volume),
+  )
 ).map(([containers, initNames, grace, volume]) => ({
   containers,
-  ...(initNames.length && { initContainers: initNames.map((name) => ({ name, image: "example/init:1" })) }),
+  ...(initNames.length &&
+    { initContainers: initNames.map((name) => ({ name, image: "example/init:1" })) }),
   ...(grace !== undefined && { terminationGracePeriodSeconds: grace }),
   ...(volume && { volumes: [{ name: "data", emptyDir: {} }] }),
 }));
 
 const document = fc.oneof(
-  { weight: 5, arbitrary: fc.tuple(fc.constantFrom(...KINDS), podSpec, word).map(([kind, spec, name]) => workload(kind, spec, name)) },
-  { weight: 1, arbitrary: word.map((name) => ({ apiVersion: "v1", kind: "ConfigMap", metadata: { name }, data: { "envoy.yaml": "static_resources: {}\n" } })) },
+  {
+    weight: 5,
+    arbitrary: fc.tuple(fc.constantFrom(...KINDS), podSpec, word).map(([kind, spec, name]) =>
+      workload(kind, spec, name)
+    ),
+  },
+  {
+    weight: 1,
+    arbitrary: word.map((name) => ({
+      apiVersion: "v1",
+      kind: "ConfigMap",
+      metadata: { name },
+      data: { "envoy.yaml": "static_resources: {}\n" },
+    })),
+  },
 );
 
-const manifestText = fc.tuple(fc.array(document, { minLength: 1, maxLength: 4 }), fc.boolean()).map(([docs, indentSeq]) =>
-  docs.map((d) => YAML.stringify(d, { indentSeq })).join("---\n")
+const manifestText = fc.tuple(fc.array(document, { minLength: 1, maxLength: 4 }), fc.boolean()).map(
+  ([docs, indentSeq]) => docs.map((d) => YAML.stringify(d, { indentSeq })).join("---\n"),
 );
 
 describe("inject on generated workloads", () => {
   it("is idempotent and keeps workloads valid", () => {
     fc.assert(
-      fc.property(manifestText, fc.constantFrom("native", "classic") as fc.Arbitrary<"native" | "classic">, (text, mode) => {
-        const options = { ...SIDECAR_DEFAULTS, mode };
-        const once = injectManifest(text, options);
-        const twice = injectManifest(once.text, options);
-        expect(twice.text).toBe(once.text);
-        expect(twice.injected).toBe(0);
+      fc.property(
+        manifestText,
+        fc.constantFrom("native", "classic") as fc.Arbitrary<"native" | "classic">,
+        (text, mode) => {
+          const options = { ...SIDECAR_DEFAULTS, mode };
+          const once = injectManifest(text, options);
+          const twice = injectManifest(once.text, options);
+          expect(twice.text).toBe(once.text);
+          expect(twice.injected).toBe(0);
 
-        const before = objects(text);
-        // The ConfigMaps inject wrote, one right after each workload it wired.
-        const all = objects(once.text);
-        const after = all.filter((o, i) => !(o.kind === "ConfigMap" && /-lastcall-envoy$/.test(o.metadata.name) && !before.some((b) => isDeepStrictEqual(b, o)) && i > 0));
-        expect(after).toHaveLength(before.length);
-        expect(new Set(all.filter((o) => o.kind === "ConfigMap").map((o) => o.metadata.name)).size).toBe(all.filter((o) => o.kind === "ConfigMap").length);
-        after.forEach((object, i) => {
-          if (object.kind === "ConfigMap") return expect(object).toEqual(before[i]);
-          validateWorkload(object);
-          const spec = specOf(object);
-          const original = specOf(before[i]);
-          const named = (s: Json) => [...s.containers, ...(s.initContainers ?? [])].filter((c) => c.name === "lastcall");
-          // Already has a sidecar, too short a grace period for one, or no port to wire: left as is.
-          const ported = original.containers.some((c: Json) => c.ports?.length);
-          if (named(original).length || (original.terminationGracePeriodSeconds ?? 30) < 8 || !ported) return expect(object).toEqual(before[i]);
-          expect(named(spec)).toHaveLength(1);
-          const apps = (s: Json) => s.containers.filter((c: Json) => c.name !== "lastcall").map((c: Json) => [c.name, c.image, c.args]);
-          expect(apps(spec)).toEqual(apps(original));
-        });
-      }),
+          const before = objects(text);
+          // The ConfigMaps inject wrote, one right after each workload it wired.
+          const all = objects(once.text);
+          const after = all.filter((o, i) =>
+            !(o.kind === "ConfigMap" && /-lastcall-envoy$/.test(o.metadata.name) &&
+              !before.some((b) => isDeepStrictEqual(b, o)) && i > 0)
+          );
+          expect(after).toHaveLength(before.length);
+          expect(
+            new Set(all.filter((o) => o.kind === "ConfigMap").map((o) => o.metadata.name)).size,
+          ).toBe(all.filter((o) => o.kind === "ConfigMap").length);
+          after.forEach((object, i) => {
+            if (object.kind === "ConfigMap") return expect(object).toEqual(before[i]);
+            validateWorkload(object);
+            const spec = specOf(object);
+            const original = specOf(before[i]);
+            const named = (s: Json) =>
+              [...s.containers, ...(s.initContainers ?? [])].filter((c) => c.name === "lastcall");
+            // Already has a sidecar, too short a grace period for one, or no port to wire: left as is.
+            const ported = original.containers.some((c: Json) => c.ports?.length);
+            if (
+              named(original).length || (original.terminationGracePeriodSeconds ?? 30) < 8 ||
+              !ported
+            ) return expect(object).toEqual(before[i]);
+            expect(named(spec)).toHaveLength(1);
+            const apps = (s: Json) =>
+              s.containers.filter((c: Json) => c.name !== "lastcall").map((
+                c: Json,
+              ) => [c.name, c.image, c.args]);
+            expect(apps(spec)).toEqual(apps(original));
+          });
+        },
+      ),
       { numRuns: 300 },
     );
   });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { type InjectOptions, injectManifest } from "../../agent/k8s/inject.ts";
+import { injectManifest, type InjectOptions } from "../../agent/k8s/inject.ts";
 import { ManifestError } from "../../agent/k8s/manifest.ts";
 import { SIDECAR_DEFAULTS, type SidecarOptions } from "../../agent/k8s/sidecar.ts";
 import { VERSION } from "../../agent/version.ts";
@@ -15,7 +15,19 @@ const live = { httpGet: { path: "/healthz/live", port: 15020 } };
 const appStop = { httpGet: { path: "/v1/app-stop", port: 15020 } };
 /** An app container as inject leaves it without a preStop of its own: with lastcall's. */
 const withAppStop = (c: Record<string, unknown>) => ({ ...c, lifecycle: { preStop: appStop } });
-const argsFor = (grace: string) => ["run", "--config", "/etc/envoy/envoy.yaml", "--grace", grace, "--status-address", "0.0.0.0", "--watch", "/etc/envoy/envoy.yaml"];
+const argsFor = (
+  grace: string,
+) => [
+  "run",
+  "--config",
+  "/etc/envoy/envoy.yaml",
+  "--grace",
+  grace,
+  "--status-address",
+  "0.0.0.0",
+  "--watch",
+  "/etc/envoy/envoy.yaml",
+];
 
 describe("native mode: an init container with restartPolicy Always", () => {
   it.each(KINDS)("%s", (kind) => {
@@ -35,7 +47,10 @@ describe("native mode: an init container with restartPolicy Always", () => {
       volumeMounts: [{ name: "lastcall-config", mountPath: "/etc/envoy", readOnly: true }],
     }]);
     expect(spec.containers).toEqual(podSpec().containers.map(withAppStop));
-    expect(spec.volumes).toEqual([{ name: "lastcall-config", configMap: { name: "web-lastcall-envoy" } }]);
+    expect(spec.volumes).toEqual([{
+      name: "lastcall-config",
+      configMap: { name: "web-lastcall-envoy" },
+    }]);
     expect(() => validateWorkload(out)).not.toThrow();
     expect(unknownContainerFields(spec.initContainers[0])).toEqual([]);
   });
@@ -43,16 +58,32 @@ describe("native mode: an init container with restartPolicy Always", () => {
   it("comes after the pod's own init containers, so they run as before", () => {
     const spec = podSpec({ initContainers: [{ name: "migrate", image: "example/migrate:1" }] });
     const out = specOf(objects(inject(manifest(workload("Deployment", spec))).text)[0]);
-    expect(out.initContainers.map((c: { name: string }) => c.name)).toEqual(["migrate", "lastcall"]);
+    expect(out.initContainers.map((c: { name: string }) => c.name)).toEqual([
+      "migrate",
+      "lastcall",
+    ]);
   });
 
   it("takes --grace from terminationGracePeriodSeconds", () => {
-    const out = specOf(objects(inject(manifest(workload("Deployment", podSpec({ terminationGracePeriodSeconds: 45 })))).text)[0]);
+    const out = specOf(
+      objects(
+        inject(manifest(workload("Deployment", podSpec({ terminationGracePeriodSeconds: 45 }))))
+          .text,
+      )[0],
+    );
     expect(out.initContainers[0].args).toEqual(argsFor("45s"));
   });
 
   it("uses --image and --config-map", () => {
-    const out = specOf(objects(inject(manifest(workload("Pod")), { ...native, image: "registry.example/lastcall:9", configMap: "edge-envoy" }).text)[0]);
+    const out = specOf(
+      objects(
+        inject(manifest(workload("Pod")), {
+          ...native,
+          image: "registry.example/lastcall:9",
+          configMap: "edge-envoy",
+        }).text,
+      )[0],
+    );
     expect(out.initContainers[0].image).toBe("registry.example/lastcall:9");
     expect(out.volumes).toEqual([{ name: "lastcall-config", configMap: { name: "edge-envoy" } }]);
   });
@@ -85,58 +116,85 @@ describe("classic mode: the first container", () => {
   it.each([
     ["Job", workload("Job"), [], classic],
     ["CronJob", workload("CronJob"), [], classic],
-    ["Pod with restartPolicy Never", workload("Pod", podSpec({ restartPolicy: "Never" })), [], classic],
+    [
+      "Pod with restartPolicy Never",
+      workload("Pod", podSpec({ restartPolicy: "Never" })),
+      [],
+      classic,
+    ],
     // Held (--hold-app always): the kubelet restarts a long-running app that ends, so its end
     // does not quit the proxy.
     ["held Deployment", workload("Deployment"), ["--no-quit"], heldClassic],
     ["held StatefulSet", workload("StatefulSet"), ["--no-quit"], heldClassic],
     ["held DaemonSet", workload("DaemonSet"), ["--no-quit"], heldClassic],
     ["held Pod", workload("Pod"), ["--no-quit"], heldClassic],
-  ])("a %s's app runs under lastcall exec %j, from a copy of the binary", (_, object, flags, options) => {
-    const result = inject(manifest(object), options);
-    const [out] = objects(result.text);
-    const spec = specOf(out);
-    expect(result.warnings).toEqual([]);
-    expect(spec.containers[1]).toEqual({
-      name: "app",
-      image: "example/app:1",
-      command: ["/lastcall/bin/lastcall", "exec", ...flags, "--", "./server"],
-      args: ["--port", "8080"],
-      ports: [{ containerPort: 8080 }],
-      lifecycle: { preStop: appStop },
-      volumeMounts: [{ name: "lastcall-bin", mountPath: "/lastcall/bin", readOnly: true }],
-    });
-    expect(spec.initContainers).toEqual([{
-      name: "lastcall-install",
-      image: `lastcall:${VERSION}`,
-      command: ["cp", "/usr/local/bin/lastcall", "/lastcall/bin/lastcall"],
-      volumeMounts: [{ name: "lastcall-bin", mountPath: "/lastcall/bin" }],
-    }]);
-    expect(spec.volumes).toEqual([{ name: "lastcall-config", configMap: { name: "web-lastcall-envoy" } }, { name: "lastcall-bin", emptyDir: {} }]);
-    expect(() => validateWorkload(out)).not.toThrow();
-  });
+  ])(
+    "a %s's app runs under lastcall exec %j, from a copy of the binary",
+    (_, object, flags, options) => {
+      const result = inject(manifest(object), options);
+      const [out] = objects(result.text);
+      const spec = specOf(out);
+      expect(result.warnings).toEqual([]);
+      expect(spec.containers[1]).toEqual({
+        name: "app",
+        image: "example/app:1",
+        command: ["/lastcall/bin/lastcall", "exec", ...flags, "--", "./server"],
+        args: ["--port", "8080"],
+        ports: [{ containerPort: 8080 }],
+        lifecycle: { preStop: appStop },
+        volumeMounts: [{ name: "lastcall-bin", mountPath: "/lastcall/bin", readOnly: true }],
+      });
+      expect(spec.initContainers).toEqual([{
+        name: "lastcall-install",
+        image: `lastcall:${VERSION}`,
+        command: ["cp", "/usr/local/bin/lastcall", "/lastcall/bin/lastcall"],
+        volumeMounts: [{ name: "lastcall-bin", mountPath: "/lastcall/bin" }],
+      }]);
+      expect(spec.volumes).toEqual([{
+        name: "lastcall-config",
+        configMap: { name: "web-lastcall-envoy" },
+      }, { name: "lastcall-bin", emptyDir: {} }]);
+      expect(() => validateWorkload(out)).not.toThrow();
+    },
+  );
 
   it("a held Deployment container without a command is not wrapped, with a warning naming it", () => {
-    const spec = podSpec({ containers: [{ name: "web", image: "example/web:1", ports: [{ containerPort: 80 }] }] });
+    const spec = podSpec({
+      containers: [{ name: "web", image: "example/web:1", ports: [{ containerPort: 80 }] }],
+    });
     const result = inject(manifest(workload("Deployment", spec, "shop")), heldClassic);
-    expect(specOf(objects(result.text)[0]).containers[1]).toEqual(withAppStop({ name: "web", image: "example/web:1", ports: [{ containerPort: 80 }] }));
+    expect(specOf(objects(result.text)[0]).containers[1]).toEqual(
+      withAppStop({ name: "web", image: "example/web:1", ports: [{ containerPort: 80 }] }),
+    );
     expect(result.warnings).toEqual([
       'deployment/shop: container "web" has no command: not wrapped with lastcall exec, so on termination the sidecar cannot wait for it to exit and its calls out after the last request in flight may fail (set its command, add --app-port to the sidecar, or use --mode native)',
     ]);
   });
 
   it("two wrapped (held) Deployment containers get no warning: the drain waits for both", () => {
-    const spec = podSpec({ containers: [{ name: "a", image: "x", command: ["a"], ports: [{ containerPort: 80 }] }, { name: "b", image: "y", command: ["b"] }] });
+    const spec = podSpec({
+      containers: [{ name: "a", image: "x", command: ["a"], ports: [{ containerPort: 80 }] }, {
+        name: "b",
+        image: "y",
+        command: ["b"],
+      }],
+    });
     const result = inject(manifest(workload("Deployment", spec, "pair")), heldClassic);
     expect(result.warnings).toEqual([]);
-    expect(specOf(objects(result.text)[0]).containers.slice(1).map((c: { command: string[] }) => c.command)).toEqual([
+    expect(
+      specOf(objects(result.text)[0]).containers.slice(1).map((c: { command: string[] }) =>
+        c.command
+      ),
+    ).toEqual([
       ["/lastcall/bin/lastcall", "exec", "--no-quit", "--", "a"],
       ["/lastcall/bin/lastcall", "exec", "--no-quit", "--", "b"],
     ]);
   });
 
   it("a Job container without a command is not wrapped, with a warning naming it", () => {
-    const spec = podSpec({ containers: [{ name: "report", image: "example/report:1", ports: [{ containerPort: 80 }] }] });
+    const spec = podSpec({
+      containers: [{ name: "report", image: "example/report:1", ports: [{ containerPort: 80 }] }],
+    });
     const result = inject(manifest(workload("Job", spec, "nightly")), classic);
     const out = specOf(objects(result.text)[0]);
     expect(out.containers[1]).toEqual(withAppStop(spec.containers[0]));
@@ -147,27 +205,48 @@ describe("classic mode: the first container", () => {
   });
 
   it("a Job command already under lastcall exec (the image has lastcall) is kept, with no copy", () => {
-    const spec = podSpec({ containers: [{ name: "app", image: "x", command: ["/usr/local/bin/lastcall", "exec", "--", "./job"], ports: [{ containerPort: 80 }] }] });
+    const spec = podSpec({
+      containers: [{
+        name: "app",
+        image: "x",
+        command: ["/usr/local/bin/lastcall", "exec", "--", "./job"],
+        ports: [{ containerPort: 80 }],
+      }],
+    });
     const out = specOf(objects(inject(manifest(workload("Job", spec)), classic).text)[0]);
     expect(out.containers[1]).toEqual(withAppStop(spec.containers[0]));
     expect(out.initContainers).toBeUndefined();
-    expect(out.volumes).toEqual([{ name: "lastcall-config", configMap: { name: "web-lastcall-envoy" } }]);
+    expect(out.volumes).toEqual([{
+      name: "lastcall-config",
+      configMap: { name: "web-lastcall-envoy" },
+    }]);
   });
 
   it("two wrapped Job containers get a warning: the first to end starts the proxy's termination", () => {
-    const spec = podSpec({ containers: [{ name: "a", image: "x", command: ["a"], ports: [{ containerPort: 80 }] }, { name: "b", image: "y", command: ["b"] }] });
+    const spec = podSpec({
+      containers: [{ name: "a", image: "x", command: ["a"], ports: [{ containerPort: 80 }] }, {
+        name: "b",
+        image: "y",
+        command: ["b"],
+      }],
+    });
     const result = inject(manifest(workload("Job", spec, "pair")), classic);
-    expect(result.warnings).toEqual(["job/pair: 2 app containers run under lastcall exec: the first to end starts the proxy's termination, which waits for the others at most --grace (use --mode native)"]);
+    expect(result.warnings).toEqual([
+      "job/pair: 2 app containers run under lastcall exec: the first to end starts the proxy's termination, which waits for the others at most --grace (use --mode native)",
+    ]);
   });
 });
 
 describe("what inject leaves alone", () => {
-  it.each(["native", "classic"] as const)("its own output (%s): the same bytes, nothing injected", (mode) => {
-    const once = inject(manifest(...KINDS.map((k) => workload(k))), { ...native, mode });
-    const twice = inject(once.text, { ...native, mode });
-    expect(once.injected).toBe(KINDS.length);
-    expect(twice).toEqual({ text: once.text, warnings: [], notes: [], injected: 0, refused: 0 });
-  });
+  it.each(["native", "classic"] as const)(
+    "its own output (%s): the same bytes, nothing injected",
+    (mode) => {
+      const once = inject(manifest(...KINDS.map((k) => workload(k))), { ...native, mode });
+      const twice = inject(once.text, { ...native, mode });
+      expect(once.injected).toBe(KINDS.length);
+      expect(twice).toEqual({ text: once.text, warnings: [], notes: [], injected: 0, refused: 0 });
+    },
+  );
 
   it("unknown kinds, byte for byte (comments, quoting, markers)", () => {
     const text = [
@@ -183,7 +262,12 @@ describe("what inject leaves alone", () => {
   });
 
   it("a pod with a container named lastcall (injected by hand)", () => {
-    const spec = podSpec({ containers: [{ name: "lastcall", image: "mine:1", args: ["run", "--config", "/x.yaml"] }, ...podSpec().containers] });
+    const spec = podSpec({
+      containers: [
+        { name: "lastcall", image: "mine:1", args: ["run", "--config", "/x.yaml"] },
+        ...podSpec().containers,
+      ],
+    });
     const text = manifest(workload("Deployment", spec), workload("Job", podSpec(), "other"));
     const result = inject(text);
     expect(result.injected).toBe(1);
@@ -194,7 +278,9 @@ describe("what inject leaves alone", () => {
     const text = manifest(workload("Deployment", podSpec({ terminationGracePeriodSeconds: 5 })));
     expect(inject(text)).toEqual({
       text,
-      warnings: ["deployment/web: terminationGracePeriodSeconds 5 leaves lastcall no time to drain (it needs at least 8): left as is"],
+      warnings: [
+        "deployment/web: terminationGracePeriodSeconds 5 leaves lastcall no time to drain (it needs at least 8): left as is",
+      ],
       notes: [],
       injected: 0,
       refused: 1,
@@ -202,14 +288,26 @@ describe("what inject leaves alone", () => {
   });
 
   it("a workload without containers, with a warning", () => {
-    const text = manifest({ apiVersion: "apps/v1", kind: "Deployment", metadata: { name: "empty" }, spec: {} });
-    expect(inject(text)).toEqual({ text, warnings: ["deployment/empty: no containers at spec.template.spec.containers: left as is"], notes: [], injected: 0, refused: 1 });
+    const text = manifest({
+      apiVersion: "apps/v1",
+      kind: "Deployment",
+      metadata: { name: "empty" },
+      spec: {},
+    });
+    expect(inject(text)).toEqual({
+      text,
+      warnings: ["deployment/empty: no containers at spec.template.spec.containers: left as is"],
+      notes: [],
+      injected: 0,
+      refused: 1,
+    });
   });
 });
 
 describe("the documents inject changes keep their author's layout", () => {
   it("comments and order of documents survive", () => {
-    const text = "# web tier\nkind: Pod\nmetadata:\n  name: web # the name\nspec:\n  containers:\n  - name: app # main\n    image: x\n    ports: [{containerPort: 80}]\n---\nkind: Service\nmetadata: {name: web}\n";
+    const text =
+      "# web tier\nkind: Pod\nmetadata:\n  name: web # the name\nspec:\n  containers:\n  - name: app # main\n    image: x\n    ports: [{containerPort: 80}]\n---\nkind: Service\nmetadata: {name: web}\n";
     const out = inject(text).text;
     expect(out).toContain("# web tier\n");
     expect(out).toContain("name: web # the name");
@@ -218,7 +316,8 @@ describe("the documents inject changes keep their author's layout", () => {
   });
 
   it("kubectl's sequence style (items at the key's indentation) is kept", () => {
-    const text = "kind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: app\n    image: x\n    command: [\"./server\"]\n    ports: [{containerPort: 80}]\n";
+    const text =
+      'kind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: app\n    image: x\n    command: ["./server"]\n    ports: [{containerPort: 80}]\n';
     const out = inject(text).text;
     expect(out).toMatch(/^ {2}initContainers:\n {2}- name: lastcall$/m);
     expect(out).toMatch(/^ {2}containers:\n {2}- name: app$/m);
@@ -226,21 +325,26 @@ describe("the documents inject changes keep their author's layout", () => {
   });
 
   it("a one-line list it adds to becomes one item per line; one-line items stay as they are", () => {
-    const text = "kind: Pod\nmetadata: {name: web}\nspec:\n  containers: [{name: app, image: x, ports: [{containerPort: 80}]}]\n";
+    const text =
+      "kind: Pod\nmetadata: {name: web}\nspec:\n  containers: [{name: app, image: x, ports: [{containerPort: 80}]}]\n";
     const out = inject(text, classic).text;
     expect(out).toMatch(/^ {2}containers:\n {4}- name: lastcall$/m);
-    expect(out).toContain("    - {name: app, image: x, ports: [{containerPort: 80}], lifecycle: {preStop: {httpGet: {path: /v1/app-stop, port: 15020}}}}\n");
+    expect(out).toContain(
+      "    - {name: app, image: x, ports: [{containerPort: 80}], lifecycle: {preStop: {httpGet: {path: /v1/app-stop, port: 15020}}}}\n",
+    );
   });
 
   it("indented sequences stay indented", () => {
-    const text = "kind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n    - name: app\n      image: x\n      ports: [{containerPort: 80}]\n";
+    const text =
+      "kind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n    - name: app\n      image: x\n      ports: [{containerPort: 80}]\n";
     expect(inject(text).text).toMatch(/^ {2}containers:\n {4}- name: app$/m);
   });
 });
 
 describe("manifests that are not YAML", () => {
   it("names the document and the line", () => {
-    const text = "kind: Pod\n---\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1: 2\n";
+    const text =
+      "kind: Pod\n---\nkind: Deployment\nmetadata:\n  name: web\nspec:\n  replicas: 1: 2\n";
     let error: unknown;
     try {
       inject(text);
@@ -253,24 +357,43 @@ describe("manifests that are not YAML", () => {
   });
 
   it("duplicate keys are an error too", () => {
-    expect(() => inject("kind: Pod\nkind: Job\n")).toThrow(/^document 1, line 2: Map keys must be unique/);
+    expect(() => inject("kind: Pod\nkind: Job\n")).toThrow(
+      /^document 1, line 2: Map keys must be unique/,
+    );
   });
 });
 
 describe("unrendered templates are refused, template text inside strings is not", () => {
-  const pod = (line: string, extra = "") => `apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n${extra}spec:\n  containers:\n  - name: web\n    image: example/web:1\n    ports: [{containerPort: 80}]\n${line}`;
+  const pod = (line: string, extra = "") =>
+    `apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n${extra}spec:\n  containers:\n  - name: web\n    image: example/web:1\n    ports: [{containerPort: 80}]\n${line}`;
   it.each([
     ["a value that is an action", pod("", "  labels:\n    app: {{ .Values.app }}\n"), 6],
     ["an action inside a plain scalar", pod("    command: [web-{{ .Release.Name }}]\n"), 10],
-    ["an action on a line of its own", pod("", "  labels:\n    {{- include \"web.labels\" . | nindent 4 }}\n"), 6],
-    ["a control action in a later document", `kind: ConfigMap\n---\n{{- if .Values.enabled }}\n${pod("")}{{- end }}\n`, 3],
+    [
+      "an action on a line of its own",
+      pod("", '  labels:\n    {{- include "web.labels" . | nindent 4 }}\n'),
+      6,
+    ],
+    [
+      "a control action in a later document",
+      `kind: ConfigMap\n---\n{{- if .Values.enabled }}\n${pod("")}{{- end }}\n`,
+      3,
+    ],
   ])("%s: document and line named", (_, text, line) => {
-    expect(() => inject(text)).toThrow(new RegExp(`^document \\d, line ${line}: an unrendered template`));
+    expect(() => inject(text)).toThrow(
+      new RegExp(`^document \\d, line ${line}: an unrendered template`),
+    );
   });
 
   it.each([
-    ["in double quotes (an alert's text)", pod(`    env:\n    - name: ALERT\n      value: "{{ $labels.pod }} is down"\n`)],
-    ["in a block scalar (a ConfigMap's template file)", pod(`    args:\n    - |\n      {{ range .Items }}{{ .Name }}{{ end }}\n`)],
+    [
+      "in double quotes (an alert's text)",
+      pod(`    env:\n    - name: ALERT\n      value: "{{ $labels.pod }} is down"\n`),
+    ],
+    [
+      "in a block scalar (a ConfigMap's template file)",
+      pod(`    args:\n    - |\n      {{ range .Items }}{{ .Name }}{{ end }}\n`),
+    ],
     ["braces that are no action", pod(`    command:\n    - echo\n    - -{{\n    - x}}\n`)],
   ])("%s: injected", (_, text) => {
     expect(inject(text).injected).toBe(1);

@@ -21,7 +21,11 @@ const shop = (extra: Record<string, unknown> = {}) =>
       ...extra,
     }],
   }, "shop");
-const service = (name: string, ports: Record<string, unknown>[], extra: Record<string, unknown> = {}) => ({
+const service = (
+  name: string,
+  ports: Record<string, unknown>[],
+  extra: Record<string, unknown> = {},
+) => ({
   apiVersion: "v1",
   kind: "Service",
   metadata: { name, ...extra },
@@ -32,34 +36,68 @@ const configOf = (object: Json) => YAML.parse(object.data["envoy.yaml"]);
 describe("inject of a workload with declared ports", () => {
   const text = manifest(
     shop(),
-    service("shop", [{ name: "web", port: 80, targetPort: "http" }, { name: "admin", port: 9090, targetPort: 9090 }]),
+    service("shop", [{ name: "web", port: 80, targetPort: "http" }, {
+      name: "admin",
+      port: 9090,
+      targetPort: 9090,
+    }]),
     service("shop-default", [{ port: 8080 }]),
   );
   const result = inject(text);
   const out = objects(result.text);
 
   it("writes the ConfigMap right after the workload: one inbound listener per app port, to 127.0.0.1", () => {
-    expect(out.map((o) => `${o.kind}/${o.metadata.name}`)).toEqual(["Deployment/shop", "ConfigMap/shop-lastcall-envoy", "Service/shop", "Service/shop-default"]);
+    expect(out.map((o) => `${o.kind}/${o.metadata.name}`)).toEqual([
+      "Deployment/shop",
+      "ConfigMap/shop-lastcall-envoy",
+      "Service/shop",
+      "Service/shop-default",
+    ]);
     expect(readWires(configOf(out[1]))).toEqual({
-      listeners: [{ name: "inbound_8080", port: 18080, appPorts: [8080] }, { name: "inbound_9090", port: 19090, appPorts: [9090] }],
+      listeners: [{ name: "inbound_8080", port: 18080, appPorts: [8080] }, {
+        name: "inbound_9090",
+        port: 19090,
+        appPorts: [9090],
+      }],
       unseen: [],
     });
-    const hcm = configOf(out[1]).static_resources.listeners[0].filter_chains[0].filters[0].typed_config;
+    const hcm =
+      configOf(out[1]).static_resources.listeners[0].filter_chains[0].filters[0].typed_config;
     // Long requests, streams and WebSockets are never cut; HTTP/1.1 and h2c both taken.
-    expect(hcm).toMatchObject({ codec_type: "AUTO", stream_idle_timeout: "0s", upgrade_configs: [{ upgrade_type: "websocket" }] });
-    expect(hcm.route_config.virtual_hosts[0].routes[0].route).toEqual({ cluster: "app_8080", timeout: "0s" });
-    expect(specOf(out[0]).volumes).toEqual([{ name: "lastcall-config", configMap: { name: "shop-lastcall-envoy" } }]);
+    expect(hcm).toMatchObject({
+      codec_type: "AUTO",
+      stream_idle_timeout: "0s",
+      upgrade_configs: [{ upgrade_type: "websocket" }],
+    });
+    expect(hcm.route_config.virtual_hosts[0].routes[0].route).toEqual({
+      cluster: "app_8080",
+      timeout: "0s",
+    });
+    expect(specOf(out[0]).volumes).toEqual([{
+      name: "lastcall-config",
+      configMap: { name: "shop-lastcall-envoy" },
+    }]);
   });
 
   it("moves the port's name to Envoy's port; the app's probe follows the new name", () => {
     const spec = specOf(out[0]);
-    expect(spec.initContainers[0].ports).toEqual([{ name: "http", containerPort: 18080 }, { containerPort: 19090 }]);
-    expect(spec.containers[0].ports).toEqual([{ name: "http-app", containerPort: 8080 }, { containerPort: 9090 }]);
-    expect(spec.containers[0].readinessProbe).toEqual({ httpGet: { path: "/ready", port: "http-app" } });
+    expect(spec.initContainers[0].ports).toEqual([{ name: "http", containerPort: 18080 }, {
+      containerPort: 19090,
+    }]);
+    expect(spec.containers[0].ports).toEqual([{ name: "http-app", containerPort: 8080 }, {
+      containerPort: 9090,
+    }]);
+    expect(spec.containers[0].readinessProbe).toEqual({
+      httpGet: { path: "/ready", port: "http-app" },
+    });
   });
 
   it("points the Services at the listeners and says so, one line each, with no warning", () => {
-    expect(out[2].spec.ports).toEqual([{ name: "web", port: 80, targetPort: "http" }, { name: "admin", port: 9090, targetPort: 19090 }]);
+    expect(out[2].spec.ports).toEqual([{ name: "web", port: 80, targetPort: "http" }, {
+      name: "admin",
+      port: 9090,
+      targetPort: 19090,
+    }]);
     expect(out[3].spec.ports).toEqual([{ port: 8080, targetPort: 18080 }]);
     expect(result.notes).toEqual([
       "deployment/shop: Envoy config in ConfigMap shop-lastcall-envoy (a new document after it): listeners 18080 → app port 8080, 19090 → app port 9090",
@@ -71,7 +109,13 @@ describe("inject of a workload with declared ports", () => {
   });
 
   it("injecting its output again changes nothing and says nothing", () => {
-    expect(inject(result.text)).toEqual({ text: result.text, warnings: [], notes: [], injected: 0, refused: 0 });
+    expect(inject(result.text)).toEqual({
+      text: result.text,
+      warnings: [],
+      notes: [],
+      injected: 0,
+      refused: 0,
+    });
   });
 
   it("check finds the wiring whole: no finding about Services or listeners", () => {
@@ -84,18 +128,32 @@ describe("listener ports and names", () => {
   const app = (ports: Record<string, unknown>[]) => ({ name: "app", ports });
 
   it("app port + 10000, past what the pod or lastcall (admin 15000, status 15020) takes; − 10000 above 55535", () => {
-    const wires = planWires([app([{ containerPort: 5000 }, { containerPort: 8080 }, { containerPort: 60000 }, { containerPort: 18080 }])], []);
-    expect(wires.map((w) => [w.appPort, w.listenerPort])).toEqual([[5000, 15001], [8080, 18081], [60000, 50000], [18080, 28080]]);
+    const wires = planWires([
+      app([{ containerPort: 5000 }, { containerPort: 8080 }, { containerPort: 60000 }, {
+        containerPort: 18080,
+      }]),
+    ], []);
+    expect(wires.map((w) => [w.appPort, w.listenerPort])).toEqual([[5000, 15001], [8080, 18081], [
+      60000,
+      50000,
+    ], [18080, 28080]]);
   });
 
   it("the app's new name stays a valid port name: at most 15 characters, unique in the pod", () => {
-    const wires = planWires([app([{ name: "metrics-exporter", containerPort: 9100 }, { name: "http", containerPort: 80 }, { name: "http-app", containerPort: 81 }])], []);
+    const wires = planWires([
+      app([{ name: "metrics-exporter", containerPort: 9100 }, { name: "http", containerPort: 80 }, {
+        name: "http-app",
+        containerPort: 81,
+      }]),
+    ], []);
     expect(wires.map((w) => w.appName)).toEqual(["metrics-exp-app", "http-ap2", "http-app-app"]);
     for (const w of wires) expect(w.appName).toMatch(/^[a-z0-9]([a-z0-9-]{0,13}[a-z0-9])?$/);
   });
 
   it("UDP ports are not fronted; a port named for a TCP protocol gets tcp_proxy", () => {
-    const wires = planWires([app([{ containerPort: 53, protocol: "UDP" }, { name: "tcp-db", containerPort: 5432 }])], []);
+    const wires = planWires([
+      app([{ containerPort: 53, protocol: "UDP" }, { name: "tcp-db", containerPort: 5432 }]),
+    ], []);
     expect(wires.map((w) => [w.appPort, w.protocol])).toEqual([[5432, "tcp"]]);
   });
 });
@@ -105,7 +163,9 @@ describe("what inject cannot wire", () => {
     const text = manifest(workload("Deployment", { containers: [{ name: "app", image: "x" }] }));
     expect(inject(text)).toEqual({
       text,
-      warnings: ["deployment/web: no container declares a TCP containerPort, so lastcall cannot tell which ports to put Envoy in front of: left as is (declare the app's ports, or write your listeners in a ConfigMap and pass --config-map NAME)"],
+      warnings: [
+        "deployment/web: no container declares a TCP containerPort, so lastcall cannot tell which ports to put Envoy in front of: left as is (declare the app's ports, or write your listeners in a ConfigMap and pass --config-map NAME)",
+      ],
       notes: [],
       injected: 0,
       refused: 1,
@@ -113,10 +173,16 @@ describe("what inject cannot wire", () => {
   });
 
   it("--config-map not in the manifest: mounted, nothing generated, a Service to the app is a warning", () => {
-    const result = inject(manifest(shop(), service("shop", [{ port: 80, targetPort: 8080 }])), { ...SIDECAR_DEFAULTS, configMap: "mine" });
+    const result = inject(manifest(shop(), service("shop", [{ port: 80, targetPort: 8080 }])), {
+      ...SIDECAR_DEFAULTS,
+      configMap: "mine",
+    });
     const out = objects(result.text);
     expect(out.map((o) => o.kind)).toEqual(["Deployment", "Service"]);
-    expect(specOf(out[0]).volumes).toEqual([{ name: "lastcall-config", configMap: { name: "mine" } }]);
+    expect(specOf(out[0]).volumes).toEqual([{
+      name: "lastcall-config",
+      configMap: { name: "mine" },
+    }]);
     expect(result.notes).toEqual([
       "deployment/shop: Envoy config is your ConfigMap mine, not in this manifest: Services not rewired, listeners not checked",
       "deployment/shop: the app waits for Envoy to be ready at start (ConfigMap mine is not in this manifest, so its listeners may carry the app's calls out; --hold-app never to start it at once)",
@@ -127,9 +193,17 @@ describe("what inject cannot wire", () => {
   });
 
   it("a ConfigMap of the generated name in the manifest is the user's: kept as is, its listeners used", () => {
-    const own = { apiVersion: "v1", kind: "ConfigMap", metadata: { name: "shop-lastcall-envoy" }, data: { "envoy.yaml": "# mine\n" } };
+    const own = {
+      apiVersion: "v1",
+      kind: "ConfigMap",
+      metadata: { name: "shop-lastcall-envoy" },
+      data: { "envoy.yaml": "# mine\n" },
+    };
     const generated = objects(inject(manifest(shop())).text)[1];
-    own.data["envoy.yaml"] += generated.data["envoy.yaml"].replace("port_value: 18080", "port_value: 7000");
+    own.data["envoy.yaml"] += generated.data["envoy.yaml"].replace(
+      "port_value: 18080",
+      "port_value: 7000",
+    );
     const text = manifest(shop(), own, service("shop", [{ port: 80, targetPort: 8080 }]));
     const result = inject(text);
     const out = objects(result.text);
@@ -141,8 +215,16 @@ describe("what inject cannot wire", () => {
 
   it("Services of another namespace or selecting other pods are left alone", () => {
     const inShop = { ...shop(), metadata: { name: "shop", namespace: "shop" } };
-    const other = { ...service("other", [{ port: 8080 }]), spec: { selector: { app: "other" }, ports: [{ port: 8080 }] } };
-    const text = manifest(inShop, service("elsewhere", [{ port: 8080 }], { namespace: "other" }), other, service("unset", [{ port: 8080 }]));
+    const other = {
+      ...service("other", [{ port: 8080 }]),
+      spec: { selector: { app: "other" }, ports: [{ port: 8080 }] },
+    };
+    const text = manifest(
+      inShop,
+      service("elsewhere", [{ port: 8080 }], { namespace: "other" }),
+      other,
+      service("unset", [{ port: 8080 }]),
+    );
     const out = objects(inject(text).text);
     expect(out.slice(2).map((o) => [o.metadata.name, o.spec.ports])).toEqual([
       ["elsewhere", [{ port: 8080 }]],
@@ -159,11 +241,19 @@ describe("the input's format", () => {
     const text = `${JSON.stringify(shop(), null, 2)}\n`;
     const out = inject(text).text;
     const [deployment, configMap] = out.split(/\n(?=\{)/).map((part) => JSON.parse(part));
-    expect([deployment.kind, configMap.kind, configMap.metadata.name]).toEqual(["Deployment", "ConfigMap", "shop-lastcall-envoy"]);
+    expect([deployment.kind, configMap.kind, configMap.metadata.name]).toEqual([
+      "Deployment",
+      "ConfigMap",
+      "shop-lastcall-envoy",
+    ]);
   });
 
   it("a List: the ConfigMap is the item after the workload", () => {
-    const text = YAML.stringify({ apiVersion: "v1", kind: "List", items: [shop(), service("shop", [{ port: 80, targetPort: 8080 }])] });
+    const text = YAML.stringify({
+      apiVersion: "v1",
+      kind: "List",
+      items: [shop(), service("shop", [{ port: 80, targetPort: 8080 }])],
+    });
     const [list] = objects(inject(text).text);
     expect(list.items.map((o: Json) => o.kind)).toEqual(["Deployment", "ConfigMap", "Service"]);
     expect(list.items[2].spec.ports).toEqual([{ port: 80, targetPort: 18080 }]);
@@ -174,7 +264,13 @@ describe("check: how requests reach a pod's lastcall", () => {
   const injected = inject(manifest(shop())).text;
 
   it("a Service that reaches the app's port directly is a finding, with the listener to use", () => {
-    const report = checkReport(`${injected}---\n${YAML.stringify(service("shop", [{ port: 80, targetPort: 9090 }, { port: 81, targetPort: "http-app" }]))}`);
+    const report = checkReport(
+      `${injected}---\n${
+        YAML.stringify(
+          service("shop", [{ port: 80, targetPort: 9090 }, { port: 81, targetPort: "http-app" }]),
+        )
+      }`,
+    );
     expect(report[0].findings.filter((f) => f.includes("bypasses"))).toEqual([
       `service/shop port 80 targetPort 9090 reaches container "app" port 9090 directly (bypasses lastcall): its requests are not counted and not drained; set targetPort: 19090 (lastcall's listener for it)`,
       `service/shop port 81 targetPort http-app reaches container "app" port 8080 directly (bypasses lastcall): its requests are not counted and not drained; set targetPort: 18080 (lastcall's listener for it)`,
@@ -189,7 +285,11 @@ describe("check: how requests reach a pod's lastcall", () => {
   });
 
   it("a ConfigMap not in the manifest: a note that the listeners were not checked", () => {
-    const text = objects(injected).filter((o) => o.kind !== "ConfigMap").map((o) => YAML.stringify(o)).join("---\n");
-    expect(checkReport(text)[0].notes).toEqual(["lastcall's Envoy config (ConfigMap shop-lastcall-envoy, not in this manifest): its listeners were not checked against the app ports"]);
+    const text = objects(injected).filter((o) => o.kind !== "ConfigMap").map((o) =>
+      YAML.stringify(o)
+    ).join("---\n");
+    expect(checkReport(text)[0].notes).toEqual([
+      "lastcall's Envoy config (ConfigMap shop-lastcall-envoy, not in this manifest): its listeners were not checked against the app ports",
+    ]);
   });
 });

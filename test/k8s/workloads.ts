@@ -4,12 +4,22 @@ import type { Json } from "../support/json.ts";
 
 /** A pod spec with one app container, on port 8080. */
 export const podSpec = (extra: Record<string, unknown> = {}) => ({
-  containers: [{ name: "app", image: "example/app:1", command: ["./server"], args: ["--port", "8080"], ports: [{ containerPort: 8080 }] }],
+  containers: [{
+    name: "app",
+    image: "example/app:1",
+    command: ["./server"],
+    args: ["--port", "8080"],
+    ports: [{ containerPort: 8080 }],
+  }],
   ...extra,
 });
 
 /** Wraps a pod spec into a workload of `kind`. */
-export function workload(kind: string, spec: Record<string, unknown> = podSpec(), name = "web"): Json {
+export function workload(
+  kind: string,
+  spec: Record<string, unknown> = podSpec(),
+  name = "web",
+): Json {
   const template = { metadata: { labels: { app: name } }, spec };
   const selector = { matchLabels: { app: name } };
   const metadata = { name };
@@ -19,17 +29,32 @@ export function workload(kind: string, spec: Record<string, unknown> = podSpec()
     case "Deployment":
       return { apiVersion: "apps/v1", kind, metadata, spec: { replicas: 2, selector, template } };
     case "StatefulSet":
-      return { apiVersion: "apps/v1", kind, metadata, spec: { serviceName: name, selector, template } };
+      return {
+        apiVersion: "apps/v1",
+        kind,
+        metadata,
+        spec: { serviceName: name, selector, template },
+      };
     case "DaemonSet":
       return { apiVersion: "apps/v1", kind, metadata, spec: { selector, template } };
     case "Job":
-      return { apiVersion: "batch/v1", kind, metadata, spec: { template: { ...template, spec: { restartPolicy: "Never", ...spec } } } };
+      return {
+        apiVersion: "batch/v1",
+        kind,
+        metadata,
+        spec: { template: { ...template, spec: { restartPolicy: "Never", ...spec } } },
+      };
     case "CronJob":
       return {
         apiVersion: "batch/v1",
         kind,
         metadata,
-        spec: { schedule: "0 3 * * *", jobTemplate: { spec: { template: { ...template, spec: { restartPolicy: "OnFailure", ...spec } } } } },
+        spec: {
+          schedule: "0 3 * * *",
+          jobTemplate: {
+            spec: { template: { ...template, spec: { restartPolicy: "OnFailure", ...spec } } },
+          },
+        },
       };
     default:
       throw new Error(`no such kind ${kind}`);

@@ -13,28 +13,39 @@ const lastcall = runLastcall;
 
 /** The "billion laughs": nine levels of nine aliases, 9^9 strings once expanded. */
 function aliasBomb(): string {
-  let text = "apiVersion: v1\nkind: Pod\nmetadata: {name: laughs}\nspec:\n  containers: [{name: app, image: app}]\n";
+  let text =
+    "apiVersion: v1\nkind: Pod\nmetadata: {name: laughs}\nspec:\n  containers: [{name: app, image: app}]\n";
   text += '  a0: &a0 ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n';
-  for (let i = 1; i < 10; i++) text += `  a${i}: &a${i} [${Array(9).fill(`*a${i - 1}`).join(", ")}]\n`;
+  for (let i = 1; i < 10; i++) {
+    text += `  a${i}: &a${i} [${Array(9).fill(`*a${i - 1}`).join(", ")}]\n`;
+  }
   return text;
 }
 
 /** Every document of a manifest as plain objects, merge keys applied (as Kubernetes reads it). */
-const objects = (text: string) => YAML.parseAllDocuments(text, { merge: true }).map((d) => d.toJS());
+const objects = (text: string) =>
+  YAML.parseAllDocuments(text, { merge: true }).map((d) => d.toJS());
 
 describe("an alias bomb is one line, exit 2, at once", () => {
   it.each(["inject", "check"])("%s", async (command) => {
     const result = await lastcall([command, "-f", "-"], `kind: ConfigMap\n---\n${aliasBomb()}`);
     expect(result).toMatchObject({ code: 2, stdout: "" });
-    expect(result.stderr).toBe("lastcall: cannot read stdin: document 2, line 3: more than 100 alias expansions (an alias bomb?): refused\n");
+    expect(result.stderr).toBe(
+      "lastcall: cannot read stdin: document 2, line 3: more than 100 alias expansions (an alias bomb?): refused\n",
+    );
     expect(result.ms).toBeLessThan(5000);
   });
 
   it("a merge key on something that is not a mapping is one line, exit 2", async () => {
-    const result = await lastcall(["check", "-f", "-"], "kind: Pod\nmetadata: {name: x}\nspec:\n  <<: [1, 2]\n");
+    const result = await lastcall(
+      ["check", "-f", "-"],
+      "kind: Pod\nmetadata: {name: x}\nspec:\n  <<: [1, 2]\n",
+    );
     expect(result).toMatchObject({ code: 2, stdout: "" });
     expect(result.stderr.split("\n").filter(Boolean)).toHaveLength(1);
-    expect(result.stderr).toMatch(/^lastcall: cannot read stdin: document 1, line 1: Merge sources must be maps/);
+    expect(result.stderr).toMatch(
+      /^lastcall: cannot read stdin: document 1, line 1: Merge sources must be maps/,
+    );
   });
 });
 
@@ -73,11 +84,17 @@ describe("a pod written with << merge keys is read as Kubernetes reads it", () =
     const plain = await lastcall(["check", "-f", "-"], istioPod(false));
     expect(plain.code).toBe(1);
     expect(plain.stdout).toContain("preStop sleep 30s");
-    expect(await lastcall(["check", "-f", "-"], istioPod(true))).toMatchObject({ code: 1, stdout: plain.stdout, stderr: "" });
+    expect(await lastcall(["check", "-f", "-"], istioPod(true))).toMatchObject({
+      code: 1,
+      stdout: plain.stdout,
+      stderr: "",
+    });
   });
 
-  it.each(["native", "classic"])("inject (--mode %s) injects the merged pod like the plain one", async (mode) => {
-    const plainPod = `apiVersion: v1
+  it.each(["native", "classic"])(
+    "inject (--mode %s) injects the merged pod like the plain one",
+    async (mode) => {
+      const plainPod = `apiVersion: v1
 kind: Pod
 metadata: {name: web}
 spec:
@@ -87,7 +104,7 @@ spec:
     command: [./server, --port, "8080"]
     ports: [{containerPort: 8080}]
 `;
-    const mergedPod = `apiVersion: v1
+      const mergedPod = `apiVersion: v1
 kind: Pod
 x-app: &app
   image: example/web:1
@@ -99,16 +116,22 @@ spec:
     name: web
     ports: [{containerPort: 8080}]
 `;
-    const plain = await lastcall(["inject", "-f", "-", "--mode", mode], plainPod);
-    const merged = await lastcall(["inject", "-f", "-", "--mode", mode], mergedPod);
-    expect(plain).toMatchObject({ code: 0 });
-    expect(merged).toMatchObject({ code: 0, stderr: plain.stderr });
-    expect(objects(merged.stdout)[0].spec).toEqual(objects(plain.stdout)[0].spec);
-    // The anchored original is left as it was: only the pod's own copy is wrapped.
-    expect(objects(merged.stdout)[0]["x-app"]).toEqual({ image: "example/web:1", command: ["./server", "--port", "8080"] });
-    // And inject of its own output changes nothing.
-    expect((await lastcall(["inject", "-f", "-", "--mode", mode], merged.stdout)).stdout).toBe(merged.stdout);
-  });
+      const plain = await lastcall(["inject", "-f", "-", "--mode", mode], plainPod);
+      const merged = await lastcall(["inject", "-f", "-", "--mode", mode], mergedPod);
+      expect(plain).toMatchObject({ code: 0 });
+      expect(merged).toMatchObject({ code: 0, stderr: plain.stderr });
+      expect(objects(merged.stdout)[0].spec).toEqual(objects(plain.stdout)[0].spec);
+      // The anchored original is left as it was: only the pod's own copy is wrapped.
+      expect(objects(merged.stdout)[0]["x-app"]).toEqual({
+        image: "example/web:1",
+        command: ["./server", "--port", "8080"],
+      });
+      // And inject of its own output changes nothing.
+      expect((await lastcall(["inject", "-f", "-", "--mode", mode], merged.stdout)).stdout).toBe(
+        merged.stdout,
+      );
+    },
+  );
 });
 
 describe("property: a container written through an anchor is injected and checked as the plain one", () => {
@@ -116,31 +139,52 @@ describe("property: a container written through an anchor is injected and checke
     image: fc.constantFrom("example/app:1", "example/web:2"),
     command: fc.constantFrom(["./server"], ["/bin/app", "--serve"]),
     args: fc.constantFrom(["--port", "8080"], []),
-    lifecycle: fc.integer({ min: 0, max: 90 }).map((s) => ({ preStop: { exec: { command: ["/bin/sh", "-c", `sleep ${s}`] } } })),
+    lifecycle: fc.integer({ min: 0, max: 90 }).map((s) => ({
+      preStop: { exec: { command: ["/bin/sh", "-c", `sleep ${s}`] } },
+    })),
   };
   const container = fc.record(field, { requiredKeys: ["image"] });
   /** Which fields come from the anchor, and whether the container is the alias itself. */
-  const split = fc.record({ fromAnchor: fc.subarray(["image", "command", "args", "lifecycle"]), wholeAlias: fc.boolean() });
+  const split = fc.record({
+    fromAnchor: fc.subarray(["image", "command", "args", "lifecycle"]),
+    wholeAlias: fc.boolean(),
+  });
 
   it("for every kind, mode and split", () => {
-    fc.assert(fc.property(fc.constantFrom(...KINDS), container, split, fc.constantFrom("native", "classic"), fc.integer({ min: 10, max: 120 }),
-      (kind, c, { fromAnchor, wholeAlias }, mode, grace) => {
-        const app = { name: "app", ...c };
-        const plain = workload(kind, { terminationGracePeriodSeconds: grace, containers: [app] });
-        const base = wholeAlias ? app : Object.fromEntries(Object.entries(app).filter(([k]) => fromAnchor.includes(k)));
-        const own = wholeAlias ? {} : Object.fromEntries(Object.entries(app).filter(([k]) => !fromAnchor.includes(k)));
-        const merged = workload(kind, { terminationGracePeriodSeconds: grace, containers: [{ MERGE_HERE: 1, ...own }] });
-        const text = `x-app: &app ${JSON.stringify(base)}\n${YAML.stringify(merged)}`
-          .replace(/MERGE_HERE: 1\n(\s*)/, wholeAlias ? "REPLACED" : "<<: *app\n$1")
-          .replace(/- REPLACED/, "- *app");
-        const plainText = YAML.stringify(plain);
-        const options = { ...SIDECAR_DEFAULTS, mode };
-        expect(checkManifest(text)).toEqual(checkManifest(plainText));
-        const injected = injectManifest(text, options);
-        const expected = injectManifest(plainText, options);
-        expect(injected.warnings).toEqual(expected.warnings);
-        expect(specOf(objects(injected.text)[0])).toEqual(specOf(objects(expected.text)[0]));
-        expect(objects(injected.text)[0]["x-app"]).toEqual(base);
-      }), { numRuns: 150 });
+    fc.assert(
+      fc.property(
+        fc.constantFrom(...KINDS),
+        container,
+        split,
+        fc.constantFrom("native", "classic"),
+        fc.integer({ min: 10, max: 120 }),
+        (kind, c, { fromAnchor, wholeAlias }, mode, grace) => {
+          const app = { name: "app", ...c };
+          const plain = workload(kind, { terminationGracePeriodSeconds: grace, containers: [app] });
+          const base = wholeAlias
+            ? app
+            : Object.fromEntries(Object.entries(app).filter(([k]) => fromAnchor.includes(k)));
+          const own = wholeAlias
+            ? {}
+            : Object.fromEntries(Object.entries(app).filter(([k]) => !fromAnchor.includes(k)));
+          const merged = workload(kind, {
+            terminationGracePeriodSeconds: grace,
+            containers: [{ MERGE_HERE: 1, ...own }],
+          });
+          const text = `x-app: &app ${JSON.stringify(base)}\n${YAML.stringify(merged)}`
+            .replace(/MERGE_HERE: 1\n(\s*)/, wholeAlias ? "REPLACED" : "<<: *app\n$1")
+            .replace(/- REPLACED/, "- *app");
+          const plainText = YAML.stringify(plain);
+          const options = { ...SIDECAR_DEFAULTS, mode };
+          expect(checkManifest(text)).toEqual(checkManifest(plainText));
+          const injected = injectManifest(text, options);
+          const expected = injectManifest(plainText, options);
+          expect(injected.warnings).toEqual(expected.warnings);
+          expect(specOf(objects(injected.text)[0])).toEqual(specOf(objects(expected.text)[0]));
+          expect(objects(injected.text)[0]["x-app"]).toEqual(base);
+        },
+      ),
+      { numRuns: 150 },
+    );
   });
 });

@@ -6,7 +6,15 @@ import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../support/envoy.ts";
 import type { KubeCluster } from "../support/kube.ts";
-import { type DemoCluster, demoClusterSkipReason, followLogs, inject, kubeletRows, plainDeployment, startDemoCluster } from "../support/kube-workload.ts";
+import {
+  type DemoCluster,
+  demoClusterSkipReason,
+  followLogs,
+  inject,
+  kubeletRows,
+  plainDeployment,
+  startDemoCluster,
+} from "../support/kube-workload.ts";
 
 const root = resolve(import.meta.dirname, "../..");
 const skip = demoClusterSkipReason();
@@ -34,46 +42,110 @@ if (skip) {
     }, 120_000);
 
     for (const mode of ["native", "classic"] as const) {
-      it(`${mode}: the app's preStop answers no_drain, the app restarts, lastcall does not drain`, async () => {
-        const manifest = await inject(liveness(images.node), ["--image", images.lastcall, ...(mode === "classic" ? ["--mode", "classic"] : [])]);
-        expect(manifest).toContain("path: /v1/app-stop");
-        await cluster.kubectl(["apply", "-f", "-"], manifest);
-        try {
-          await cluster.kubectl(["rollout", "status", "deployment/demo", "--timeout=180s"]);
-          const pod = (await cluster.kubectl(["get", "pods", "-l", "app=demo", "-o", "jsonpath={.items[0].metadata.name}"])).trim();
-          const logs = followLogs(cluster, pod, "lastcall");
-          const killedAt = Date.now();
-          await cluster.kubectl(["exec", pod, "-c", "app", "--", "touch", "/tmp/dead"]);
-          const restarts = async () => Number((await cluster.kubectl(["get", "pod", pod, "-o", "jsonpath={.status.containerStatuses[?(@.name==\"app\")].restartCount}"])).trim() || 0);
-          await waitFor(async () => ((await restarts()) >= 1 ? true : undefined), { timeoutMs: 60_000, intervalMs: 100, what: "the app restarted" });
-          await cluster.kubectl(["wait", "--for=condition=Ready", `pod/${pod}`, "--timeout=60s"]);
-          const events = logs.lines.flatMap(({ line }) => {
-            try {
-              return [JSON.parse(line) as { ts: string; event: string; reason?: string; waited_ms?: number }];
-            } catch {
-              return [];
-            }
-          });
-          const answer = events.find((e) => e.event === "app_stop");
-          const previous = await cluster.kubectl(["logs", pod, "-c", "app", "--previous"]);
-          const sigterm = previous.split("\n").filter(Boolean).map((l) => JSON.parse(l)).find((e: { event: string }) => e.event === "app_sigterm");
-          const rows = kubeletRows(cluster, pod, killedAt).filter((r) => r.what.includes("(app)"));
-          const explain = JSON.stringify({ events, sigterm, rows }, null, 1);
-          expect(events.some((e) => e.event === "app_stop_asked"), explain).toBe(true);
-          expect(answer, explain).toMatchObject({ reason: "no_drain" });
-          expect(events.some((e) => e.event === "drain_start"), explain).toBe(false);
-          // The kubelet sent the SIGTERM once the hook had its answer.
-          expect(Date.parse(sigterm.ts), explain).toBeGreaterThanOrEqual(Date.parse(answer!.ts));
-          // What the hook cost the restart, for the docs: .cache/kube/liveness-<mode>.json.
-          const asked = Date.parse(events.find((e) => e.event === "app_stop_asked")!.ts);
-          mkdirSync(join(root, ".cache", "kube"), { recursive: true });
-          writeFileSync(join(root, ".cache", "kube", `liveness-${mode}.json`), `${JSON.stringify({ waited_ms: answer!.waited_ms, sigterm_after_asked_ms: Date.parse(sigterm.ts) - asked, kubelet: rows }, null, 2)}\n`);
-          logs.ended.catch(() => {});
-        } finally {
-          await cluster.kubectl(["delete", "deployment/demo", "service/demo", "--wait=true", "--timeout=90s"]).catch(() => "");
-          await waitFor(async () => ((await cluster.kubectl(["get", "pods", "-l", "app=demo", "-o", "name"])).trim() === "" ? true : undefined), { timeoutMs: 90_000, intervalMs: 250, what: "demo pods gone" }).catch(() => {});
-        }
-      }, 5 * 60_000);
+      it(
+        `${mode}: the app's preStop answers no_drain, the app restarts, lastcall does not drain`,
+        async () => {
+          const manifest = await inject(liveness(images.node), [
+            "--image",
+            images.lastcall,
+            ...(mode === "classic" ? ["--mode", "classic"] : []),
+          ]);
+          expect(manifest).toContain("path: /v1/app-stop");
+          await cluster.kubectl(["apply", "-f", "-"], manifest);
+          try {
+            await cluster.kubectl(["rollout", "status", "deployment/demo", "--timeout=180s"]);
+            const pod = (await cluster.kubectl([
+              "get",
+              "pods",
+              "-l",
+              "app=demo",
+              "-o",
+              "jsonpath={.items[0].metadata.name}",
+            ])).trim();
+            const logs = followLogs(cluster, pod, "lastcall");
+            const killedAt = Date.now();
+            await cluster.kubectl(["exec", pod, "-c", "app", "--", "touch", "/tmp/dead"]);
+            const restarts = async () =>
+              Number(
+                (await cluster.kubectl([
+                  "get",
+                  "pod",
+                  pod,
+                  "-o",
+                  'jsonpath={.status.containerStatuses[?(@.name=="app")].restartCount}',
+                ])).trim() || 0,
+              );
+            await waitFor(async () => ((await restarts()) >= 1 ? true : undefined), {
+              timeoutMs: 60_000,
+              intervalMs: 100,
+              what: "the app restarted",
+            });
+            await cluster.kubectl(["wait", "--for=condition=Ready", `pod/${pod}`, "--timeout=60s"]);
+            const events = logs.lines.flatMap(({ line }) => {
+              try {
+                return [
+                  JSON.parse(line) as {
+                    ts: string;
+                    event: string;
+                    reason?: string;
+                    waited_ms?: number;
+                  },
+                ];
+              } catch {
+                return [];
+              }
+            });
+            const answer = events.find((e) => e.event === "app_stop");
+            const previous = await cluster.kubectl(["logs", pod, "-c", "app", "--previous"]);
+            const sigterm = previous.split("\n").filter(Boolean).map((l) => JSON.parse(l)).find((
+              e: { event: string },
+            ) => e.event === "app_sigterm");
+            const rows = kubeletRows(cluster, pod, killedAt).filter((r) =>
+              r.what.includes("(app)")
+            );
+            const explain = JSON.stringify({ events, sigterm, rows }, null, 1);
+            expect(events.some((e) => e.event === "app_stop_asked"), explain).toBe(true);
+            expect(answer, explain).toMatchObject({ reason: "no_drain" });
+            expect(events.some((e) => e.event === "drain_start"), explain).toBe(false);
+            // The kubelet sent the SIGTERM once the hook had its answer.
+            expect(Date.parse(sigterm.ts), explain).toBeGreaterThanOrEqual(Date.parse(answer!.ts));
+            // What the hook cost the restart, for the docs: .cache/kube/liveness-<mode>.json.
+            const asked = Date.parse(events.find((e) => e.event === "app_stop_asked")!.ts);
+            mkdirSync(join(root, ".cache", "kube"), { recursive: true });
+            writeFileSync(
+              join(root, ".cache", "kube", `liveness-${mode}.json`),
+              `${
+                JSON.stringify(
+                  {
+                    waited_ms: answer!.waited_ms,
+                    sigterm_after_asked_ms: Date.parse(sigterm.ts) - asked,
+                    kubelet: rows,
+                  },
+                  null,
+                  2,
+                )
+              }\n`,
+            );
+            logs.ended.catch(() => {});
+          } finally {
+            await cluster.kubectl([
+              "delete",
+              "deployment/demo",
+              "service/demo",
+              "--wait=true",
+              "--timeout=90s",
+            ]).catch(() => "");
+            await waitFor(
+              async () => ((await cluster.kubectl(["get", "pods", "-l", "app=demo", "-o", "name"]))
+                  .trim() === ""
+                ? true
+                : undefined),
+              { timeoutMs: 90_000, intervalMs: 250, what: "demo pods gone" },
+            ).catch(() => {});
+          }
+        },
+        5 * 60_000,
+      );
     }
   });
 }

@@ -7,7 +7,12 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../support/envoy.ts";
 import type { KubeCluster } from "../support/kube.ts";
 import { runCommand } from "../support/kube-process.ts";
-import { type DemoCluster, demoClusterSkipReason, followLogs, startDemoCluster } from "../support/kube-workload.ts";
+import {
+  type DemoCluster,
+  demoClusterSkipReason,
+  followLogs,
+  startDemoCluster,
+} from "../support/kube-workload.ts";
 
 const root = resolve(import.meta.dirname, "../..");
 const skip = demoClusterSkipReason();
@@ -24,7 +29,8 @@ const APP = [
 ].join("\n");
 
 /** What a user writes: the Deployment and its Service, nothing of lastcall's. */
-const appYaml = (image: string) => `apiVersion: apps/v1
+const appYaml = (image: string) =>
+  `apiVersion: apps/v1
 kind: Deployment
 metadata:
   name: shop
@@ -75,7 +81,10 @@ function get(url: string): Promise<{ status: number; body: string }> {
   return new Promise((done, fail) => {
     request(url, { agent: false }, (res) => {
       let body = "";
-      res.setEncoding("utf8").on("data", (chunk) => (body += chunk)).on("end", () => done({ status: res.statusCode ?? 0, body }));
+      res.setEncoding("utf8").on("data", (chunk) => (body += chunk)).on(
+        "end",
+        () => done({ status: res.statusCode ?? 0, body }),
+      );
     }).on("error", fail).end();
   });
 }
@@ -97,63 +106,131 @@ if (skip) {
 
     /** Envoy's stats in a pod, read from its admin on the pod's loopback. */
     async function envoyStats(pod: string): Promise<Map<string, number>> {
-      const script = "exec 3<>/dev/tcp/127.0.0.1/15000; printf 'GET /stats HTTP/1.1\\r\\nhost: admin\\r\\nconnection: close\\r\\n\\r\\n' >&3; cat <&3";
-      const out = await cluster.kubectl(["exec", pod, "-c", "lastcall", "--", "bash", "-c", script]);
-      if (!/\nserver\.live: /.test(out)) throw new Error(`Envoy's admin in ${pod} answered:\n${out.slice(0, 2000)}`);
+      const script =
+        "exec 3<>/dev/tcp/127.0.0.1/15000; printf 'GET /stats HTTP/1.1\\r\\nhost: admin\\r\\nconnection: close\\r\\n\\r\\n' >&3; cat <&3";
+      const out = await cluster.kubectl([
+        "exec",
+        pod,
+        "-c",
+        "lastcall",
+        "--",
+        "bash",
+        "-c",
+        script,
+      ]);
+      if (!/\nserver\.live: /.test(out)) {
+        throw new Error(`Envoy's admin in ${pod} answered:\n${out.slice(0, 2000)}`);
+      }
       return new Map([...out.matchAll(/^([\w.]+): (\d+)$/gm)].map((m) => [m[1], Number(m[2])]));
     }
 
-    it("pods Ready, Service through Envoy (counted by the filter), a request held across kubectl delete pod answered", async () => {
-      const injected = await runCommand(process.execPath, [join(root, "dist/lastcall.mjs"), "inject", "-f", "-", "--image", built.lastcall], { input: appYaml(built.node) });
-      expect(injected.code, injected.stderr).toBe(0);
-      const lines = injected.stderr.trim().split("\n");
-      expect(lines).toEqual([
-        "lastcall inject: deployment/shop: Envoy config in ConfigMap shop-lastcall-envoy (a new document after it): listeners 18080 → app port 8080, 19090 → app port 9090",
-        `lastcall inject: deployment/shop: service/shop port 80 (web): targetPort http now names lastcall's listener 18080 (container "app" port 8080 is renamed http-app)`,
-        `lastcall inject: deployment/shop: service/shop port 9090 (admin): targetPort 9090 → 19090 (lastcall's listener in front of container "app" port 9090)`,
-      ]);
-      await cluster.kubectl(["apply", "-f", "-"], injected.stdout);
-      await cluster.kubectl(["rollout", "status", "deployment/shop", "--timeout=180s"]).catch(async (error) => {
-        throw new Error(`${error.message}\n${await cluster.kubectl(["describe", "pods", "-l", "app=shop"]).catch(() => "")}`);
-      });
-      // The named targetPort follows its name to Envoy's port (a native sidecar's ports count).
-      const slices = JSON.parse(await cluster.kubectl(["get", "endpointslices", "-l", "kubernetes.io/service-name=shop", "-o", "json"]));
-      const ports = slices.items.flatMap((s: { ports?: { name: string; port: number }[] }) => s.ports ?? []);
-      expect(Object.fromEntries(ports.map((p: { name: string; port: number }) => [p.name, p.port]))).toEqual({ web: 18080, admin: 19090 });
+    it(
+      "pods Ready, Service through Envoy (counted by the filter), a request held across kubectl delete pod answered",
+      async () => {
+        const injected = await runCommand(process.execPath, [
+          join(root, "dist/lastcall.mjs"),
+          "inject",
+          "-f",
+          "-",
+          "--image",
+          built.lastcall,
+        ], { input: appYaml(built.node) });
+        expect(injected.code, injected.stderr).toBe(0);
+        const lines = injected.stderr.trim().split("\n");
+        expect(lines).toEqual([
+          "lastcall inject: deployment/shop: Envoy config in ConfigMap shop-lastcall-envoy (a new document after it): listeners 18080 → app port 8080, 19090 → app port 9090",
+          `lastcall inject: deployment/shop: service/shop port 80 (web): targetPort http now names lastcall's listener 18080 (container "app" port 8080 is renamed http-app)`,
+          `lastcall inject: deployment/shop: service/shop port 9090 (admin): targetPort 9090 → 19090 (lastcall's listener in front of container "app" port 9090)`,
+        ]);
+        await cluster.kubectl(["apply", "-f", "-"], injected.stdout);
+        await cluster.kubectl(["rollout", "status", "deployment/shop", "--timeout=180s"]).catch(
+          async (error) => {
+            throw new Error(
+              `${error.message}\n${await cluster.kubectl(["describe", "pods", "-l", "app=shop"])
+                .catch(() => "")}`,
+            );
+          },
+        );
+        // The named targetPort follows its name to Envoy's port (a native sidecar's ports count).
+        const slices = JSON.parse(
+          await cluster.kubectl([
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=shop",
+            "-o",
+            "json",
+          ]),
+        );
+        const ports = slices.items.flatMap((s: { ports?: { name: string; port: number }[] }) =>
+          s.ports ?? []
+        );
+        expect(
+          Object.fromEntries(ports.map((p: { name: string; port: number }) => [p.name, p.port])),
+        ).toEqual({ web: 18080, admin: 19090 });
 
-      const ip = (await cluster.kubectl(["get", "service", "shop", "-o", "jsonpath={.spec.clusterIP}"])).trim();
-      await waitFor(async () => ((await get(`http://${ip}/`).catch(() => ({ status: 0 }))).status === 200 ? true : undefined), { timeoutMs: 30_000, intervalMs: 100, what: "the Service to answer" });
-      const pods = (await cluster.kubectl(["get", "pods", "-l", "app=shop", "-o", "jsonpath={range .items[*]}{.metadata.name} {.status.podIP}{\"\\n\"}{end}"]))
-        .trim().split("\n").map((l) => l.split(" "));
-      expect(pods).toHaveLength(2);
-      const before = await Promise.all(pods.map(([pod]) => envoyStats(pod)));
-      for (let i = 0; i < 10; i++) expect(await get(`http://${ip}:9090/`)).toEqual({ status: 200, body: "port 9090\n" });
-      const after = await Promise.all(pods.map(([pod]) => envoyStats(pod)));
-      const total = (stats: Map<string, number>[]) => stats.reduce((sum, s) => sum + (s.get("http.inbound_9090.downstream_rq_total") ?? 0), 0);
-      const seen = JSON.stringify(after.map((s) => [...s].filter(([k]) => /inbound|wasmcustom/.test(k))));
-      expect(total(after) - total(before), seen).toBe(10);
-
-      // A long request through the Service: the pod whose lastcall counts it is deleted.
-      const held = get(`http://${ip}/slow?ms=6000`);
-      const state = async (podIp: string) => (await fetch(`http://${podIp}:15020/v1/state`)).json() as Promise<{ inflight: number; filter: string }>;
-      const [pod] = await waitFor(async () => {
-        for (const [name, address] of pods) if ((await state(address)).inflight === 1) return [name, address];
-        return undefined;
-      }, { timeoutMs: 10_000, intervalMs: 50, what: "a lastcall counting the held request" });
-      expect((await envoyStats(pod)).get("wasmcustom.lastcall_inflight")).toBe(1);
-      expect((await envoyStats(pod)).get("http.inbound_8080.downstream_rq_active")).toBe(1);
-      const logs = followLogs(cluster, pod, "lastcall");
-      await cluster.kubectl(["delete", "pod", pod, "--wait=false"]);
-      expect(await held).toEqual({ status: 200, body: "port 8080 after 6000 ms\n" });
-      await logs.ended;
-      const events = logs.lines.flatMap(({ line }) => {
-        try {
-          return [JSON.parse(line) as { event: string; inflight_at_stop?: number }];
-        } catch {
-          return [];
+        const ip =
+          (await cluster.kubectl(["get", "service", "shop", "-o", "jsonpath={.spec.clusterIP}"]))
+            .trim();
+        await waitFor(
+          async () => ((await get(`http://${ip}/`).catch(() => ({ status: 0 }))).status === 200
+            ? true
+            : undefined),
+          { timeoutMs: 30_000, intervalMs: 100, what: "the Service to answer" },
+        );
+        const pods = (await cluster.kubectl([
+          "get",
+          "pods",
+          "-l",
+          "app=shop",
+          "-o",
+          'jsonpath={range .items[*]}{.metadata.name} {.status.podIP}{"\\n"}{end}',
+        ]))
+          .trim().split("\n").map((l) => l.split(" "));
+        expect(pods).toHaveLength(2);
+        const before = await Promise.all(pods.map(([pod]) => envoyStats(pod)));
+        for (let i = 0; i < 10; i++) {
+          expect(await get(`http://${ip}:9090/`)).toEqual({ status: 200, body: "port 9090\n" });
         }
-      });
-      expect(events.find((e) => e.event === "terminated"), logs.lines.map((l) => l.line).join("\n")).toMatchObject({ inflight_at_stop: 0 });
-    }, 10 * 60_000);
+        const after = await Promise.all(pods.map(([pod]) => envoyStats(pod)));
+        const total = (stats: Map<string, number>[]) =>
+          stats.reduce((sum, s) => sum + (s.get("http.inbound_9090.downstream_rq_total") ?? 0), 0);
+        const seen = JSON.stringify(
+          after.map((s) => [...s].filter(([k]) => /inbound|wasmcustom/.test(k))),
+        );
+        expect(total(after) - total(before), seen).toBe(10);
+
+        // A long request through the Service: the pod whose lastcall counts it is deleted.
+        const held = get(`http://${ip}/slow?ms=6000`);
+        const state = async (podIp: string) =>
+          (await fetch(`http://${podIp}:15020/v1/state`)).json() as Promise<
+            { inflight: number; filter: string }
+          >;
+        const [pod] = await waitFor(async () => {
+          for (const [name, address] of pods) {
+            if ((await state(address)).inflight === 1) return [name, address];
+          }
+          return undefined;
+        }, { timeoutMs: 10_000, intervalMs: 50, what: "a lastcall counting the held request" });
+        expect((await envoyStats(pod)).get("wasmcustom.lastcall_inflight")).toBe(1);
+        expect((await envoyStats(pod)).get("http.inbound_8080.downstream_rq_active")).toBe(1);
+        const logs = followLogs(cluster, pod, "lastcall");
+        await cluster.kubectl(["delete", "pod", pod, "--wait=false"]);
+        expect(await held).toEqual({ status: 200, body: "port 8080 after 6000 ms\n" });
+        await logs.ended;
+        const events = logs.lines.flatMap(({ line }) => {
+          try {
+            return [JSON.parse(line) as { event: string; inflight_at_stop?: number }];
+          } catch {
+            return [];
+          }
+        });
+        expect(
+          events.find((e) => e.event === "terminated"),
+          logs.lines.map((l) => l.line).join("\n"),
+        ).toMatchObject({ inflight_at_stop: 0 });
+      },
+      10 * 60_000,
+    );
   });
 }

@@ -26,14 +26,21 @@ export interface EnvoyCounts {
  * @throws {Error} naming the admin and the stat when Envoy does not show one of the counts
  */
 export async function envoyCounts(adminUrl: string, statPrefix = "ingress"): Promise<EnvoyCounts> {
-  const filter = `^(http\\.${statPrefix}\\.downstream_rq_active|wasmcustom\\.lastcall_inflight(_odd)?|listener\\..*\\.worker_\\d+\\.downstream_cx_active)$`;
-  const response = await fetch(`${adminUrl}/stats?format=json&filter=${encodeURIComponent(filter)}`);
-  if (!response.ok) throw new Error(`Envoy admin ${adminUrl} answered /stats with ${response.status}`);
+  const filter =
+    `^(http\\.${statPrefix}\\.downstream_rq_active|wasmcustom\\.lastcall_inflight(_odd)?|listener\\..*\\.worker_\\d+\\.downstream_cx_active)$`;
+  const response = await fetch(
+    `${adminUrl}/stats?format=json&filter=${encodeURIComponent(filter)}`,
+  );
+  if (!response.ok) {
+    throw new Error(`Envoy admin ${adminUrl} answered /stats with ${response.status}`);
+  }
   const body = await response.json() as { stats: Array<{ name: string; value?: number }> };
   const value = (name: string) => body.stats.find((s) => s.name === name)?.value;
   const rqActive = value(`http.${statPrefix}.downstream_rq_active`);
   const gauge = value("wasmcustom.lastcall_inflight");
-  if (rqActive === undefined) throw new Error(`Envoy admin ${adminUrl} shows no http.${statPrefix}.downstream_rq_active`);
+  if (rqActive === undefined) {
+    throw new Error(`Envoy admin ${adminUrl} shows no http.${statPrefix}.downstream_rq_active`);
+  }
   const workers: number[] = [];
   for (const s of body.stats) {
     const worker = /\.worker_(\d+)\.downstream_cx_active$/.exec(s.name);
@@ -66,9 +73,12 @@ export async function reportsAccepted(status: string): Promise<number> {
  */
 export async function agentCountAfterReports(status: string, reports: number): Promise<number> {
   const base = await reportsAccepted(status);
-  await waitFor(async () => ((await reportsAccepted(status)) >= base + reports ? true : undefined), {
-    what: `${reports} more filter reports (from ${base})`,
-    intervalMs: 50,
-  });
+  await waitFor(
+    async () => ((await reportsAccepted(status)) >= base + reports ? true : undefined),
+    {
+      what: `${reports} more filter reports (from ${base})`,
+      intervalMs: 50,
+    },
+  );
   return (await agentState(status)).inflight;
 }

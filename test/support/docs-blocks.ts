@@ -20,7 +20,12 @@ export interface DocBlock {
 
 /** README.md and every docs/*.md, relative to the repository. */
 export function docFiles(): string[] {
-  return ["README.md", ...readdirSync(join(root, "docs")).filter((f) => f.endsWith(".md")).sort().map((f) => `docs/${f}`)];
+  return [
+    "README.md",
+    ...readdirSync(join(root, "docs")).filter((f) => f.endsWith(".md")).sort().map((f) =>
+      `docs/${f}`
+    ),
+  ];
 }
 
 /** Every fenced block of `files` (default: {@linkcode docFiles}), in order. */
@@ -34,8 +39,12 @@ export function docBlocks(files = docFiles()): DocBlock[] {
       const [, indent, fence, lang] = open;
       const body: string[] = [];
       let j = i + 1;
-      for (; j < lines.length && !new RegExp(`^\\s*${fence}\\s*$`).test(lines[j]); j++) body.push(lines[j].startsWith(indent) ? lines[j].slice(indent.length) : lines[j]);
-      if (j === lines.length) throw new Error(`${file}:${i + 1}: a code block that is never closed`);
+      for (; j < lines.length && !new RegExp(`^\\s*${fence}\\s*$`).test(lines[j]); j++) {
+        body.push(lines[j].startsWith(indent) ? lines[j].slice(indent.length) : lines[j]);
+      }
+      if (j === lines.length) {
+        throw new Error(`${file}:${i + 1}: a code block that is never closed`);
+      }
       blocks.push({ file, line: i + 1, lang, text: body.join("\n") });
       i = j;
     }
@@ -53,7 +62,10 @@ export const where = (block: DocBlock) => `${block.file}:${block.line}`;
 
 /** A block's name in expectation tables: its file and first line, comments and blanks left out. */
 export function blockKey(block: DocBlock): string {
-  const first = block.text.split("\n").map((l) => l.replace(/\s+#.*$/, "").trim()).find((l) => l && !l.startsWith("#")) ?? "";
+  const first =
+    block.text.split("\n").map((l) => l.replace(/\s+#.*$/, "").trim()).find((l) =>
+      l && !l.startsWith("#")
+    ) ?? "";
   return `${block.file}: ${first}`;
 }
 
@@ -73,10 +85,13 @@ export function parseYamlBlock(block: DocBlock): unknown[] {
   const documents = YAML.parseAllDocuments(block.text, { merge: true });
   const errors = (Array.isArray(documents) ? documents : [documents]).flatMap((d) => d.errors);
   if (errors.length) throw new Error(`${where(block)}: not YAML: ${errors[0].message}`);
-  return (Array.isArray(documents) ? documents : [documents]).map((d) => d.toJS()).filter((d) => d !== null);
+  return (Array.isArray(documents) ? documents : [documents]).map((d) => d.toJS()).filter((d) =>
+    d !== null
+  );
 }
 
-const isObject = (value: unknown): value is Obj => typeof value === "object" && value !== null && !Array.isArray(value);
+const isObject = (value: unknown): value is Obj =>
+  typeof value === "object" && value !== null && !Array.isArray(value);
 
 /**
  * Recognises a YAML block; throws naming the block when it is none of the shapes, or when a
@@ -86,28 +101,50 @@ export function yamlShape(block: DocBlock): YamlShape {
   const documents = parseYamlBlock(block);
   if (documents.length === 0) throw new Error(`${where(block)}: an empty YAML block`);
   const objects = documents.filter(isObject);
-  if (objects.length !== documents.length) throw new Error(`${where(block)}: a YAML document that is not a mapping`);
+  if (objects.length !== documents.length) {
+    throw new Error(`${where(block)}: a YAML document that is not a mapping`);
+  }
   if (objects.some((o) => "apiVersion" in o || "kind" in o)) {
     for (const o of objects) {
       if (typeof o.apiVersion !== "string" || typeof o.kind !== "string") {
-        throw new Error(`${where(block)}: a Kubernetes object needs apiVersion and kind (has ${Object.keys(o).join(", ")})`);
+        throw new Error(
+          `${where(block)}: a Kubernetes object needs apiVersion and kind (has ${
+            Object.keys(o).join(", ")
+          })`,
+        );
       }
     }
     return { kind: "kubernetes", objects };
   }
-  if (objects.length > 1) throw new Error(`${where(block)}: several documents that are not Kubernetes objects`);
+  if (objects.length > 1) {
+    throw new Error(`${where(block)}: several documents that are not Kubernetes objects`);
+  }
   const [o] = objects;
   if ("containers" in o || "initContainers" in o) return { kind: "pod-spec", spec: o };
   if ("command" in o || "args" in o || "image" in o) return { kind: "container", container: o };
-  if ("static_resources" in o || "dynamic_resources" in o || "admin" in o) return { kind: "envoy-bootstrap", bootstrap: o };
-  if (Array.isArray(o.http_filters)) return { kind: "envoy-http-filters", filters: o.http_filters as Obj[] };
-  if (Array.isArray(o.filters)) return { kind: "envoy-network-filters", filters: o.filters as Obj[] };
-  throw new Error(`${where(block)}: a YAML block that is none of: Kubernetes objects, a pod spec, a container, an Envoy bootstrap or filter list (keys ${Object.keys(o).join(", ")})`);
+  if ("static_resources" in o || "dynamic_resources" in o || "admin" in o) {
+    return { kind: "envoy-bootstrap", bootstrap: o };
+  }
+  if (Array.isArray(o.http_filters)) {
+    return { kind: "envoy-http-filters", filters: o.http_filters as Obj[] };
+  }
+  if (Array.isArray(o.filters)) {
+    return { kind: "envoy-network-filters", filters: o.filters as Obj[] };
+  }
+  throw new Error(
+    `${
+      where(block)
+    }: a YAML block that is none of: Kubernetes objects, a pod spec, a container, an Envoy bootstrap or filter list (keys ${
+      Object.keys(o).join(", ")
+    })`,
+  );
 }
 
 /** A Pod's name for a block: `docs-operations-90`. */
 function podName(block: DocBlock): string {
-  return `docs-${basename(block.file, ".md").toLowerCase().replace(/[^a-z0-9]+/g, "-")}-${block.line}`;
+  return `docs-${
+    basename(block.file, ".md").toLowerCase().replace(/[^a-z0-9]+/g, "-")
+  }-${block.line}`;
 }
 
 /** A pod spec block as the Pod it would be part of. */
@@ -140,9 +177,15 @@ export interface DocsObject {
 export function docsKubernetesObjects(): DocsObject[] {
   return yamlBlocks().flatMap((block): DocsObject[] => {
     const shape = yamlShape(block);
-    if (shape.kind === "kubernetes") return shape.objects.map((object) => ({ block, object, whole: true }));
-    if (shape.kind === "pod-spec") return [{ block, object: podOf(block, shape.spec), whole: false }];
-    if (shape.kind === "container") return [{ block, object: containerPodOf(block, shape.container), whole: false }];
+    if (shape.kind === "kubernetes") {
+      return shape.objects.map((object) => ({ block, object, whole: true }));
+    }
+    if (shape.kind === "pod-spec") {
+      return [{ block, object: podOf(block, shape.spec), whole: false }];
+    }
+    if (shape.kind === "container") {
+      return [{ block, object: containerPodOf(block, shape.container), whole: false }];
+    }
     return [];
   });
 }
@@ -204,7 +247,9 @@ const OPERATORS = new Set(["|", ";", "&", "&&", "||"]);
 /** The lastcall command lines of the ```sh, ```shell, ```bash and ```console blocks (`$ ` prompts in console). */
 export function lastcallCommandLines(): CommandLine[] {
   const found: CommandLine[] = [];
-  for (const block of docBlocks().filter((b) => ["sh", "shell", "bash", "console"].includes(b.lang))) {
+  for (
+    const block of docBlocks().filter((b) => ["sh", "shell", "bash", "console"].includes(b.lang))
+  ) {
     block.text.split("\n").forEach((raw, index) => {
       let text = raw;
       if (block.lang === "console") {
@@ -212,7 +257,9 @@ export function lastcallCommandLines(): CommandLine[] {
         text = text.slice(2);
       }
       const words = shellWords(text).map((w) => (/^\[.*\]$/.test(w) ? w.slice(1, -1) : w));
-      const at = words.findIndex((w) => w === "lastcall" || w.endsWith("/lastcall") || w === "envoy-gateway");
+      const at = words.findIndex((w) =>
+        w === "lastcall" || w.endsWith("/lastcall") || w === "envoy-gateway"
+      );
       if (at < 0) return;
       const rest = words.slice(at + 1);
       const end = rest.findIndex((w) => OPERATORS.has(w));

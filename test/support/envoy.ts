@@ -55,7 +55,11 @@ export class EnvoyExitedError extends Error {
 
   /** @param exit how it ended @param output what it printed */
   constructor(exit: EnvoyExit, output: string) {
-    super(`Envoy exited before it was ready (code ${exit.code}, signal ${exit.signal}):\n${tail(output)}`);
+    super(
+      `Envoy exited before it was ready (code ${exit.code}, signal ${exit.signal}):\n${
+        tail(output)
+      }`,
+    );
     this.exit = exit;
     this.output = output;
   }
@@ -80,7 +84,10 @@ export interface WaitForOptions {
 }
 
 /** Polls `check` until it returns a value other than undefined; throws at the deadline or on `abort`. */
-export async function waitFor<T>(check: () => T | undefined | Promise<T | undefined>, options: WaitForOptions = {}): Promise<T> {
+export async function waitFor<T>(
+  check: () => T | undefined | Promise<T | undefined>,
+  options: WaitForOptions = {},
+): Promise<T> {
   const timeoutMs = options.timeoutMs ?? 10_000;
   const what = options.what ?? "condition";
   let lastError: unknown;
@@ -91,11 +98,15 @@ export async function waitFor<T>(check: () => T | undefined | Promise<T | undefi
       fail(new Error(`Timed out after ${timeoutMs} ms waiting for ${what}${why}`));
     }, timeoutMs);
   });
-  const aborted = options.abort?.then(() => { throw new Error(`Gave up waiting for ${what}`); });
+  const aborted = options.abort?.then(() => {
+    throw new Error(`Gave up waiting for ${what}`);
+  });
   // Every await races `stop`, so a check that hangs (a stuck admin socket) cannot outlive it.
   const stop = aborted ? Promise.race([expired, aborted]) : expired;
   let stopped: { error: unknown } | undefined;
-  stop.catch((error: unknown) => { stopped = { error }; });
+  stop.catch((error: unknown) => {
+    stopped = { error };
+  });
   try {
     for (;;) {
       try {
@@ -123,45 +134,84 @@ export async function waitFor<T>(check: () => T | undefined | Promise<T | undefi
  * await envoy.stop();
  * ```
  */
-export async function startEnvoy(bootstrap: Record<string, unknown>, options: EnvoyOptions = {}): Promise<TestEnvoy> {
+export async function startEnvoy(
+  bootstrap: Record<string, unknown>,
+  options: EnvoyOptions = {},
+): Promise<TestEnvoy> {
   const binary = process.env.ENVOY_BIN;
-  if (!binary) throw new Error("Cannot start Envoy: ENVOY_BIN is not set (test/support/global-setup.ts sets it)");
+  if (!binary) {
+    throw new Error(
+      "Cannot start Envoy: ENVOY_BIN is not set (test/support/global-setup.ts sets it)",
+    );
+  }
   const dir = mkdtempSync(join(tmpdir(), "lastcall-envoy-"));
-  const config = { admin: { address: { socket_address: { address: "127.0.0.1", port_value: 0 } } }, ...bootstrap };
+  const config = {
+    admin: { address: { socket_address: { address: "127.0.0.1", port_value: 0 } } },
+    ...bootstrap,
+  };
   writeFileSync(join(dir, "envoy.json"), JSON.stringify(config));
   const addressPath = join(dir, "admin-address");
   const args = [
-    "-c", join(dir, "envoy.json"),
-    "--concurrency", String(options.concurrency ?? 2),
-    "--admin-address-path", addressPath,
+    "-c",
+    join(dir, "envoy.json"),
+    "--concurrency",
+    String(options.concurrency ?? 2),
+    "--admin-address-path",
+    addressPath,
     // No shared memory or domain sockets: tests run side by side without base-id collisions.
     "--disable-hot-restart",
-    "--local-address-ip-version", "v4",
-    "--log-level", "info",
+    "--local-address-ip-version",
+    "v4",
+    "--log-level",
+    "info",
     ...(options.args ?? []),
   ];
   const child = spawn(binary, args, { stdio: ["ignore", "pipe", "pipe"] });
   let output = "";
-  child.stdout!.setEncoding("utf8").on("data", (chunk: string) => { output += chunk; });
-  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => { output += chunk; });
+  child.stdout!.setEncoding("utf8").on("data", (chunk: string) => {
+    output += chunk;
+  });
+  child.stderr!.setEncoding("utf8").on("data", (chunk: string) => {
+    output += chunk;
+  });
   const exited = new Promise<EnvoyExit>((done) => {
     child.once("exit", (code, signal) => done({ code, signal }));
-    child.once("error", (error) => { output += `spawn error: ${error.message}\n`; done({ code: null, signal: null }); });
+    child.once("error", (error) => {
+      output += `spawn error: ${error.message}\n`;
+      done({ code: null, signal: null });
+    });
   });
   void exited.then(() => rmSync(dir, { recursive: true, force: true }));
-  const died = exited.then((exit) => { throw new EnvoyExitedError(exit, output); });
+  const died = exited.then((exit) => {
+    throw new EnvoyExitedError(exit, output);
+  });
   died.catch(() => {});
 
   const envoy = makeEnvoy(child, exited, () => output);
   running.add(envoy);
   try {
     const address = await waitFor(() => {
-      try { return readFileSync(addressPath, "utf8").trim() || undefined; } catch { return undefined; }
-    }, { what: "Envoy's admin address file", timeoutMs: options.readyTimeoutMs ?? 20_000, abort: died });
+      try {
+        return readFileSync(addressPath, "utf8").trim() || undefined;
+      } catch {
+        return undefined;
+      }
+    }, {
+      what: "Envoy's admin address file",
+      timeoutMs: options.readyTimeoutMs ?? 20_000,
+      abort: died,
+    });
     (envoy as { adminUrl: string }).adminUrl = `http://${address}`;
-    await waitFor(async () => ((await fetch(`${envoy.adminUrl}/ready`, { signal: AbortSignal.timeout(2000) })).status === 200 ? true : undefined),
-      { what: "Envoy /ready", timeoutMs: options.readyTimeoutMs ?? 20_000, abort: died });
-    const listeners = await (await fetch(`${envoy.adminUrl}/listeners?format=json`, { signal: AbortSignal.timeout(5000) })).json() as ListenerStatuses;
+    await waitFor(
+      async () => ((await fetch(`${envoy.adminUrl}/ready`, { signal: AbortSignal.timeout(2000) }))
+          .status === 200
+        ? true
+        : undefined),
+      { what: "Envoy /ready", timeoutMs: options.readyTimeoutMs ?? 20_000, abort: died },
+    );
+    const listeners = await (await fetch(`${envoy.adminUrl}/listeners?format=json`, {
+      signal: AbortSignal.timeout(5000),
+    })).json() as ListenerStatuses;
     for (const status of listeners.listener_statuses ?? []) {
       const port = status.local_address?.socket_address?.port_value;
       if (port) ports(envoy).set(status.name, port);
@@ -174,32 +224,52 @@ export async function startEnvoy(bootstrap: Record<string, unknown>, options: En
 }
 
 interface ListenerStatuses {
-  listener_statuses?: { name: string; local_address?: { socket_address?: { port_value?: number } } }[];
+  listener_statuses?: {
+    name: string;
+    local_address?: { socket_address?: { port_value?: number } };
+  }[];
 }
 
 const portMaps = new WeakMap<TestEnvoy, Map<string, number>>();
 function ports(envoy: TestEnvoy): Map<string, number> {
   let map = portMaps.get(envoy);
-  if (!map) portMaps.set(envoy, (map = new Map()));
+  if (!map) portMaps.set(envoy, map = new Map());
   return map;
 }
 
-function makeEnvoy(child: ChildProcess, exited: Promise<EnvoyExit>, output: () => string): TestEnvoy {
+function makeEnvoy(
+  child: ChildProcess,
+  exited: Promise<EnvoyExit>,
+  output: () => string,
+): TestEnvoy {
   let ended = false;
-  void exited.then(() => { ended = true; });
+  void exited.then(() => {
+    ended = true;
+  });
   const envoy: TestEnvoy = {
     pid: child.pid as number,
     adminUrl: "",
     port(listener) {
       const port = ports(envoy).get(listener);
-      if (port === undefined) throw new Error(`Envoy has no listener named ${listener}: ${[...ports(envoy).keys()].join(", ")}`);
+      if (port === undefined) {
+        throw new Error(
+          `Envoy has no listener named ${listener}: ${[...ports(envoy).keys()].join(", ")}`,
+        );
+      }
       return port;
     },
     async stats(filter) {
-      const response = await fetch(`${envoy.adminUrl}/stats?format=json&filter=${encodeURIComponent(filter)}`, { signal: AbortSignal.timeout(5000) });
+      const response = await fetch(
+        `${envoy.adminUrl}/stats?format=json&filter=${encodeURIComponent(filter)}`,
+        { signal: AbortSignal.timeout(5000) },
+      );
       const body = await response.json() as { stats: { name?: string; value?: number }[] };
       const result: Record<string, number> = {};
-      for (const stat of body.stats) if (stat.name !== undefined && typeof stat.value === "number") result[stat.name] = stat.value;
+      for (const stat of body.stats) {
+        if (stat.name !== undefined && typeof stat.value === "number") {
+          result[stat.name] = stat.value;
+        }
+      }
       return result;
     },
     output,
@@ -207,7 +277,9 @@ function makeEnvoy(child: ChildProcess, exited: Promise<EnvoyExit>, output: () =
     async stop(killAfterMs = 5000) {
       running.delete(envoy);
       if (!ended) child.kill("SIGTERM");
-      const timer = setTimeout(() => { if (!ended) child.kill("SIGKILL"); }, killAfterMs);
+      const timer = setTimeout(() => {
+        if (!ended) child.kill("SIGKILL");
+      }, killAfterMs);
       const exit = await exited;
       clearTimeout(timer);
       return exit;
@@ -244,25 +316,40 @@ export function wasmPluginConfig(options: WasmFilterOptions = {}): Record<string
       runtime: "envoy.wasm.runtime.v8",
       code: { local: { filename: options.wasm ?? FILTER_WASM } },
     },
-    configuration: { "@type": "type.googleapis.com/google.protobuf.StringValue", value: configuration },
+    configuration: {
+      "@type": "type.googleapis.com/google.protobuf.StringValue",
+      value: configuration,
+    },
   };
 }
 
 /** A static cluster to 127.0.0.1:`port` (HTTP/1.1; `http2` for an h2c upstream). */
-export function localCluster(name: string, port: number, options: { http2?: boolean } = {}): Record<string, unknown> {
+export function localCluster(
+  name: string,
+  port: number,
+  options: { http2?: boolean } = {},
+): Record<string, unknown> {
   return {
     name,
     type: "STATIC",
     connect_timeout: "1s",
     load_assignment: {
       cluster_name: name,
-      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: "127.0.0.1", port_value: port } } } }] }],
+      endpoints: [{
+        lb_endpoints: [{
+          endpoint: { address: { socket_address: { address: "127.0.0.1", port_value: port } } },
+        }],
+      }],
     },
     ...(options.http2
-      ? { typed_extension_protocol_options: { "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
-        "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
-        explicit_http_config: { http2_protocol_options: {} },
-      } } }
+      ? {
+        typed_extension_protocol_options: {
+          "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+            "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
+            explicit_http_config: { http2_protocol_options: {} },
+          },
+        },
+      }
       : {}),
   };
 }
@@ -289,29 +376,48 @@ export function httpBootstrap(options: HttpBootstrapOptions): Record<string, unk
       listeners: [{
         name: options.listener ?? "ingress",
         address: { socket_address: { address: "127.0.0.1", port_value: 0 } },
-        filter_chains: [{ filters: [{
-          name: "envoy.filters.network.http_connection_manager",
-          typed_config: {
-            "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-            stat_prefix: "ingress",
-            codec_type: "AUTO",
-            upgrade_configs: [{ upgrade_type: "websocket" }],
-            route_config: { virtual_hosts: [{ name: "all", domains: ["*"], routes: [{
-              match: { prefix: "/" }, route: { cluster: "app", timeout: "0s" },
-            }] }] },
-            http_filters: [
-              { name: "envoy.filters.http.wasm", typed_config: {
-                "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
-                config: wasmPluginConfig({ configuration: options.configuration }),
-              } },
-              { name: "envoy.filters.http.router", typed_config: {
-                "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router",
-              } },
-            ],
-          },
-        }] }],
+        filter_chains: [{
+          filters: [{
+            name: "envoy.filters.network.http_connection_manager",
+            typed_config: {
+              "@type":
+                "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+              stat_prefix: "ingress",
+              codec_type: "AUTO",
+              upgrade_configs: [{ upgrade_type: "websocket" }],
+              route_config: {
+                virtual_hosts: [{
+                  name: "all",
+                  domains: ["*"],
+                  routes: [{
+                    match: { prefix: "/" },
+                    route: { cluster: "app", timeout: "0s" },
+                  }],
+                }],
+              },
+              http_filters: [
+                {
+                  name: "envoy.filters.http.wasm",
+                  typed_config: {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+                    config: wasmPluginConfig({ configuration: options.configuration }),
+                  },
+                },
+                {
+                  name: "envoy.filters.http.router",
+                  typed_config: {
+                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router",
+                  },
+                },
+              ],
+            },
+          }],
+        }],
       }],
-      clusters: [localCluster("app", options.upstreamPort), localCluster("lastcall_agent", options.agentPort ?? 9)],
+      clusters: [
+        localCluster("app", options.upstreamPort),
+        localCluster("lastcall_agent", options.agentPort ?? 9),
+      ],
     },
   };
 }

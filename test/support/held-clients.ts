@@ -55,12 +55,23 @@ export function holdHttp2(session: ClientHttp2Session, id: number): HeldClient {
   const outcome = new Promise<Outcome>((done) => {
     let status: number | undefined;
     let complete = false;
-    stream.on("response", (headers) => { status = Number(headers[":status"]); });
-    stream.on("end", () => { complete = true; });
+    stream.on("response", (headers) => {
+      status = Number(headers[":status"]);
+    });
+    stream.on("end", () => {
+      complete = true;
+    });
     stream.on("error", () => {});
     // A stream reset by either side, or whose session is destroyed, ends its readable side too:
     // only a response (headers), its end, and a close with NO_ERROR make a whole response.
-    stream.on("close", () => done({ status, reset: !complete || status === undefined || stream.rstCode !== constants.NGHTTP2_NO_ERROR }));
+    stream.on(
+      "close",
+      () =>
+        done({
+          status,
+          reset: !complete || status === undefined || stream.rstCode !== constants.NGHTTP2_NO_ERROR,
+        }),
+    );
     stream.resume();
   });
   return { id, outcome, abort: () => stream.close(constants.NGHTTP2_CANCEL) };

@@ -4,7 +4,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { afterEach } from "vitest";
 import { followJsonEvents } from "./json-events.ts";
-import { type LastcallEvent, lastcallCommand } from "./lastcall.ts";
+import { lastcallCommand, type LastcallEvent } from "./lastcall.ts";
 
 /** A running hook command. */
 export interface HookCommand {
@@ -42,7 +42,10 @@ export interface HookOptions {
  */
 export function startHook(args: string[], options: HookOptions = {}): HookCommand {
   const command = options.executable ? [options.executable] : lastcallCommand();
-  const child = spawn(command[0], [...command.slice(1), ...args], { stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, ...options.env } });
+  const child = spawn(command[0], [...command.slice(1), ...args], {
+    stdio: ["ignore", "pipe", "pipe"],
+    env: { ...process.env, ...options.env },
+  });
   running.add(child);
   let stderr = "";
   child.stderr!.setEncoding("utf8").on("data", (chunk: string) => (stderr += chunk));
@@ -69,8 +72,12 @@ export function startHook(args: string[], options: HookOptions = {}): HookComman
     event: (name, timeoutMs = 30_000) =>
       follow.next(name, {
         timeoutMs,
-        ended: () => new Error(`exited without a ${name} event; events: ${JSON.stringify(events)}\n${stderr}`),
-        timedOut: () => new Error(`no ${name} event after ${timeoutMs} ms; events: ${JSON.stringify(events)}\n${stderr}`),
+        ended: () =>
+          new Error(`exited without a ${name} event; events: ${JSON.stringify(events)}\n${stderr}`),
+        timedOut: () =>
+          new Error(
+            `no ${name} event after ${timeoutMs} ms; events: ${JSON.stringify(events)}\n${stderr}`,
+          ),
       }),
     stderr: () => stderr,
     exited,

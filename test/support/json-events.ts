@@ -47,7 +47,10 @@ export interface JsonEvents<E extends { event: string }> {
  * await follow.next("ready", { timeoutMs: 5000, ended: () => new Error("exited"), timedOut: () => new Error("late") });
  * ```
  */
-export function followJsonEvents<E extends { event: string }>(stdout: Readable, options: FollowOptions<E> = {}): JsonEvents<E> {
+export function followJsonEvents<E extends { event: string }>(
+  stdout: Readable,
+  options: FollowOptions<E> = {},
+): JsonEvents<E> {
   const parse = options.parse ?? ((line: string) => JSON.parse(line) as E);
   const events: E[] = [];
   const waiters = new Set<() => void>();
@@ -59,7 +62,10 @@ export function followJsonEvents<E extends { event: string }>(stdout: Readable, 
     if (event !== undefined) events.push(event);
     changed();
   });
-  const next = (name: string, { match = () => true, timeoutMs, ended: endedError, timedOut }: NextOptions<E>) =>
+  const next = (
+    name: string,
+    { match = () => true, timeoutMs, ended: endedError, timedOut }: NextOptions<E>,
+  ) =>
     new Promise<E>((resolve, reject) => {
       const finish = (settle: () => void) => {
         clearTimeout(timer);

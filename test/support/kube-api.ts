@@ -24,7 +24,9 @@ const API_BINARIES = ["etcd", "kube-apiserver", "kubectl"];
 export function kubeApiSkipReason(): string | undefined {
   const missing = missingArtifacts(API_BINARIES);
   if (missing.length === 0) return undefined;
-  return `needs ${missing.join(", ")} in ${kubePaths().cache}/bin: build with \`node build/kube.mjs\``;
+  return `needs ${
+    missing.join(", ")
+  } in ${kubePaths().cache}/bin: build with \`node build/kube.mjs\``;
 }
 
 /** A running control plane (etcd + kube-apiserver). */
@@ -83,28 +85,62 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
   writeFileSync(join(pki, "sa.pub"), publicKey.export({ type: "spki", format: "pem" }));
   const token = randomBytes(16).toString("hex");
   writeFileSync(join(pki, "tokens.csv"), `${token},admin,admin,system:masters\n`);
-  const [etcdClient, etcdPeer, port] = [await freePort(), await freePort(), options.port ?? (await freePort())];
+  const [etcdClient, etcdPeer, port] = [
+    await freePort(),
+    await freePort(),
+    options.port ?? (await freePort()),
+  ];
   const url = `https://${address}:${port}`;
   const kubeconfig = join(dir, "kubeconfig");
-  writeFileSync(kubeconfig, [
-    "apiVersion: v1", "kind: Config",
-    `clusters: [{name: local, cluster: {server: "${url}", insecure-skip-tls-verify: true}}]`,
-    `users: [{name: admin, user: {token: "${token}"}}]`,
-    "contexts: [{name: local, context: {cluster: local, user: admin}}]", "current-context: local", "",
-  ].join("\n"));
+  writeFileSync(
+    kubeconfig,
+    [
+      "apiVersion: v1",
+      "kind: Config",
+      `clusters: [{name: local, cluster: {server: "${url}", insecure-skip-tls-verify: true}}]`,
+      `users: [{name: admin, user: {token: "${token}"}}]`,
+      "contexts: [{name: local, context: {cluster: local, user: admin}}]",
+      "current-context: local",
+      "",
+    ].join("\n"),
+  );
 
   const etcd = startDaemon("etcd", bin.etcd, [
-    "--name", "default", "--data-dir", join(dir, "etcd"), "--unsafe-no-fsync", "--log-level", "warn",
-    "--listen-client-urls", `http://127.0.0.1:${etcdClient}`, "--advertise-client-urls", `http://127.0.0.1:${etcdClient}`,
-    "--listen-peer-urls", `http://127.0.0.1:${etcdPeer}`, "--initial-advertise-peer-urls", `http://127.0.0.1:${etcdPeer}`,
-    "--initial-cluster", `default=http://127.0.0.1:${etcdPeer}`, "--listen-metrics-urls", "",
+    "--name",
+    "default",
+    "--data-dir",
+    join(dir, "etcd"),
+    "--unsafe-no-fsync",
+    "--log-level",
+    "warn",
+    "--listen-client-urls",
+    `http://127.0.0.1:${etcdClient}`,
+    "--advertise-client-urls",
+    `http://127.0.0.1:${etcdClient}`,
+    "--listen-peer-urls",
+    `http://127.0.0.1:${etcdPeer}`,
+    "--initial-advertise-peer-urls",
+    `http://127.0.0.1:${etcdPeer}`,
+    "--initial-cluster",
+    `default=http://127.0.0.1:${etcdPeer}`,
+    "--listen-metrics-urls",
+    "",
   ], { logDir });
   const apiserver = startDaemon("kube-apiserver", bin["kube-apiserver"], [
-    `--etcd-servers=http://127.0.0.1:${etcdClient}`, `--bind-address=${address}`, `--advertise-address=${address}`,
-    `--secure-port=${port}`, `--cert-dir=${pki}`, `--token-auth-file=${join(pki, "tokens.csv")}`,
-    "--authorization-mode=AlwaysAllow", "--allow-privileged=true", `--service-cluster-ip-range=${options.serviceCidr ?? "10.96.0.0/24"}`,
-    "--service-account-issuer=https://kubernetes.default.svc", `--service-account-key-file=${join(pki, "sa.pub")}`,
-    `--service-account-signing-key-file=${serviceAccountKey}`, "--profiling=false", "--enable-priority-and-fairness=false",
+    `--etcd-servers=http://127.0.0.1:${etcdClient}`,
+    `--bind-address=${address}`,
+    `--advertise-address=${address}`,
+    `--secure-port=${port}`,
+    `--cert-dir=${pki}`,
+    `--token-auth-file=${join(pki, "tokens.csv")}`,
+    "--authorization-mode=AlwaysAllow",
+    "--allow-privileged=true",
+    `--service-cluster-ip-range=${options.serviceCidr ?? "10.96.0.0/24"}`,
+    "--service-account-issuer=https://kubernetes.default.svc",
+    `--service-account-key-file=${join(pki, "sa.pub")}`,
+    `--service-account-signing-key-file=${serviceAccountKey}`,
+    "--profiling=false",
+    "--enable-priority-and-fairness=false",
     ...(options.extraArgs ?? []),
   ], { logDir });
   const daemons = [etcd, apiserver];
@@ -114,26 +150,58 @@ export async function startControlPlane(options: ControlPlaneOptions): Promise<C
   };
   const died = Promise.race(daemons.map((d) => d.exited.then(() => d)));
   try {
-    await waitFor(async () => ((await httpsStatus(`${url}/readyz`, token)) === 200 ? true : undefined), {
-      timeoutMs: 60_000, intervalMs: 100, what: `kube-apiserver ${url}/readyz`, abort: died,
-    });
+    await waitFor(
+      async () => ((await httpsStatus(`${url}/readyz`, token)) === 200 ? true : undefined),
+      {
+        timeoutMs: 60_000,
+        intervalMs: 100,
+        what: `kube-apiserver ${url}/readyz`,
+        abort: died,
+      },
+    );
   } catch (error) {
     await stop();
-    throw new Error(`${(error as Error).message}\n--- kube-apiserver:\n${apiserver.tail()}\n--- etcd:\n${etcd.tail(10)}`);
+    throw new Error(
+      `${(error as Error).message}\n--- kube-apiserver:\n${apiserver.tail()}\n--- etcd:\n${
+        etcd.tail(10)
+      }`,
+    );
   }
   const cacheDir = join(dir, "kubectl-cache");
   const kubectl = async (args: string[], input?: string) => {
-    const result = await runCommand(bin.kubectl, [`--kubeconfig=${kubeconfig}`, `--cache-dir=${cacheDir}`, ...args], { input });
-    if (result.code !== 0) throw new Error(`kubectl ${args.join(" ")} failed (exit ${result.code}): ${result.stderr.trim()}`);
+    const result = await runCommand(bin.kubectl, [
+      `--kubeconfig=${kubeconfig}`,
+      `--cache-dir=${cacheDir}`,
+      ...args,
+    ], { input });
+    if (result.code !== 0) {
+      throw new Error(
+        `kubectl ${args.join(" ")} failed (exit ${result.code}): ${result.stderr.trim()}`,
+      );
+    }
     return result.stdout;
   };
-  return { url, kubeconfig, token, dir, serviceAccountKey, servingCert: join(pki, "apiserver.crt"), daemons, kubectl, stop };
+  return {
+    url,
+    kubeconfig,
+    token,
+    dir,
+    serviceAccountKey,
+    servingCert: join(pki, "apiserver.crt"),
+    daemons,
+    kubectl,
+    stop,
+  };
 }
 
 /** GET over TLS without verifying the (self-signed) certificate: loopback or the test's own bridge only. */
 function httpsStatus(url: string, token: string): Promise<number> {
   return new Promise((done, fail) => {
-    const req = request(url, { rejectUnauthorized: false, headers: { authorization: `Bearer ${token}` }, timeout: 2000 }, (res) => {
+    const req = request(url, {
+      rejectUnauthorized: false,
+      headers: { authorization: `Bearer ${token}` },
+      timeout: 2000,
+    }, (res) => {
       res.resume();
       done(res.statusCode ?? 0);
     });
@@ -178,7 +246,10 @@ export async function startKubeApi(): Promise<KubeApi> {
   const plane = await startControlPlane({
     dir,
     // A validator: no Endpoints for a loopback address, no lookups of namespaces or service accounts.
-    extraArgs: ["--endpoint-reconciler-type=none", "--disable-admission-plugins=ServiceAccount,NamespaceLifecycle"],
+    extraArgs: [
+      "--endpoint-reconciler-type=none",
+      "--disable-admission-plugins=ServiceAccount,NamespaceLifecycle",
+    ],
   }).catch((error) => {
     rmSync(dir, { recursive: true, force: true });
     throw error;
@@ -199,13 +270,23 @@ async function validateDocuments(plane: ControlPlane, text: string): Promise<str
   const documents = parseAllDocuments(text);
   const list = Array.isArray(documents) ? documents : [];
   const checks = list.map((doc, i) => async (): Promise<string | undefined> => {
-    if (doc.errors.length > 0) return `document ${i + 1}: not YAML: ${doc.errors[0].message.split("\n")[0]}`;
+    if (doc.errors.length > 0) {
+      return `document ${i + 1}: not YAML: ${doc.errors[0].message.split("\n")[0]}`;
+    }
     const value = doc.toJS() as { kind?: string; metadata?: { name?: string } } | null;
     if (value === null || value === undefined) return undefined;
     const label = `${value.kind ?? `document ${i + 1}`}/${value.metadata?.name ?? "?"}`;
     const source = text.slice(doc.range[0], doc.range[2]);
     try {
-      await plane.kubectl(["create", "--dry-run=server", "--validate=strict", "-o", "name", "-f", "-"], source);
+      await plane.kubectl([
+        "create",
+        "--dry-run=server",
+        "--validate=strict",
+        "-o",
+        "name",
+        "-f",
+        "-",
+      ], source);
       return undefined;
     } catch (error) {
       const message = (error as Error).message.replace(/^kubectl [^:]*failed \(exit \d+\): /, "");

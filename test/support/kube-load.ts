@@ -73,12 +73,20 @@ const CLASSES: FailureClass[] = ["refused", "reset", "5xx", "truncated", "timeou
  * @example
  * classify({ code: "ECONNRESET", message: "read ECONNRESET" }); // "reset"
  */
-export function classify(error: { code?: string; message: string } | undefined, status?: number, truncated = false): FailureClass {
+export function classify(
+  error: { code?: string; message: string } | undefined,
+  status?: number,
+  truncated = false,
+): FailureClass {
   if (status !== undefined && status >= 500) return "5xx";
   if (truncated) return "truncated";
   const code = error?.code ?? "";
-  if (code === "ECONNREFUSED" || code === "EHOSTUNREACH" || code === "ENETUNREACH") return "refused";
-  if (code === "ECONNRESET" || code === "EPIPE" || /socket hang up/.test(error?.message ?? "")) return "reset";
+  if (code === "ECONNREFUSED" || code === "EHOSTUNREACH" || code === "ENETUNREACH") {
+    return "refused";
+  }
+  if (code === "ECONNRESET" || code === "EPIPE" || /socket hang up/.test(error?.message ?? "")) {
+    return "reset";
+  }
   if (code === "ETIMEDOUT" || /no answer in time/.test(error?.message ?? "")) return "timeout";
   return "other";
 }
@@ -105,8 +113,14 @@ export function startLoad(options: LoadOptions): Load {
   let longestMs = 0;
 
   const send = (kind: RequestKind) => {
-    const path = kind === "long" ? `/slow?ms=${longMs}` : kind === "slow-reader" ? `/download?mb=${slowMb}` : "/";
-    const expected = kind === "long" ? `hello from the demo app (/slow, after ${longMs} ms)\n` : "hello from the demo app (/)\n";
+    const path = kind === "long"
+      ? `/slow?ms=${longMs}`
+      : kind === "slow-reader"
+      ? `/download?mb=${slowMb}`
+      : "/";
+    const expected = kind === "long"
+      ? `hello from the demo app (/slow, after ${longMs} ms)\n`
+      : "hello from the demo app (/)\n";
     const expectedBytes = kind === "slow-reader" ? slowMb * 1_000_000 : Buffer.byteLength(expected);
     const sent = Date.now();
     sentByKind[kind]++;
@@ -116,7 +130,14 @@ export function startLoad(options: LoadOptions): Load {
       const fail = (cls: FailureClass, error: string) => {
         if (settled) return;
         settled = true;
-        failed.push({ kind, class: cls, sent_ms: sent - startedAt, at_ms: Date.now() - startedAt, error, ...(localPort ? { local_port: localPort } : {}) });
+        failed.push({
+          kind,
+          class: cls,
+          sent_ms: sent - startedAt,
+          at_ms: Date.now() - startedAt,
+          error,
+          ...(localPort ? { local_port: localPort } : {}),
+        });
         finish();
       };
       const succeed = () => {
@@ -127,23 +148,47 @@ export function startLoad(options: LoadOptions): Load {
         longestMs = Math.max(longestMs, Date.now() - sent);
         finish();
       };
-      const timeoutMs = kind === "slow-reader" ? (expectedBytes / slowRate) * 1000 + 30_000 : longMs + 15_000;
-      const req = request(`${options.url}${path}`, {
-        agent: kind === "keep-alive" ? keepAlive : false,
-        headers: kind === "keep-alive" ? {} : { connection: "close" },
-      }, (res) => readBody(res, kind === "slow-reader" ? slowRate : 0).then(({ body, bytes, error }) => {
-        const status = res.statusCode ?? 0;
-        if (status !== 200) return fail(classify(undefined, status), `status ${status}, body ${JSON.stringify(body.slice(0, 120))}`);
-        const whole = kind === "slow-reader" ? bytes === expectedBytes : body === expected;
-        if (error || !whole) return fail(bytes < expectedBytes ? "truncated" : "other", `${error ? `${error.message}; ` : ""}${bytes} of ${expectedBytes} bytes`);
-        succeed();
-      }));
+      const timeoutMs = kind === "slow-reader"
+        ? (expectedBytes / slowRate) * 1000 + 30_000
+        : longMs + 15_000;
+      const req = request(
+        `${options.url}${path}`,
+        {
+          agent: kind === "keep-alive" ? keepAlive : false,
+          headers: kind === "keep-alive" ? {} : { connection: "close" },
+        },
+        (res) =>
+          readBody(res, kind === "slow-reader" ? slowRate : 0).then(({ body, bytes, error }) => {
+            const status = res.statusCode ?? 0;
+            if (status !== 200) {
+              return fail(
+                classify(undefined, status),
+                `status ${status}, body ${JSON.stringify(body.slice(0, 120))}`,
+              );
+            }
+            const whole = kind === "slow-reader" ? bytes === expectedBytes : body === expected;
+            if (error || !whole) {
+              return fail(
+                bytes < expectedBytes ? "truncated" : "other",
+                `${error ? `${error.message}; ` : ""}${bytes} of ${expectedBytes} bytes`,
+              );
+            }
+            succeed();
+          }),
+      );
       req.once("socket", (socket) => {
         if (socket.localPort) localPort = socket.localPort;
         else socket.once("connect", () => (localPort = socket.localPort));
       });
-      req.setTimeout(timeoutMs, () => req.destroy(Object.assign(new Error("no answer in time"), { code: "ETIMEDOUT" })));
-      req.once("error", (error: NodeJS.ErrnoException) => fail(classify(error), `${error.code ?? ""} ${error.message}`.trim()));
+      req.setTimeout(
+        timeoutMs,
+        () => req.destroy(Object.assign(new Error("no answer in time"), { code: "ETIMEDOUT" })),
+      );
+      req.once(
+        "error",
+        (error: NodeJS.ErrnoException) =>
+          fail(classify(error), `${error.code ?? ""} ${error.message}`.trim()),
+      );
       req.end();
     });
     pending.add(done);
@@ -154,7 +199,9 @@ export function startLoad(options: LoadOptions): Load {
     setInterval(() => send("keep-alive"), 1000 / (options.keepAlivePerSecond ?? 20)),
     setInterval(() => send("new-connection"), 1000 / (options.newConnectionPerSecond ?? 10)),
     setInterval(() => send("long"), options.longEveryMs ?? 500),
-    ...((options.slowEveryMs ?? 0) > 0 ? [setInterval(() => send("slow-reader"), options.slowEveryMs)] : []),
+    ...((options.slowEveryMs ?? 0) > 0
+      ? [setInterval(() => send("slow-reader"), options.slowEveryMs)]
+      : []),
   ];
   let stopping: Promise<LoadSummary> | undefined;
   return {
@@ -166,8 +213,19 @@ export function startLoad(options: LoadOptions): Load {
         for (const timer of timers) clearInterval(timer);
         while (pending.size > 0) await Promise.all([...pending]);
         keepAlive.destroy();
-        const failedByClass = Object.fromEntries(CLASSES.map((c) => [c, failed.filter((f) => f.class === c).length])) as Record<FailureClass, number>;
-        return { sent: KINDS.reduce((a, k) => a + sentByKind[k], 0), ok, okByKind, sentByKind, failed, failedByClass, longestMs, startedAt };
+        const failedByClass = Object.fromEntries(
+          CLASSES.map((c) => [c, failed.filter((f) => f.class === c).length]),
+        ) as Record<FailureClass, number>;
+        return {
+          sent: KINDS.reduce((a, k) => a + sentByKind[k], 0),
+          ok,
+          okByKind,
+          sentByKind,
+          failed,
+          failedByClass,
+          longestMs,
+          startedAt,
+        };
       })());
     },
   };
@@ -178,7 +236,10 @@ export function startLoad(options: LoadOptions): Load {
  * (the socket's buffers fill and the sender is held back, as a slow client does). Keeps the
  * text of short bodies only.
  */
-function readBody(res: IncomingMessage, bytesPerSecond: number): Promise<{ body: string; bytes: number; error?: Error }> {
+function readBody(
+  res: IncomingMessage,
+  bytesPerSecond: number,
+): Promise<{ body: string; bytes: number; error?: Error }> {
   return new Promise((done) => {
     let body = "";
     let bytes = 0;
@@ -196,6 +257,10 @@ function readBody(res: IncomingMessage, bytesPerSecond: number): Promise<{ body:
     });
     res.once("aborted", () => done({ body, bytes, error: new Error("response aborted") }));
     res.once("error", (error) => done({ body, bytes, error }));
-    res.once("end", () => done({ body, bytes, error: res.complete ? undefined : new Error("response incomplete") }));
+    res.once(
+      "end",
+      () =>
+        done({ body, bytes, error: res.complete ? undefined : new Error("response incomplete") }),
+    );
   });
 }

@@ -29,11 +29,19 @@ let exitHookInstalled = false;
  * const etcd = startDaemon("etcd", bin.etcd, ["--data-dir", dataDir], { logDir });
  * await etcd.stop();
  */
-export function startDaemon(name: string, command: string, args: string[], options: { logDir: string; env?: NodeJS.ProcessEnv }): Daemon {
+export function startDaemon(
+  name: string,
+  command: string,
+  args: string[],
+  options: { logDir: string; env?: NodeJS.ProcessEnv },
+): Daemon {
   mkdirSync(options.logDir, { recursive: true });
   const log = join(options.logDir, `${name}.log`);
   const fd = openSync(log, "a");
-  const child = spawn(command, args, { stdio: ["ignore", fd, fd], env: options.env ?? process.env });
+  const child = spawn(command, args, {
+    stdio: ["ignore", fd, fd],
+    env: options.env ?? process.env,
+  });
   closeSync(fd);
   running.add(child);
   if (!exitHookInstalled) {
@@ -52,7 +60,11 @@ export function startDaemon(name: string, command: string, args: string[], optio
       done({ code: -1, signal: null });
     });
   });
-  const tail = (lines = 30) => (existsSync(log) ? readFileSync(log, "utf8").trimEnd().split("\n").slice(-lines).join("\n") : "");
+  const tail = (
+    lines = 30,
+  ) => (existsSync(log)
+    ? readFileSync(log, "utf8").trimEnd().split("\n").slice(-lines).join("\n")
+    : "");
   return {
     name,
     child,
@@ -93,9 +105,16 @@ export interface CommandResult {
  * @example
  * const { code, stdout } = await runCommand("ctr", ["version"]);
  */
-export function runCommand(command: string, args: string[], options: { input?: string; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<CommandResult> {
+export function runCommand(
+  command: string,
+  args: string[],
+  options: { input?: string; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {},
+): Promise<CommandResult> {
   return new Promise((done) => {
-    const child = spawn(command, args, { stdio: ["pipe", "pipe", "pipe"], env: options.env ?? process.env });
+    const child = spawn(command, args, {
+      stdio: ["pipe", "pipe", "pipe"],
+      env: options.env ?? process.env,
+    });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (chunk) => (stdout += chunk));
@@ -118,8 +137,18 @@ export function runCommand(command: string, args: string[], options: { input?: s
 }
 
 /** Like {@linkcode runCommand}, but rejects naming the command and its stderr when it fails. */
-export async function mustRun(command: string, args: string[], options: { input?: string; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {}): Promise<string> {
+export async function mustRun(
+  command: string,
+  args: string[],
+  options: { input?: string; timeoutMs?: number; env?: NodeJS.ProcessEnv } = {},
+): Promise<string> {
   const result = await runCommand(command, args, options);
-  if (result.code !== 0) throw new Error(`${command} ${args.join(" ")} failed (exit ${result.code}): ${result.stderr.trim() || result.stdout.trim()}`);
+  if (result.code !== 0) {
+    throw new Error(
+      `${command} ${args.join(" ")} failed (exit ${result.code}): ${
+        result.stderr.trim() || result.stdout.trim()
+      }`,
+    );
+  }
   return result.stdout;
 }

@@ -31,7 +31,10 @@ export async function importPodmanImages(cluster: KubeCluster, tags: string[]): 
     // <repository>@<image id>.tar; the archive of an older build of the same repository goes.
     const repository = tag.slice(0, tag.lastIndexOf(":")).replace(/[^A-Za-z0-9._-]/g, "_");
     for (const name of readdirSync(dir)) {
-      if ((name.startsWith(`${repository}@`) && !name.startsWith(`${repository}@${id}.`)) || !name.includes("@")) rmSync(join(dir, name), { force: true });
+      if (
+        (name.startsWith(`${repository}@`) && !name.startsWith(`${repository}@${id}.`)) ||
+        !name.includes("@")
+      ) rmSync(join(dir, name), { force: true });
     }
     const archive = join(dir, `${repository}@${id}.tar`);
     if (!existsSync(archive)) {
@@ -45,7 +48,10 @@ export async function importPodmanImages(cluster: KubeCluster, tags: string[]): 
 /** Why the demo cluster cannot run here (the cluster's needs, then podman's for the images), or undefined. */
 export function demoClusterSkipReason(): string | undefined {
   const images = containerToolsMissing();
-  return kubeClusterSkipReason() ?? (images ? `needs ${images.missing.join(", ")} for the images: install with \`${images.install}\`` : undefined);
+  return kubeClusterSkipReason() ??
+    (images
+      ? `needs ${images.missing.join(", ")} for the images: install with \`${images.install}\``
+      : undefined);
 }
 
 /** The test cluster with lastcall's and the node images in it and the demo app's ConfigMaps applied. */
@@ -65,7 +71,9 @@ export interface DemoCluster {
  * const { cluster, images } = await startDemoCluster();
  * await cluster.stop();
  */
-export async function startDemoCluster(options: { configMaps?: boolean } = {}): Promise<DemoCluster> {
+export async function startDemoCluster(
+  options: { configMaps?: boolean } = {},
+): Promise<DemoCluster> {
   const timings: Record<string, number> = {};
   let t = Date.now();
   const images = await buildImages();
@@ -89,7 +97,9 @@ export async function startDemoCluster(options: { configMaps?: boolean } = {}): 
 export function demoConfigMaps(): string {
   const text = readFileSync(join(root, "examples/k8s/pod-demo.yaml"), "utf8");
   const docs = parseAllDocuments(text);
-  return (Array.isArray(docs) ? docs : []).filter((d) => (d.toJS() as { kind?: string } | null)?.kind === "ConfigMap")
+  return (Array.isArray(docs) ? docs : []).filter((d) =>
+    (d.toJS() as { kind?: string } | null)?.kind === "ConfigMap"
+  )
     .map((d) => `---\n${text.slice(d.range[0], d.range[2]).replace(/^---\n/, "")}`).join("");
 }
 
@@ -106,10 +116,14 @@ export interface DemoOptions {
 export function demoDeployment(options: DemoOptions & { replicas: number }): string {
   const preStop = options.preStopSeconds ?? 2;
   return demoApp(options, {
-    app: `readinessProbe: {httpGet: {path: /, port: 10000}, periodSeconds: 1}${preStop > 0 ? `
+    app: `readinessProbe: {httpGet: {path: /, port: 10000}, periodSeconds: 1}${
+      preStop > 0
+        ? `
         lifecycle:
           preStop:
-            sleep: {seconds: ${preStop}}` : ""}`,
+            sleep: {seconds: ${preStop}}`
+        : ""
+    }`,
     targetPort: 10000,
   });
 }
@@ -124,16 +138,23 @@ export function plainDeployment(options: DemoOptions & { replicas: number }): st
   return demoApp(options, {
     app: `env: [{name: DEMO_APP_HOST, value: 0.0.0.0}]
         ports: [{name: http, containerPort: 8080}]
-        readinessProbe: {httpGet: {path: /, port: http}, periodSeconds: 1}${preStop > 0 ? `
+        readinessProbe: {httpGet: {path: /, port: http}, periodSeconds: 1}${
+      preStop > 0
+        ? `
         lifecycle:
           preStop:
-            sleep: {seconds: ${preStop}}` : ""}`,
+            sleep: {seconds: ${preStop}}`
+        : ""
+    }`,
     targetPort: 8080,
   });
 }
 
 /** Deployment and Service `demo` around the demo app; `shape.app`: the app container's own lines. */
-function demoApp(options: DemoOptions & { replicas: number }, shape: { app: string; targetPort: number }): string {
+function demoApp(
+  options: DemoOptions & { replicas: number },
+  shape: { app: string; targetPort: number },
+): string {
   return `apiVersion: apps/v1
 kind: Deployment
 metadata: {name: demo}
@@ -170,8 +191,9 @@ spec:
  * sidecar's listener (127.0.0.1:10000), prints the answer and exits 0 on a 200.
  */
 export function demoJob(options: DemoOptions): string {
-  const script = "import('/app/demo-app.mjs').then(async (app) => { const r = await fetch('http://127.0.0.1:10000/slow?ms=1000');"
-    + " console.log('job got', r.status, (await r.text()).trim()); app.default.close(); process.exit(r.status === 200 ? 0 : 1); })";
+  const script =
+    "import('/app/demo-app.mjs').then(async (app) => { const r = await fetch('http://127.0.0.1:10000/slow?ms=1000');" +
+    " console.log('job got', r.status, (await r.text()).trim()); app.default.close(); process.exit(r.status === 200 ? 0 : 1); })";
   return `apiVersion: batch/v1
 kind: Job
 metadata: {name: demo-job}
@@ -201,7 +223,11 @@ spec:
  * const injected = await inject(demoDeployment({ nodeImage, replicas: 2 }), ["--mode", "classic", "--image", tag]);
  */
 export function inject(manifest: string, args: string[]): Promise<string> {
-  return mustRun(process.execPath, [join(root, "dist/lastcall.mjs"), "inject", "-f", "-", ...args], { input: manifest });
+  return mustRun(
+    process.execPath,
+    [join(root, "dist/lastcall.mjs"), "inject", "-f", "-", ...args],
+    { input: manifest },
+  );
 }
 
 /** An object as the API sent it (JSON), read loosely by the timelines. */
@@ -226,7 +252,10 @@ export interface Watched {
 export function watchApi(cluster: KubeCluster, path: string): { events: Watched[]; stop(): void } {
   const events: Watched[] = [];
   const url = `${cluster.url}${path}${path.includes("?") ? "&" : "?"}watch=1`;
-  const req = request(url, { rejectUnauthorized: false, headers: { authorization: `Bearer ${cluster.token}` } }, (res) => {
+  const req = request(url, {
+    rejectUnauthorized: false,
+    headers: { authorization: `Bearer ${cluster.token}` },
+  }, (res) => {
     res.on("error", () => {}); // ended by stop()
     const lines = createInterface({ input: res });
     lines.on("error", () => {}); // readline passes the response's "aborted" on
@@ -242,10 +271,27 @@ export function watchApi(cluster: KubeCluster, path: string): { events: Watched[
 }
 
 /** Streams `kubectl logs -f` of one container; lines with their receive time. */
-export function followLogs(cluster: KubeCluster, pod: string, container: string, namespace = "default"): { lines: Array<{ at: number; line: string }>; ended: Promise<void> } {
-  const child = spawn(kubePaths().bin.kubectl, [`--kubeconfig=${cluster.kubeconfig}`, "-n", namespace, "logs", "-f", pod, "-c", container], { stdio: ["ignore", "pipe", "ignore"] });
+export function followLogs(
+  cluster: KubeCluster,
+  pod: string,
+  container: string,
+  namespace = "default",
+): { lines: Array<{ at: number; line: string }>; ended: Promise<void> } {
+  const child = spawn(kubePaths().bin.kubectl, [
+    `--kubeconfig=${cluster.kubeconfig}`,
+    "-n",
+    namespace,
+    "logs",
+    "-f",
+    pod,
+    "-c",
+    container,
+  ], { stdio: ["ignore", "pipe", "ignore"] });
   const lines: Array<{ at: number; line: string }> = [];
-  createInterface({ input: child.stdout }).on("line", (line) => lines.push({ at: Date.now(), line }));
+  createInterface({ input: child.stdout }).on(
+    "line",
+    (line) => lines.push({ at: Date.now(), line }),
+  );
   return { lines, ended: new Promise((done) => child.once("close", () => done())) };
 }
 
@@ -257,25 +303,55 @@ export interface TimelineRow {
 }
 
 /** A kubelet log line (klog, -v=2) about `pod`, as a timeline row: "I1124 12:24:13.123456 … msg". */
-export function kubeletRows(cluster: KubeCluster, pod: string, t0: number, namespace = "default"): TimelineRow[] {
+export function kubeletRows(
+  cluster: KubeCluster,
+  pod: string,
+  t0: number,
+  namespace = "default",
+): TimelineRow[] {
   const log = readFileSync(join(cluster.dir, "log", "kubelet.log"), "utf8");
   const year = new Date(t0).getFullYear();
-  return log.split("\n").filter((l) => l.includes(`pod="${namespace}/${pod}"`) && /Killing container|hook|SyncTerminatingPod|exited|Pod has been deleted/i.test(l)).map((l) => {
+  return log.split("\n").filter((l) =>
+    l.includes(`pod="${namespace}/${pod}"`) &&
+    /Killing container|hook|SyncTerminatingPod|exited|Pod has been deleted/i.test(l)
+  ).map((l) => {
     const m = /^[IWE](\d\d)(\d\d) (\d\d:\d\d:\d\d\.\d{3})\d* +\d+ \S+\] "([^"]*)"(.*)$/.exec(l);
     if (!m) return undefined;
     const at = new Date(`${year}-${m[1]}-${m[2]}T${m[3]}`).getTime();
     const container = /containerName="([^"]+)"/.exec(m[5])?.[1];
-    return { at_ms: at - t0, who: "kubelet (log)", what: `${m[4]}${container ? ` (${container})` : ""}` };
+    return {
+      at_ms: at - t0,
+      who: "kubelet (log)",
+      what: `${m[4]}${container ? ` (${container})` : ""}`,
+    };
   }).filter((r): r is TimelineRow => r !== undefined);
 }
 
 /** The kubelet's Events for `pod` (1 s resolution: lastTimestamp) as timeline rows. */
-export async function eventRows(cluster: KubeCluster, pod: string, t0: number, namespace = "default"): Promise<TimelineRow[]> {
-  const events = JSON.parse(await cluster.kubectl(["get", "events", "-n", namespace, "-o", "json", "--field-selector", `involvedObject.name=${pod}`]));
+export async function eventRows(
+  cluster: KubeCluster,
+  pod: string,
+  t0: number,
+  namespace = "default",
+): Promise<TimelineRow[]> {
+  const events = JSON.parse(
+    await cluster.kubectl([
+      "get",
+      "events",
+      "-n",
+      namespace,
+      "-o",
+      "json",
+      "--field-selector",
+      `involvedObject.name=${pod}`,
+    ]),
+  );
   return events.items.map((e: ApiObject) => ({
     at_ms: Date.parse(e.eventTime ?? e.lastTimestamp ?? e.firstTimestamp) - t0,
     who: `kubelet event (${e.source?.component ?? e.reportingComponent}, 1 s resolution)`,
-    what: `${e.reason}${e.involvedObject?.fieldPath ? ` ${e.involvedObject.fieldPath}` : ""}: ${e.message}`,
+    what: `${e.reason}${
+      e.involvedObject?.fieldPath ? ` ${e.involvedObject.fieldPath}` : ""
+    }: ${e.message}`,
   }));
 }
 
@@ -299,8 +375,12 @@ export async function serviceAnswers(cluster: KubeCluster, url: string): Promise
   } catch (error) {
     const nat = await runCommand("iptables-save", ["-t", "nat"]);
     const rules = nat.stdout.split("\n").filter((line) => line.includes(ip)).join("\n");
-    const slices = await cluster.kubectl(["get", "endpointslices", "-A", "-o", "wide"]).catch(String);
-    throw new Error(`${(error as Error).message}\nnat rules naming ${ip}:\n${rules}\nEndpointSlices:\n${slices}`);
+    const slices = await cluster.kubectl(["get", "endpointslices", "-A", "-o", "wide"]).catch(
+      String,
+    );
+    throw new Error(
+      `${(error as Error).message}\nnat rules naming ${ip}:\n${rules}\nEndpointSlices:\n${slices}`,
+    );
   }
   const waited = Date.now() - askedAt;
   if (waited > 30_000) console.log(`the Service at ${url} answered only after ${waited} ms`);

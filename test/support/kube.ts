@@ -1,6 +1,15 @@
 // A real single-node Kubernetes for tests, all children of the test process, that leaves nothing
 // behind when stopped.
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  rmdirSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { join } from "node:path";
 import { KT_IMAGE, KUBE_PACKAGES, kubePaths, missingArtifacts, onPath } from "../../build/kube.mjs";
 import { waitFor } from "./envoy.ts";
@@ -17,7 +26,16 @@ const SERVICE_CIDR = "10.246.128.0/24";
 const NODE = "lastcall-node";
 const CNI_PLUGINS = ["bridge", "host-local", "loopback"];
 /** Host settings the kubelet and kube-proxy may change; put back at stop. */
-const SYSCTLS = ["vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops", "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes", "net/ipv4/conf/all/route_localnet", "net/ipv4/ip_forward"];
+const SYSCTLS = [
+  "vm/overcommit_memory",
+  "vm/panic_on_oom",
+  "kernel/panic",
+  "kernel/panic_on_oops",
+  "kernel/keys/root_maxkeys",
+  "kernel/keys/root_maxbytes",
+  "net/ipv4/conf/all/route_localnet",
+  "net/ipv4/ip_forward",
+];
 
 /**
  * Why the cluster cannot start here (what is missing, how to get it), or undefined when it can.
@@ -27,17 +45,30 @@ const SYSCTLS = ["vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "ker
  * if (skip) it.skip(`real kubelet: ${skip}`, () => {});
  */
 export function kubeClusterSkipReason(): string | undefined {
-  if (process.getuid?.() !== 0) return "needs root (containerd, the kubelet, a bridge and iptables rules)";
-  const tools = ["containerd", "ctr", "runc", "iptables", "iptables-save", "ip"].filter((t) => !onPath(t));
+  if (process.getuid?.() !== 0) {
+    return "needs root (containerd, the kubelet, a bridge and iptables rules)";
+  }
+  const tools = ["containerd", "ctr", "runc", "iptables", "iptables-save", "ip"].filter((t) =>
+    !onPath(t)
+  );
   const cni = CNI_PLUGINS.filter((p) => !existsSync(join("/usr/lib/cni", p)));
-  if (tools.length || cni.length) return `needs ${[...tools, ...cni.map((p) => `/usr/lib/cni/${p}`)].join(", ")}: install with \`apt-get install -y ${KUBE_PACKAGES}\``;
+  if (tools.length || cni.length) {
+    return `needs ${
+      [...tools, ...cni.map((p) => `/usr/lib/cni/${p}`)].join(", ")
+    }: install with \`apt-get install -y ${KUBE_PACKAGES}\``;
+  }
   const missing = missingArtifacts();
-  if (missing.length) return `needs ${missing.map((m) => (m === "kt" ? "the kt pause image" : m)).join(", ")} in ${kubePaths().cache}: build with \`node build/kube.mjs\``;
+  if (missing.length) {
+    return `needs ${
+      missing.map((m) => (m === "kt" ? "the kt pause image" : m)).join(", ")
+    } in ${kubePaths().cache}: build with \`node build/kube.mjs\``;
+  }
   return undefined;
 }
 
 /** A running single-node cluster. */
-export interface KubeCluster extends Pick<ControlPlane, "kubeconfig" | "url" | "token" | "kubectl"> {
+export interface KubeCluster
+  extends Pick<ControlPlane, "kubeconfig" | "url" | "token" | "kubectl"> {
   /** Its folder (state, logs in log/*.log). */
   readonly dir: string;
   /** How long each step of the start took, in ms (for the CI budget). */
@@ -68,16 +99,31 @@ export async function startKubeCluster(): Promise<KubeCluster> {
   const mark = (step: string) => (timings[step] = Date.now() - started);
   const dir = tempDir("k-");
   const logDir = join(dir, "log");
-  const before = { netns: listNetns(), netnsDir: existsSync("/run/netns"), chains: await kubeChains(), sysctls: readSysctls() };
+  const before = {
+    netns: listNetns(),
+    netnsDir: existsSync("/run/netns"),
+    chains: await kubeChains(),
+    sysctls: readSysctls(),
+  };
   const daemons: Daemon[] = [];
   let plane: ControlPlane | undefined;
-  const ctr = (args: string[]) => mustRun("ctr", ["-a", join(dir, "containerd", "containerd.sock"), "-n", "k8s.io", ...args], { timeoutMs: 300_000 });
+  const ctr = (args: string[]) =>
+    mustRun("ctr", ["-a", join(dir, "containerd", "containerd.sock"), "-n", "k8s.io", ...args], {
+      timeoutMs: 300_000,
+    });
 
   let stopping: Promise<number> | undefined;
   const stop = () => (stopping ??= (async () => {
     const t0 = Date.now();
     try {
-      await teardown({ dir, daemons, plane, ctr, before, mark: (step) => (timings[`stop: ${step}`] = Date.now() - t0) });
+      await teardown({
+        dir,
+        daemons,
+        plane,
+        ctr,
+        before,
+        mark: (step) => (timings[`stop: ${step}`] = Date.now() - t0),
+      });
     } finally {
       rmSync(dir, { recursive: true, force: true });
       release();
@@ -94,9 +140,18 @@ export async function startKubeCluster(): Promise<KubeCluster> {
     writeFileSync("/proc/sys/net/ipv4/ip_forward", "1");
 
     writeContainerdConfig(dir);
-    daemons.push(startDaemon("containerd", "containerd", ["--config", join(dir, "containerd", "config.toml")], { logDir }));
+    daemons.push(
+      startDaemon(
+        "containerd",
+        "containerd",
+        ["--config", join(dir, "containerd", "config.toml")],
+        { logDir },
+      ),
+    );
     plane = await startControlPlane({
-      dir, address: NODE_IP, serviceCidr: SERVICE_CIDR,
+      dir,
+      address: NODE_IP,
+      serviceCidr: SERVICE_CIDR,
       // The node's name is in no DNS: logs and exec reach the kubelet at its InternalIP.
       extraArgs: ["--kubelet-preferred-address-types=InternalIP"],
     });
@@ -105,36 +160,76 @@ export async function startKubeCluster(): Promise<KubeCluster> {
     const { bin } = kubePaths();
     const kc = `--kubeconfig=${plane.kubeconfig}`;
     daemons.push(startDaemon("kube-controller-manager", bin["kube-controller-manager"], [
-      kc, "--bind-address=127.0.0.1", `--secure-port=${await freePort()}`, "--leader-elect=false", `--root-ca-file=${plane.servingCert}`,
-      `--service-account-private-key-file=${plane.serviceAccountKey}`, "--use-service-account-credentials=false", "--profiling=false",
-      `--cluster-cidr=${POD_CIDR}`, `--service-cluster-ip-range=${SERVICE_CIDR}`, "--controllers=*,-nodeipam",
+      kc,
+      "--bind-address=127.0.0.1",
+      `--secure-port=${await freePort()}`,
+      "--leader-elect=false",
+      `--root-ca-file=${plane.servingCert}`,
+      `--service-account-private-key-file=${plane.serviceAccountKey}`,
+      "--use-service-account-credentials=false",
+      "--profiling=false",
+      `--cluster-cidr=${POD_CIDR}`,
+      `--service-cluster-ip-range=${SERVICE_CIDR}`,
+      "--controllers=*,-nodeipam",
     ], { logDir }));
     daemons.push(startDaemon("kube-scheduler", bin["kube-scheduler"], [
-      kc, "--bind-address=127.0.0.1", `--secure-port=${await freePort()}`, "--leader-elect=false", "--profiling=false",
+      kc,
+      "--bind-address=127.0.0.1",
+      `--secure-port=${await freePort()}`,
+      "--leader-elect=false",
+      "--profiling=false",
     ], { logDir }));
-    await waitFor(() => (existsSync(join(dir, "containerd", "containerd.sock")) ? true : undefined), { timeoutMs: 30_000, what: "containerd's socket" });
+    await waitFor(
+      () => (existsSync(join(dir, "containerd", "containerd.sock")) ? true : undefined),
+      { timeoutMs: 30_000, what: "containerd's socket" },
+    );
     await ctr(["images", "import", "--all-platforms", kubePaths().ktImage]);
     mark("kt image imported");
 
     writeKubeletConfig(dir, await freePort(), await freePort());
     daemons.push(startDaemon("kubelet", bin.kubelet, [
-      `--config=${join(dir, "kubelet.yaml")}`, kc, `--root-dir=${join(dir, "kubelet")}`, `--hostname-override=${NODE}`, `--node-ip=${NODE_IP}`,
+      `--config=${join(dir, "kubelet.yaml")}`,
+      kc,
+      `--root-dir=${join(dir, "kubelet")}`,
+      `--hostname-override=${NODE}`,
+      `--node-ip=${NODE_IP}`,
       // -v=2: "Killing container with a grace period" and the hooks, with µs timestamps, for timelines.
       "--v=2",
     ], { logDir }));
     daemons.push(startDaemon("kube-proxy", bin["kube-proxy"], [
-      kc, "--proxy-mode=iptables", `--hostname-override=${NODE}`, `--cluster-cidr=${POD_CIDR}`, "--conntrack-max-per-core=0",
-      "--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0", `--nodeport-addresses=${POD_CIDR}`,
-      `--metrics-bind-address=127.0.0.1:${await freePort()}`, `--healthz-bind-address=127.0.0.1:${await freePort()}`,
+      kc,
+      "--proxy-mode=iptables",
+      `--hostname-override=${NODE}`,
+      `--cluster-cidr=${POD_CIDR}`,
+      "--conntrack-max-per-core=0",
+      "--conntrack-tcp-timeout-established=0",
+      "--conntrack-tcp-timeout-close-wait=0",
+      `--nodeport-addresses=${POD_CIDR}`,
+      `--metrics-bind-address=127.0.0.1:${await freePort()}`,
+      `--healthz-bind-address=127.0.0.1:${await freePort()}`,
     ], { logDir }));
     const died = Promise.race(daemons.map((d) => d.exited.then(() => d.name)));
     const ready = async () => {
-      const out = await plane!.kubectl(["get", "node", NODE, "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}"]).catch(() => "");
+      const out = await plane!.kubectl([
+        "get",
+        "node",
+        NODE,
+        "-o",
+        'jsonpath={.status.conditions[?(@.type=="Ready")].status}',
+      ]).catch(() => "");
       return out === "True" ? true : undefined;
     };
-    await waitFor(ready, { timeoutMs: 90_000, intervalMs: 200, what: `node ${NODE} Ready`, abort: died });
+    await waitFor(ready, {
+      timeoutMs: 90_000,
+      intervalMs: 200,
+      what: `node ${NODE} Ready`,
+      abort: died,
+    });
     mark("node Ready");
-    await waitFor(() => plane!.kubectl(["get", "serviceaccount", "default", "-o", "name"]).then(() => true), { timeoutMs: 60_000, intervalMs: 200, what: "ServiceAccount default" });
+    await waitFor(
+      () => plane!.kubectl(["get", "serviceaccount", "default", "-o", "name"]).then(() => true),
+      { timeoutMs: 60_000, intervalMs: 200, what: "ServiceAccount default" },
+    );
     mark("default ServiceAccount");
   } catch (error) {
     const logs = daemons.map((d) => `--- ${d.name}:\n${d.tail(15)}`).join("\n");
@@ -161,58 +256,124 @@ function writeContainerdConfig(dir: string): void {
   // `containerd config default`, with its own paths; restrict_oom_score_adj: this kind of
   // sandbox refuses a negative oom_score_adj even to root, and every pod sandbox fails without it.
   const config = [
-    "version = 2", `root = "${c}/root"`, `state = "${c}/state"`,
-    "[grpc]", `  address = "${c}/containerd.sock"`,
-    '[plugins."io.containerd.grpc.v1.cri"]', "  restrict_oom_score_adj = true", `  sandbox_image = "${KT_IMAGE}"`,
+    "version = 2",
+    `root = "${c}/root"`,
+    `state = "${c}/state"`,
+    "[grpc]",
+    `  address = "${c}/containerd.sock"`,
+    '[plugins."io.containerd.grpc.v1.cri"]',
+    "  restrict_oom_score_adj = true",
+    `  sandbox_image = "${KT_IMAGE}"`,
     '  stream_server_address = "127.0.0.1"',
-    '[plugins."io.containerd.grpc.v1.cri".cni]', '  bin_dir = "/usr/lib/cni"', `  conf_dir = "${dir}/cni"`,
-    '[plugins."io.containerd.grpc.v1.cri".containerd]', '  snapshotter = "overlayfs"', '  default_runtime_name = "runc"',
-    '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]', '  runtime_type = "io.containerd.runc.v2"',
-    '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]', "  SystemdCgroup = false", "",
+    '[plugins."io.containerd.grpc.v1.cri".cni]',
+    '  bin_dir = "/usr/lib/cni"',
+    `  conf_dir = "${dir}/cni"`,
+    '[plugins."io.containerd.grpc.v1.cri".containerd]',
+    '  snapshotter = "overlayfs"',
+    '  default_runtime_name = "runc"',
+    '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]',
+    '  runtime_type = "io.containerd.runc.v2"',
+    '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]',
+    "  SystemdCgroup = false",
+    "",
   ].join("\n");
   writeFileSync(join(c, "config.toml"), config);
-  writeFileSync(join(dir, "cni", "10-lastcall.conflist"), JSON.stringify({
-    cniVersion: "0.4.0", name: "lastcall-k", plugins: [
-      { type: "bridge", bridge: BRIDGE, isGateway: true, ipMasq: false, hairpinMode: true,
-        ipam: { type: "host-local", dataDir: join(dir, "cni-ipam"), ranges: [[{ subnet: POD_CIDR, rangeStart: "10.246.0.10" }]], routes: [{ dst: "0.0.0.0/0" }] } },
-      { type: "loopback" },
-    ],
-  }));
+  writeFileSync(
+    join(dir, "cni", "10-lastcall.conflist"),
+    JSON.stringify({
+      cniVersion: "0.4.0",
+      name: "lastcall-k",
+      plugins: [
+        {
+          type: "bridge",
+          bridge: BRIDGE,
+          isGateway: true,
+          ipMasq: false,
+          hairpinMode: true,
+          ipam: {
+            type: "host-local",
+            dataDir: join(dir, "cni-ipam"),
+            ranges: [[{ subnet: POD_CIDR, rangeStart: "10.246.0.10" }]],
+            routes: [{ dst: "0.0.0.0/0" }],
+          },
+        },
+        { type: "loopback" },
+      ],
+    }),
+  );
 }
 
 function writeKubeletConfig(dir: string, port: number, healthzPort: number): void {
-  writeFileSync(join(dir, "kubelet.yaml"), [
-    "apiVersion: kubelet.config.k8s.io/v1beta1", "kind: KubeletConfiguration",
-    // The cgroups here are v1 (failCgroupV1: false), no systemd, no swap accounting.
-    "cgroupDriver: cgroupfs", "failCgroupV1: false", "failSwapOn: false",
-    `containerRuntimeEndpoint: unix://${dir}/containerd/containerd.sock`,
-    `address: ${NODE_IP}`, `port: ${port}`, "healthzBindAddress: 127.0.0.1", `healthzPort: ${healthzPort}`, "readOnlyPort: 0",
-    "authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}", "authorization: {mode: AlwaysAllow}",
-    "clusterDomain: cluster.local", "localStorageCapacityIsolation: false",
-    // No image GC or disk eviction: cadvisor cannot read this machine's disk stats.
-    "imageGCHighThresholdPercent: 100", "imageGCLowThresholdPercent: 99",
-    'evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}', "serializeImagePulls: false", "",
-  ].join("\n"));
+  writeFileSync(
+    join(dir, "kubelet.yaml"),
+    [
+      "apiVersion: kubelet.config.k8s.io/v1beta1",
+      "kind: KubeletConfiguration",
+      // The cgroups here are v1 (failCgroupV1: false), no systemd, no swap accounting.
+      "cgroupDriver: cgroupfs",
+      "failCgroupV1: false",
+      "failSwapOn: false",
+      `containerRuntimeEndpoint: unix://${dir}/containerd/containerd.sock`,
+      `address: ${NODE_IP}`,
+      `port: ${port}`,
+      "healthzBindAddress: 127.0.0.1",
+      `healthzPort: ${healthzPort}`,
+      "readOnlyPort: 0",
+      "authentication: {anonymous: {enabled: true}, webhook: {enabled: false}}",
+      "authorization: {mode: AlwaysAllow}",
+      "clusterDomain: cluster.local",
+      "localStorageCapacityIsolation: false",
+      // No image GC or disk eviction: cadvisor cannot read this machine's disk stats.
+      "imageGCHighThresholdPercent: 100",
+      "imageGCLowThresholdPercent: 99",
+      'evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%"}',
+      "serializeImagePulls: false",
+      "",
+    ].join("\n"),
+  );
 }
 
 /** Pods first (the kubelet runs their preStop hooks, CNI DEL, and the shims exit), then the rest. */
-async function teardown(state: { dir: string; daemons: Daemon[]; plane?: ControlPlane; ctr: (args: string[]) => Promise<string>; before: { netns: string[]; netnsDir: boolean; chains: string[]; sysctls: Map<string, string> }; mark: (step: string) => void }): Promise<void> {
+async function teardown(
+  state: {
+    dir: string;
+    daemons: Daemon[];
+    plane?: ControlPlane;
+    ctr: (args: string[]) => Promise<string>;
+    before: { netns: string[]; netnsDir: boolean; chains: string[]; sysctls: Map<string, string> };
+    mark: (step: string) => void;
+  },
+): Promise<void> {
   const { dir, daemons, plane, ctr, before, mark } = state;
   const daemon = (name: string) => daemons.find((d) => d.name === name);
-  const alive = (name: string) => daemon(name)?.child.exitCode === null && daemon(name)?.child.signalCode === null;
+  const alive = (name: string) =>
+    daemon(name)?.child.exitCode === null && daemon(name)?.child.signalCode === null;
   await daemon("kube-controller-manager")?.stop(1000);
   await daemon("kube-scheduler")?.stop(1000);
   if (plane && alive("kubelet") && alive("kube-apiserver")) {
-    await plane.kubectl(["delete", "pods", "--all", "--all-namespaces", "--grace-period=1", "--wait=false"]).catch(() => "");
+    await plane.kubectl([
+      "delete",
+      "pods",
+      "--all",
+      "--all-namespaces",
+      "--grace-period=1",
+      "--wait=false",
+    ]).catch(() => "");
     const tasks = () => ctr(["tasks", "ls", "-q"]).then((out) => out.trim()).catch(() => "");
-    await waitFor(async () => ((await tasks()) === "" ? true : undefined), { timeoutMs: 30_000, intervalMs: 200, what: "every pod gone" }).catch(() => {});
+    await waitFor(async () => ((await tasks()) === "" ? true : undefined), {
+      timeoutMs: 30_000,
+      intervalMs: 200,
+      what: "every pod gone",
+    }).catch(() => {});
   }
   mark("pods gone");
   await daemon("kube-proxy")?.stop();
   await daemon("kubelet")?.stop();
   mark("kubelet stopped");
   if (alive("containerd")) {
-    for (const task of (await ctr(["tasks", "ls", "-q"]).catch(() => "")).split("\n").filter(Boolean)) {
+    for (
+      const task of (await ctr(["tasks", "ls", "-q"]).catch(() => "")).split("\n").filter(Boolean)
+    ) {
       await ctr(["tasks", "kill", "-s", "SIGKILL", task]).catch(() => "");
       await ctr(["tasks", "delete", "-f", task]).catch(() => "");
     }
@@ -226,16 +387,21 @@ async function teardown(state: { dir: string; daemons: Daemon[]; plane?: Control
   await runCommand(kubePaths().bin["kube-proxy"], ["--cleanup"], { timeoutMs: 30_000 });
   await removeNewChains(before.chains);
   mark("iptables clean");
-  const mounts = readFileSync("/proc/mounts", "utf8").split("\n").map((l) => l.split(" ")[1]).filter((m) => m?.startsWith(`${dir}/`));
+  const mounts = readFileSync("/proc/mounts", "utf8").split("\n").map((l) => l.split(" ")[1])
+    .filter((m) => m?.startsWith(`${dir}/`));
   for (const mount of mounts.reverse()) await runCommand("umount", ["-l", mount]);
   // Only the pods' namespaces, which containerd's CRI names cni-<uuid>: other tests on this
   // machine make their own (test/support/netns.ts: lastcall-t…) while the cluster runs, and
   // deleting every new one pulled a running test's namespace from under it.
-  for (const ns of listNetns().filter((n) => n.startsWith("cni-") && !before.netns.includes(n))) await runCommand("ip", ["netns", "delete", ns]);
+  for (const ns of listNetns().filter((n) => n.startsWith("cni-") && !before.netns.includes(n))) {
+    await runCommand("ip", ["netns", "delete", ns]);
+  }
   try {
     if (!before.netnsDir && listNetns().length === 0) {
       // containerd bind-mounts /run/netns onto itself (shared) before it makes the first one.
-      while (readFileSync("/proc/mounts", "utf8").includes(" /run/netns ")) await mustRun("umount", ["/run/netns"]);
+      while (readFileSync("/proc/mounts", "utf8").includes(" /run/netns ")) {
+        await mustRun("umount", ["/run/netns"]);
+      }
       rmdirSync("/run/netns");
     }
   } catch {
@@ -245,7 +411,9 @@ async function teardown(state: { dir: string; daemons: Daemon[]; plane?: Control
   removeKubeCgroups();
   for (const [key, value] of before.sysctls) {
     try {
-      if (readFileSync(`/proc/sys/${key}`, "utf8").trim() !== value) writeFileSync(`/proc/sys/${key}`, value);
+      if (readFileSync(`/proc/sys/${key}`, "utf8").trim() !== value) {
+        writeFileSync(`/proc/sys/${key}`, value);
+      }
     } catch {
       // not settable here: leave it
     }
@@ -277,7 +445,9 @@ async function kubeChains(): Promise<string[]> {
   for (const cmd of IPTABLES) {
     for (const table of TABLES) {
       const out = (await runCommand(cmd, ["-w", "-t", table, "-S"])).stdout;
-      for (const [, chain] of out.matchAll(/^-N ((?:KUBE|CNI)-\S+)$/gm)) chains.push(`${cmd} ${table} ${chain}`);
+      for (const [, chain] of out.matchAll(/^-N ((?:KUBE|CNI)-\S+)$/gm)) {
+        chains.push(`${cmd} ${table} ${chain}`);
+      }
     }
   }
   return chains;
@@ -288,12 +458,16 @@ async function removeNewChains(before: string[]): Promise<void> {
   const added = (await kubeChains()).filter((c) => !before.includes(c));
   for (const cmd of IPTABLES) {
     for (const table of TABLES) {
-      const mine = new Set(added.filter((c) => c.startsWith(`${cmd} ${table} `)).map((c) => c.split(" ")[2]));
+      const mine = new Set(
+        added.filter((c) => c.startsWith(`${cmd} ${table} `)).map((c) => c.split(" ")[2]),
+      );
       if (mine.size === 0) continue;
       const rules = (await runCommand(cmd, ["-w", "-t", table, "-S"])).stdout.split("\n");
       for (const rule of rules) {
         const m = /^-A (\S+) .*-j (\S+)/.exec(rule);
-        if (m && !mine.has(m[1]) && mine.has(m[2])) await runCommand(cmd, ["-w", "-t", table, ...rule.replace(/^-A /, "-D ").split(" ")]);
+        if (m && !mine.has(m[1]) && mine.has(m[2])) {
+          await runCommand(cmd, ["-w", "-t", table, ...rule.replace(/^-A /, "-D ").split(" ")]);
+        }
       }
       for (const chain of mine) await runCommand(cmd, ["-w", "-t", table, "-F", chain]);
       for (const chain of mine) await runCommand(cmd, ["-w", "-t", table, "-X", chain]);
@@ -336,7 +510,11 @@ async function takeClusterLock(): Promise<() => void> {
       if (pid > 0 && !isAlive(pid)) rmSync(lock, { recursive: true, force: true });
       return undefined;
     }
-  }, { timeoutMs: 20 * 60_000, intervalMs: 500, what: `the test cluster lock ${lock} (another run's cluster)` });
+  }, {
+    timeoutMs: 20 * 60_000,
+    intervalMs: 500,
+    what: `the test cluster lock ${lock} (another run's cluster)`,
+  });
   return () => rmSync(lock, { recursive: true, force: true });
 }
 

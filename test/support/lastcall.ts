@@ -55,7 +55,11 @@ export interface TestLastcall {
   /** The config file lastcall runs (tests rewrite it to trigger reloads). */
   readonly configPath: string;
   /** Resolves with the first event named `name` (past or future) matching `match`. */
-  event(name: string, match?: (e: LastcallEvent) => boolean, timeoutMs?: number): Promise<LastcallEvent>;
+  event(
+    name: string,
+    match?: (e: LastcallEvent) => boolean,
+    timeoutMs?: number,
+  ): Promise<LastcallEvent>;
   /** Status server base URL, once the `start` event came. */
   statusUrl(): Promise<string>;
   /** Admin base URL of the current Envoy, from the latest `ready` event. */
@@ -99,8 +103,17 @@ export function startLastcall(config: unknown, options: StartOptions = {}): Test
   const configPath = typeof config === "string" ? config : writeConfig(config);
   const [command, ...prefix] = lastcallCommand(options.runtime);
   const args = [
-    ...prefix, "run", "--config", configPath, "--admin-port", "0", "--status-port", "0",
-    ...(options.args ?? []), "--", ...(options.envoyArgs ?? ["-l", "warning"]),
+    ...prefix,
+    "run",
+    "--config",
+    configPath,
+    "--admin-port",
+    "0",
+    "--status-port",
+    "0",
+    ...(options.args ?? []),
+    "--",
+    ...(options.envoyArgs ?? ["-l", "warning"]),
   ];
   const wrapped = [...(options.wrap ?? []), command, ...args];
   const child: ChildProcess = spawn(wrapped[0], wrapped.slice(1), {
@@ -135,12 +148,19 @@ export function startLastcall(config: unknown, options: StartOptions = {}): Test
   let hasExited = false;
   exited.then(() => (hasExited = true));
 
-  const event = (name: string, match: (e: LastcallEvent) => boolean = () => true, timeoutMs = 30_000) =>
+  const event = (
+    name: string,
+    match: (e: LastcallEvent) => boolean = () => true,
+    timeoutMs = 30_000,
+  ) =>
     follow.next(name, {
       match,
       timeoutMs,
       ended: () => new Error(`lastcall exited before event "${name}":\n${output.slice(-4000)}`),
-      timedOut: () => new Error(`Timed out after ${timeoutMs} ms waiting for event "${name}":\n${output.slice(-4000)}`),
+      timedOut: () =>
+        new Error(
+          `Timed out after ${timeoutMs} ms waiting for event "${name}":\n${output.slice(-4000)}`,
+        ),
     });
 
   const handle: TestLastcall = {
@@ -159,7 +179,11 @@ export function startLastcall(config: unknown, options: StartOptions = {}): Test
     },
     async listenerPort(name: string) {
       const response = await fetch(`${handle.adminUrl()}/listeners?format=json`);
-      const body = await response.json() as { listener_statuses: Array<{ name: string; local_address: { socket_address: { port_value: number } } }> };
+      const body = await response.json() as {
+        listener_statuses: Array<
+          { name: string; local_address: { socket_address: { port_value: number } } }
+        >;
+      };
       const listener = body.listener_statuses.find((l) => l.name === name);
       if (!listener) throw new Error(`No listener named ${name}: ${JSON.stringify(body)}`);
       return listener.local_address.socket_address.port_value;
@@ -229,7 +253,10 @@ export function inboundConfig(options: InboundConfigOptions): Record<string, unk
       },
     });
   }
-  httpFilters.push({ name: "envoy.filters.http.router", typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router" } });
+  httpFilters.push({
+    name: "envoy.filters.http.router",
+    typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router" },
+  });
   return {
     static_resources: {
       listeners: [{
@@ -240,12 +267,17 @@ export function inboundConfig(options: InboundConfigOptions): Record<string, unk
           filters: [{
             name: "envoy.filters.network.http_connection_manager",
             typed_config: {
-              "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+              "@type":
+                "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
               stat_prefix: name,
               codec_type: "AUTO",
               upgrade_configs: [{ upgrade_type: "websocket" }],
               route_config: {
-                virtual_hosts: [{ name: "app", domains: ["*"], routes: [{ match: { prefix: "/" }, route: { cluster: "app", timeout: "0s" } }] }],
+                virtual_hosts: [{
+                  name: "app",
+                  domains: ["*"],
+                  routes: [{ match: { prefix: "/" }, route: { cluster: "app", timeout: "0s" } }],
+                }],
               },
               http_filters: httpFilters,
             },
@@ -260,7 +292,9 @@ export function inboundConfig(options: InboundConfigOptions): Record<string, unk
 /** The kernel's ephemeral port range (outbound connections take their local port from it). */
 function ephemeralRange(): [number, number] {
   try {
-    const [low, high] = readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/).map(Number);
+    const [low, high] = readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(
+      /\s+/,
+    ).map(Number);
     if (low > 0 && high >= low) return [low, high];
   } catch { /* not Linux: assume the IANA range */ }
   return [49152, 65535];

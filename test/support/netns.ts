@@ -5,9 +5,13 @@ import { afterEach } from "vitest";
 
 /** Why no namespace can be made here, or undefined when one can. */
 export function netnsSkipReason(): string | undefined {
-  if (process.getuid?.() !== 0) return "needs root, for a network namespace of its own (ip netns): run the tests as root";
+  if (process.getuid?.() !== 0) {
+    return "needs root, for a network namespace of its own (ip netns): run the tests as root";
+  }
   const ip = spawnSync("ip", ["netns", "list"], { encoding: "utf8" });
-  if (ip.error || ip.status !== 0) return "needs iproute2's ip netns: install with apt-get install -y iproute2";
+  if (ip.error || ip.status !== 0) {
+    return "needs iproute2's ip netns: install with apt-get install -y iproute2";
+  }
   return undefined;
 }
 
@@ -48,7 +52,9 @@ let counter = 0;
 
 function ipOrThrow(args: string[]): string {
   const result = spawnSync("ip", args, { encoding: "utf8" });
-  if (result.status !== 0) throw new Error(`ip ${args.join(" ")} failed: ${result.stderr || result.error}`);
+  if (result.status !== 0) {
+    throw new Error(`ip ${args.join(" ")} failed: ${result.stderr || result.error}`);
+  }
   return result.stdout;
 }
 
@@ -68,20 +74,30 @@ export function createNetns(): Netns {
   let removed = false;
   const netns: Netns = {
     name,
-    spawn: (command, args, options = {}) => spawn("ip", ["netns", "exec", name, command, ...args], options),
+    spawn: (command, args, options = {}) =>
+      spawn("ip", ["netns", "exec", name, command, ...args], options),
     run: (command, args) =>
       new Promise((done) => {
-        const child = spawn("ip", ["netns", "exec", name, command, ...args], { stdio: ["ignore", "pipe", "pipe"] });
+        const child = spawn("ip", ["netns", "exec", name, command, ...args], {
+          stdio: ["ignore", "pipe", "pipe"],
+        });
         let stdout = "";
         let stderr = "";
         child.stdout!.on("data", (chunk) => (stdout += chunk));
         child.stderr!.on("data", (chunk) => (stderr += chunk));
         child.on("close", (code) => done({ code, stdout, stderr }));
       }),
-    pids: () => (removed ? [] : ipOrThrow(["netns", "pids", name]).split(/\s+/).filter(Boolean).map(Number)),
+    pids:
+      () => (removed
+        ? []
+        : ipOrThrow(["netns", "pids", name]).split(/\s+/).filter(Boolean).map(Number)),
     listeningPorts: () =>
-      [...new Set(ipOrThrow(["netns", "exec", name, "ss", "-ltnH"]).split("\n").filter(Boolean)
-        .map((line) => Number(/:(\d+)\s/.exec(line.split(/\s+/)[3] + " ")?.[1])))].sort((a, b) => a - b),
+      [
+        ...new Set(
+          ipOrThrow(["netns", "exec", name, "ss", "-ltnH"]).split("\n").filter(Boolean)
+            .map((line) => Number(/:(\d+)\s/.exec(line.split(/\s+/)[3] + " ")?.[1])),
+        ),
+      ].sort((a, b) => a - b),
     podLink: () => {
       // Per process and namespace, so test files running side by side never pick the same.
       const subnet = `10.240.${process.pid % 250}.${(index * 4) % 252}`.split(".").map(Number);

@@ -7,7 +7,9 @@ beforeEach((context) => {
   startedSince();
   context.onTestFailed(() => {
     for (const lc of startedSince()) {
-      console.error(`--- lastcall pid ${lc.pid} (${lc.configPath}), last output:\n${lc.output().slice(-6000)}`);
+      console.error(
+        `--- lastcall pid ${lc.pid} (${lc.configPath}), last output:\n${lc.output().slice(-6000)}`,
+      );
     }
   });
 });

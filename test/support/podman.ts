@@ -23,7 +23,9 @@ export function containerToolsMissing(): { missing: string[]; install: string } 
     }
   });
   if (!nsenter) missing.push("nsenter");
-  return missing.length > 0 ? { missing, install: `${INSTALL_COMMAND}${nsenter ? "" : " util-linux"}` } : undefined;
+  return missing.length > 0
+    ? { missing, install: `${INSTALL_COMMAND}${nsenter ? "" : " util-linux"}` }
+    : undefined;
 }
 
 /**
@@ -34,7 +36,9 @@ export function containerTestsSkipReason(): string | undefined {
   const missing = containerToolsMissing();
   const reason = missing
     ? `needs ${missing.missing.join(", ")}: install with \`${missing.install}\``
-    : process.getuid?.() !== 0 ? "needs root (podman's storage in the project, nsenter into the pod)" : undefined;
+    : process.getuid?.() !== 0
+    ? "needs root (podman's storage in the project, nsenter into the pod)"
+    : undefined;
   if (reason) console.warn(`container tests skipped: ${reason}`);
   return reason;
 }
@@ -56,7 +60,12 @@ const epochMs = (time: string): number => Date.parse(time.replace(/(\.\d{3})\d+/
 /** Reads a container's state (`podman inspect`). */
 export async function containerState(name: string): Promise<ContainerState> {
   const [info] = JSON.parse(await podman(["inspect", "--type", "container", name]));
-  return { exitCode: info.State.ExitCode, startedAt: epochMs(info.State.StartedAt), finishedAt: epochMs(info.State.FinishedAt), pid: info.State.Pid };
+  return {
+    exitCode: info.State.ExitCode,
+    startedAt: epochMs(info.State.StartedAt),
+    finishedAt: epochMs(info.State.FinishedAt),
+    pid: info.State.Pid,
+  };
 }
 
 /**
@@ -81,9 +90,11 @@ export async function podNetworkNamespace(pod: string): Promise<string> {
 }
 
 /** lastcall's JSON event lines in a container's log (Envoy's own lines are skipped). */
-export async function lastcallEvents(container: string): Promise<Array<{ ts: string; event: string; [field: string]: unknown }>> {
+export async function lastcallEvents(
+  container: string,
+): Promise<Array<{ ts: string; event: string; [field: string]: unknown }>> {
   const log = await podman(["logs", container]);
-  return log.split("\n").filter((line) => line.startsWith("{\"ts\"")).map((line) => JSON.parse(line));
+  return log.split("\n").filter((line) => line.startsWith('{"ts"')).map((line) => JSON.parse(line));
 }
 
 /** Removes a pod and its containers, whatever state they are in; never throws. */
@@ -117,7 +128,12 @@ export interface PodScript {
  * ```
  */
 export function runInPod(netns: string, script: string, config: object = {}): PodScript {
-  const child = spawn("nsenter", [`--net=${netns}`, process.execPath, script, JSON.stringify(config)], { stdio: ["ignore", "pipe", "pipe"] });
+  const child = spawn("nsenter", [
+    `--net=${netns}`,
+    process.execPath,
+    script,
+    JSON.stringify(config),
+  ], { stdio: ["ignore", "pipe", "pipe"] });
   let stderr = "";
   child.stderr?.on("data", (chunk) => (stderr += chunk));
   const follow = followJsonEvents<PodScriptEvent>(child.stdout!);
@@ -126,7 +142,8 @@ export function runInPod(netns: string, script: string, config: object = {}): Po
   const next = (event: string, timeoutMs: number) =>
     follow.next(event, {
       timeoutMs,
-      ended: () => new Error(`${script} exited before ${event}: ${stderr || JSON.stringify(events)}`),
+      ended: () =>
+        new Error(`${script} exited before ${event}: ${stderr || JSON.stringify(events)}`),
       timedOut: () => new Error(`${script}: no ${event} within ${timeoutMs} ms; stderr: ${stderr}`),
     });
   return { events, next, child };

@@ -2,7 +2,11 @@
 // 1), and a stand-in status server.
 import { type ChildProcess, spawn, spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from "node:http";
+import {
+  createServer as createHttpServer,
+  type IncomingMessage,
+  type ServerResponse,
+} from "node:http";
 import { connect } from "node:net";
 import { waitFor } from "./envoy.ts";
 import { lastcallCommand, type Runtime } from "./lastcall.ts";
@@ -12,10 +16,16 @@ export const AS_PID_1 = ["unshare", "--pid", "--fork", "--mount-proc"];
 
 /** Why commands cannot run as PID 1 here (undefined: they can). */
 export function pid1Unavailable(): string | undefined {
-  const probe = spawnSync(AS_PID_1[0], [...AS_PID_1.slice(1), "sh", "-c", "echo $$"], { encoding: "utf8" });
-  if (probe.error) return `${AS_PID_1.join(" ")}: ${probe.error.message} (util-linux's unshare is needed)`;
+  const probe = spawnSync(AS_PID_1[0], [...AS_PID_1.slice(1), "sh", "-c", "echo $$"], {
+    encoding: "utf8",
+  });
+  if (probe.error) {
+    return `${AS_PID_1.join(" ")}: ${probe.error.message} (util-linux's unshare is needed)`;
+  }
   if (probe.status !== 0 || probe.stdout.trim() !== "1") {
-    return `${AS_PID_1.join(" ")} cannot make a PID namespace here (exit ${probe.status}: ${probe.stderr.trim()}); it needs root or CAP_SYS_ADMIN`;
+    return `${
+      AS_PID_1.join(" ")
+    } cannot make a PID namespace here (exit ${probe.status}: ${probe.stderr.trim()}); it needs root or CAP_SYS_ADMIN`;
   }
   return undefined;
 }
@@ -75,7 +85,10 @@ export function startCommand(args: string[], options: CommandOptions = {}): Comm
     output: () => output,
     untilOutput: (pattern, timeoutMs = 30_000) =>
       new Promise((done, fail) => {
-        const timer = setTimeout(() => fail(new Error(`no ${pattern} in the output after ${timeoutMs} ms:\n${output}`)), timeoutMs);
+        const timer = setTimeout(
+          () => fail(new Error(`no ${pattern} in the output after ${timeoutMs} ms:\n${output}`)),
+          timeoutMs,
+        );
         const check = () => {
           if (!pattern.test(output)) return;
           clearTimeout(timer);
@@ -118,7 +131,11 @@ export async function startStatusStandIn(): Promise<StatusStandIn> {
     if (request.url === "/healthz/ready") {
       probes++;
       response.writeHead(standIn.ready ? 200 : 503, { "content-type": "application/json" });
-      response.end(JSON.stringify(standIn.ready ? { ready: true } : { ready: false, reason: "stand-in not ready" }));
+      response.end(
+        JSON.stringify(
+          standIn.ready ? { ready: true } : { ready: false, reason: "stand-in not ready" },
+        ),
+      );
     } else if (request.url === "/v1/app") {
       standIn.apps.push(JSON.parse(body));
       response.end("{}");

@@ -17,7 +17,11 @@ export type Random = () => number;
 export function testSeed(): number {
   const text = process.env.TEST_SEED;
   if (text === undefined || text === "") return Math.floor(Math.random() * 2 ** 32);
-  if (!/^\d+$/.test(text) || Number(text) >= 2 ** 32) throw new RangeError(`TEST_SEED must be a whole number below 2^32, not ${JSON.stringify(text)}`);
+  if (!/^\d+$/.test(text) || Number(text) >= 2 ** 32) {
+    throw new RangeError(
+      `TEST_SEED must be a whole number below 2^32, not ${JSON.stringify(text)}`,
+    );
+  }
   return Number(text);
 }
 
@@ -72,7 +76,10 @@ export function randomBatches<T>(items: readonly T[], count: number, random: Ran
     throw new RangeError(`Cannot split ${items.length} items into ${count} non-empty batches`);
   }
   // count − 1 distinct cut points among the items.length − 1 gaps.
-  const gaps = shuffled(Array.from({ length: items.length - 1 }, (_, i) => i + 1), random).slice(0, count - 1).sort((a, b) => a - b);
+  const gaps = shuffled(Array.from({ length: items.length - 1 }, (_, i) => i + 1), random).slice(
+    0,
+    count - 1,
+  ).sort((a, b) => a - b);
   const cuts = [0, ...gaps, items.length];
   return cuts.slice(1).map((end, i) => items.slice(cuts[i], end));
 }

@@ -4,7 +4,13 @@ import { readFileSync } from "node:fs";
 import { afterAll, afterEach, beforeAll, expect } from "vitest";
 import { http1 } from "../filter/clients.ts";
 import { waitFor } from "./envoy.ts";
-import { inboundConfig, type StartOptions, startLastcall, stopAllLastcalls, type TestLastcall } from "./lastcall.ts";
+import {
+  inboundConfig,
+  startLastcall,
+  type StartOptions,
+  stopAllLastcalls,
+  type TestLastcall,
+} from "./lastcall.ts";
 import { startUpstreamApp, type UpstreamApp } from "./upstream-app.ts";
 
 /**
@@ -66,17 +72,27 @@ export async function agentState(status: string): Promise<AgentStateView> {
 
 /** Waits until the agent's view of the filter's count is `n` (it heard the report). */
 export function agentSees(status: string, n: number): Promise<true> {
-  return waitFor(async () => ((await agentState(status)).inflight === n ? true : undefined), { what: `the agent to see ${n} in flight` });
+  return waitFor(async () => ((await agentState(status)).inflight === n ? true : undefined), {
+    what: `the agent to see ${n} in flight`,
+  });
 }
 
 /** Starts lastcall in front of the app on `upstreamPort` and waits until it serves. */
-export async function serving(upstreamPort: number, args: string[], options: ServingOptions = {}): Promise<Serving> {
-  const config = options.config ?? inboundConfig({ upstreamPort, healthCheck: options.healthCheck });
+export async function serving(
+  upstreamPort: number,
+  args: string[],
+  options: ServingOptions = {},
+): Promise<Serving> {
+  const config = options.config ??
+    inboundConfig({ upstreamPort, healthCheck: options.healthCheck });
   const lc = startLastcall(config, { args, env: options.env, envoyArgs: options.envoyArgs });
   const ready = await lc.event("ready");
   const status = await lc.statusUrl();
   if (options.filter !== false) {
-    await waitFor(async () => ((await agentState(status)).filter === "reporting" ? true : undefined), { what: "the filter's first report" });
+    await waitFor(
+      async () => ((await agentState(status)).filter === "reporting" ? true : undefined),
+      { what: "the filter's first report" },
+    );
   }
   const port = await lc.listenerPort("ingress");
   return { lc, port, status, envoyPid: Number(ready.pid) };
@@ -86,7 +102,12 @@ export async function serving(upstreamPort: number, args: string[], options: Ser
  * One request held across SIGTERM: the listeners drain, the request is released and answered,
  * and the drain ends on the filter's confirmed zero with nothing in flight at the stop.
  */
-export async function heldAcrossSigterm(app: UpstreamApp, lc: TestLastcall, port: number, status: string): Promise<void> {
+export async function heldAcrossSigterm(
+  app: UpstreamApp,
+  lc: TestLastcall,
+  port: number,
+  status: string,
+): Promise<void> {
   const held = http1(port, "/hold");
   await app.until((a) => a.held === 1);
   await agentSees(status, 1);
@@ -94,7 +115,10 @@ export async function heldAcrossSigterm(app: UpstreamApp, lc: TestLastcall, port
   await lc.event("listeners_draining");
   app.release();
   expect(await held).toEqual({ status: 200, reset: false });
-  expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+  expect(await lc.event("terminated")).toMatchObject({
+    reason: "inflight_zero",
+    inflight_at_stop: 0,
+  });
 }
 
 /** The report token in the bootstrap Envoy `pid` runs (`-c <file>` on its command line). */
@@ -102,6 +126,8 @@ export function reportToken(pid: number): string {
   const args = readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0");
   const text = readFileSync(args[args.indexOf("-c") + 1], "utf8");
   const token = /token\\*"\s*:\s*\\*"([A-Za-z0-9_-]+)/.exec(text)?.[1];
-  if (!token) throw new Error(`No report token in Envoy's bootstrap ${args[args.indexOf("-c") + 1]}`);
+  if (!token) {
+    throw new Error(`No report token in Envoy's bootstrap ${args[args.indexOf("-c") + 1]}`);
+  }
   return token;
 }

@@ -2,7 +2,7 @@
 // end of a large body sits in Envoy's and the kernel's buffers long after Envoy has finished the
 // stream. It counts the body bytes it really got.
 import { connect } from "node:net";
-import { connect as connectH2, type ClientHttp2Stream } from "node:http2";
+import { type ClientHttp2Stream, connect as connectH2 } from "node:http2";
 
 /** What a slow reader got. */
 export interface SlowRead {
@@ -34,7 +34,11 @@ export interface SlowDownload {
  * await download.reached(3_000_000);
  * ```
  */
-export function slowDownload(target: number | { path: string }, path: string, bytesPerSecond: number): SlowDownload {
+export function slowDownload(
+  target: number | { path: string },
+  path: string,
+  bytesPerSecond: number,
+): SlowDownload {
   const socket = connect(typeof target === "number" ? { host: "127.0.0.1", port: target } : target);
   socket.setNoDelay(true);
   const startedAt = Date.now();
@@ -70,7 +74,9 @@ export function slowDownload(target: number | { path: string }, path: string, by
   });
   let endedBy: SlowRead["endedBy"] = "fin";
   socket.on("error", () => (endedBy = "reset"));
-  const done = new Promise<SlowRead>((resolve) => socket.once("close", () => resolve({ status, expected, received, endedBy })));
+  const done = new Promise<SlowRead>((resolve) =>
+    socket.once("close", () => resolve({ status, expected, received, endedBy }))
+  );
   return {
     received: () => received,
     reached: progress.reached,
@@ -122,11 +128,20 @@ export interface SlowStream {
  * await download.reached(3_000_000);
  * ```
  */
-export function slowH2Download(port: number, path: string, bytesPerSecond: number, options: SlowStreamOptions = {}): SlowStream {
+export function slowH2Download(
+  port: number,
+  path: string,
+  bytesPerSecond: number,
+  options: SlowStreamOptions = {},
+): SlowStream {
   const { headers = {}, windowSize = 16_384, body, keepOpen = false } = options;
-  const session = connectH2(`http://127.0.0.1:${port}`, { settings: { initialWindowSize: windowSize } });
+  const session = connectH2(`http://127.0.0.1:${port}`, {
+    settings: { initialWindowSize: windowSize },
+  });
   session.on("error", () => {});
-  const stream: ClientHttp2Stream = session.request({ ":path": path, ...headers }, { endStream: body === undefined });
+  const stream: ClientHttp2Stream = session.request({ ":path": path, ...headers }, {
+    endStream: body === undefined,
+  });
   if (body !== undefined) stream.end(body);
   const startedAt = Date.now();
   let status = 0;
@@ -154,7 +169,13 @@ export function slowH2Download(port: number, path: string, bytesPerSecond: numbe
   const done = new Promise<SlowStreamRead>((resolve) =>
     stream.once("close", () => {
       if (!keepOpen) session.close();
-      resolve({ status, expected, received, endedBy: ended ? "end_stream" : "closed", ...(trailers ? { trailers } : {}) });
+      resolve({
+        status,
+        expected,
+        received,
+        endedBy: ended ? "end_stream" : "closed",
+        ...(trailers ? { trailers } : {}),
+      });
     })
   );
   return {
@@ -169,11 +190,14 @@ export function slowH2Download(port: number, path: string, bytesPerSecond: numbe
 function byteProgress(received: () => number) {
   const waiters: Array<{ bytes: number; resolve: () => void }> = [];
   const notify = () => {
-    for (const w of [...waiters]) if (received() >= w.bytes) waiters.splice(waiters.indexOf(w), 1), w.resolve();
+    for (const w of [...waiters]) {
+      if (received() >= w.bytes) waiters.splice(waiters.indexOf(w), 1), w.resolve();
+    }
   };
-  const reached = (bytes: number) => new Promise<void>((resolve) => {
-    waiters.push({ bytes, resolve });
-    notify();
-  });
+  const reached = (bytes: number) =>
+    new Promise<void>((resolve) => {
+      waiters.push({ bytes, resolve });
+      notify();
+    });
   return { notify, reached };
 }

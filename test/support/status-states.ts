@@ -10,7 +10,13 @@ export const DRAIN_STARTED_AT = Date.parse("2025-01-15T10:00:00.000Z");
  * requests on two listeners, one wrapped app still running, one hot restart behind it.
  */
 export function drainingState(): Record<string, unknown> {
-  const envoy = { epoch: 1, pid: 1234, instance: "9f3c-1-1", generation: 0, adminUrl: "http://127.0.0.1:15000" };
+  const envoy = {
+    epoch: 1,
+    pid: 1234,
+    instance: "9f3c-1-1",
+    generation: 0,
+    adminUrl: "http://127.0.0.1:15000",
+  };
   return {
     phase: "draining",
     current: envoy,
@@ -30,9 +36,30 @@ export function drainingState(): Record<string, unknown> {
       deadline_in_ms: 17_700,
       inflight: 3,
       holders: [
-        { epoch: 1, listener: "inbound", address: "127.0.0.1:15006", method: "GET", path: "/slow", age_ms: 12_034 },
-        { epoch: 1, listener: "outbound", address: "127.0.0.1:15001", method: "POST", path: "/upload", age_ms: 8_100 },
-        { epoch: 1, listener: "inbound", address: "127.0.0.1:15006", method: "GET", path: "/x", age_ms: 400 },
+        {
+          epoch: 1,
+          listener: "inbound",
+          address: "127.0.0.1:15006",
+          method: "GET",
+          path: "/slow",
+          age_ms: 12_034,
+        },
+        {
+          epoch: 1,
+          listener: "outbound",
+          address: "127.0.0.1:15001",
+          method: "POST",
+          path: "/upload",
+          age_ms: 8_100,
+        },
+        {
+          epoch: 1,
+          listener: "inbound",
+          address: "127.0.0.1:15006",
+          method: "GET",
+          path: "/x",
+          age_ms: 400,
+        },
       ],
       unnamed: 0,
       by_listener: { inbound: 2, outbound: 1 },
@@ -56,6 +83,22 @@ export const DRAINING_LINES = [
 
 /** A lastcall running idle: epoch 0 serving, nothing in flight, no drain. */
 export function runningState(): Record<string, unknown> {
-  const envoy = { epoch: 0, pid: 4321, instance: "9f3c-0-0", generation: 0, adminUrl: "http://127.0.0.1:15000" };
-  return { phase: "running", current: envoy, serving: envoy, epochs: [envoy], restarts: 0, hotRestarts: 0, reloadsRejected: 0, inflight: 0, filter: "reporting" };
+  const envoy = {
+    epoch: 0,
+    pid: 4321,
+    instance: "9f3c-0-0",
+    generation: 0,
+    adminUrl: "http://127.0.0.1:15000",
+  };
+  return {
+    phase: "running",
+    current: envoy,
+    serving: envoy,
+    epochs: [envoy],
+    restarts: 0,
+    hotRestarts: 0,
+    reloadsRejected: 0,
+    inflight: 0,
+    filter: "reporting",
+  };
 }

@@ -1,7 +1,7 @@
 // An upstream app that knows how many requests it is serving right now (delay, hold, stream, bytes,
 // WebSocket echo).
 import { EventEmitter } from "node:events";
-import { type IncomingMessage, type ServerResponse, createServer } from "node:http";
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { WebSocketServer } from "ws";
 
@@ -56,7 +56,7 @@ export async function startUpstreamApp(): Promise<UpstreamApp> {
   let inflight = 0;
   let completed = 0;
   const changed = () => events.emit("change");
-  const begin = (): (() => void) => {
+  const begin = (): () => void => {
     inflight++;
     let done = false;
     changed();
@@ -75,7 +75,8 @@ export async function startUpstreamApp(): Promise<UpstreamApp> {
     response.once("close", end);
     request.resume();
     const url = new URL(request.url ?? "/", "http://app");
-    const number = (name: string, fallback: number) => Number(url.searchParams.get(name) ?? fallback);
+    const number = (name: string, fallback: number) =>
+      Number(url.searchParams.get(name) ?? fallback);
     if (url.pathname === "/delay") {
       const timer = setTimeout(() => response.end("ok"), number("ms", 0));
       response.once("close", () => clearTimeout(timer));
@@ -89,7 +90,10 @@ export async function startUpstreamApp(): Promise<UpstreamApp> {
       changed();
     } else if (url.pathname === "/bytes") {
       const total = number("n", 0);
-      response.writeHead(200, { "content-type": "application/octet-stream", "content-length": String(total) });
+      response.writeHead(200, {
+        "content-type": "application/octet-stream",
+        "content-length": String(total),
+      });
       const chunk = Buffer.alloc(64 * 1024, 120);
       let left = total;
       const pump = () => {
@@ -120,7 +124,9 @@ export async function startUpstreamApp(): Promise<UpstreamApp> {
   let webSockets = 0;
   sockets.on("connection", (socket: EchoSocket) => {
     webSockets++;
-    socket.once("close", () => { webSockets--; });
+    socket.once("close", () => {
+      webSockets--;
+    });
     const end = begin();
     socket.on("message", (data: Buffer, binary: boolean) => socket.send(data, { binary }));
     socket.once("close", end);
@@ -135,10 +141,18 @@ export async function startUpstreamApp(): Promise<UpstreamApp> {
 
   const app: UpstreamApp = {
     port,
-    get inflight() { return inflight; },
-    get webSockets() { return webSockets; },
-    get held() { return heldResponses.length; },
-    get completed() { return completed; },
+    get inflight() {
+      return inflight;
+    },
+    get webSockets() {
+      return webSockets;
+    },
+    get held() {
+      return heldResponses.length;
+    },
+    get completed() {
+      return completed;
+    },
     release(count = Infinity) {
       for (const response of heldResponses.splice(0, count)) response.end("released");
       changed();
@@ -164,7 +178,11 @@ export async function startUpstreamApp(): Promise<UpstreamApp> {
         };
         const timer = setTimeout(() => {
           cleanup();
-          fail(new Error(`Upstream app: condition not met within ${timeoutMs} ms (inflight ${inflight}, held ${heldResponses.length}, completed ${completed})`));
+          fail(
+            new Error(
+              `Upstream app: condition not met within ${timeoutMs} ms (inflight ${inflight}, held ${heldResponses.length}, completed ${completed})`,
+            ),
+          );
         }, timeoutMs);
         const cleanup = () => {
           clearTimeout(timer);

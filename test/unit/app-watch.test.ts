@@ -16,7 +16,12 @@ describe("AppWatch", () => {
     expect(await watch.running()).toBe(true);
     watch.report({ state: "exited", id: "b", status: 143 });
     expect(await watch.running()).toBe(false);
-    expect(events.map(([event, fields]) => `${event} ${fields?.running}`)).toEqual(["app_running 1", "app_running 2", "app_exited 1", "app_exited 0"]);
+    expect(events.map(([event, fields]) => `${event} ${fields?.running}`)).toEqual([
+      "app_running 1",
+      "app_running 2",
+      "app_exited 1",
+      "app_exited 0",
+    ]);
   });
 
   it("takes a report without an id as the one app", async () => {
@@ -29,9 +34,13 @@ describe("AppWatch", () => {
 
   it(`refuses a new app beyond ${MAX_APPS}, and still takes news of the ones it has`, async () => {
     const watch = new AppWatch({}, quiet);
-    for (let i = 0; i < MAX_APPS; i++) expect(watch.report({ state: "running", id: `app-${i}` })).toBe(true);
+    for (let i = 0; i < MAX_APPS; i++) {
+      expect(watch.report({ state: "running", id: `app-${i}` })).toBe(true);
+    }
     expect(watch.report({ state: "running", id: "one-more" })).toBe(false);
-    for (let i = 0; i < MAX_APPS; i++) expect(watch.report({ state: "exited", id: `app-${i}` })).toBe(true);
+    for (let i = 0; i < MAX_APPS; i++) {
+      expect(watch.report({ state: "exited", id: `app-${i}` })).toBe(true);
+    }
     expect(await watch.running()).toBe(false);
   });
 
@@ -87,7 +96,10 @@ describe("AppWatch", () => {
     it(`forgets an app silent for ${APP_LEASE_MS} ms (its lastcall exec was killed), saying which and for how long`, async () => {
       const time = clock();
       const events: Array<[string, Record<string, unknown> | undefined]> = [];
-      const watch = new AppWatch({ now: time.now }, (event, fields) => events.push([event, fields]));
+      const watch = new AppWatch(
+        { now: time.now },
+        (event, fields) => events.push([event, fields]),
+      );
       watch.report({ state: "running", id: "killed", pid: 41 });
       watch.report({ state: "running", id: "alive", pid: 42 });
       time.advance(APP_LEASE_MS - 1);
@@ -96,10 +108,22 @@ describe("AppWatch", () => {
       expect(events.map(([event]) => event)).not.toContain("app_expired");
       time.advance(1);
       expect(await watch.running()).toBe(true); // "alive" renewed
-      expect(events.at(-1)).toEqual(["app_expired", { id: "killed", pid: 41, silent_ms: APP_LEASE_MS, via: "lastcall exec", running: 1 }]);
+      expect(events.at(-1)).toEqual(["app_expired", {
+        id: "killed",
+        pid: 41,
+        silent_ms: APP_LEASE_MS,
+        via: "lastcall exec",
+        running: 1,
+      }]);
       time.advance(APP_LEASE_MS + 500);
       expect(await watch.running()).toBe(false);
-      expect(events.at(-1)).toEqual(["app_expired", { id: "alive", pid: 42, silent_ms: APP_LEASE_MS + 501, via: "lastcall exec", running: 0 }]);
+      expect(events.at(-1)).toEqual(["app_expired", {
+        id: "alive",
+        pid: 42,
+        silent_ms: APP_LEASE_MS + 501,
+        via: "lastcall exec",
+        running: 0,
+      }]);
       // Its late "exited" is taken quietly.
       expect(watch.report({ state: "exited", id: "killed", status: 137 })).toBe(true);
       expect(events.filter(([event]) => event === "app_exited")).toEqual([]);
@@ -108,7 +132,9 @@ describe("AppWatch", () => {
     it(`frees the slots of expired apps: after ${MAX_APPS} killed ones, a new app is taken`, async () => {
       const time = clock();
       const watch = new AppWatch({ now: time.now }, quiet);
-      for (let i = 0; i < MAX_APPS; i++) expect(watch.report({ state: "running", id: `killed-${i}` })).toBe(true);
+      for (let i = 0; i < MAX_APPS; i++) {
+        expect(watch.report({ state: "running", id: `killed-${i}` })).toBe(true);
+      }
       expect(watch.report({ state: "running", id: "new" })).toBe(false);
       time.advance(APP_LEASE_MS);
       expect(watch.report({ state: "running", id: "new" })).toBe(true);

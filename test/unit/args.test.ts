@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { type EnvoyLaunch, envoyArgs } from "../../agent/envoy/args.ts";
+import { envoyArgs, type EnvoyLaunch } from "../../agent/envoy/args.ts";
 
 const launch = (overrides: Partial<EnvoyLaunch> = {}): EnvoyLaunch => ({
   configPath: "/run/envoy.yaml",
@@ -15,7 +15,10 @@ const launch = (overrides: Partial<EnvoyLaunch> = {}): EnvoyLaunch => ({
 });
 
 /** The value following `flag`, or undefined. */
-const valueOf = (args: string[], flag: string) => (args.includes(flag) ? args[args.indexOf(flag) + 1] : undefined);
+const valueOf = (
+  args: string[],
+  flag: string,
+) => (args.includes(flag) ? args[args.indexOf(flag) + 1] : undefined);
 
 describe("envoyArgs", () => {
   it("epoch 0 takes a dynamic base id and records it", () => {
@@ -34,7 +37,9 @@ describe("envoyArgs", () => {
   });
 
   it("a later epoch without a base id is refused", () => {
-    expect(() => envoyArgs(launch({ epoch: 1 }))).toThrow(/Cannot start epoch 1: no base id recorded/);
+    expect(() => envoyArgs(launch({ epoch: 1 }))).toThrow(
+      /Cannot start epoch 1: no base id recorded/,
+    );
   });
 
   it("--no-hot-restart disables hot restart and uses no base id", () => {
@@ -61,8 +66,11 @@ describe("envoyArgs", () => {
   });
 
   it("sets Envoy's parent-shutdown timer a second past lastcall's limit for an old epoch", () => {
-    expect(valueOf(envoyArgs(launch({ parentShutdownMs: 600_000 })), "--parent-shutdown-time-s")).toBe("601");
-    expect(valueOf(envoyArgs(launch({ parentShutdownMs: 1500 })), "--parent-shutdown-time-s")).toBe("3");
+    expect(valueOf(envoyArgs(launch({ parentShutdownMs: 600_000 })), "--parent-shutdown-time-s"))
+      .toBe("601");
+    expect(valueOf(envoyArgs(launch({ parentShutdownMs: 1500 })), "--parent-shutdown-time-s")).toBe(
+      "3",
+    );
   });
 
   it("puts extra Envoy arguments last", () => {

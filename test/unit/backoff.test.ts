@@ -12,7 +12,11 @@ describe("restartDelay", () => {
   });
 
   it("takes its first delay and cap from options", () => {
-    expect([1, 2, 3].map((n) => restartDelay(n, { initialMs: 50, maxMs: 150 }))).toEqual([50, 100, 150]);
+    expect([1, 2, 3].map((n) => restartDelay(n, { initialMs: 50, maxMs: 150 }))).toEqual([
+      50,
+      100,
+      150,
+    ]);
   });
 
   it.each([0, -1, 1.5, Number.NaN])("refuses attempt %s", (attempt) => {

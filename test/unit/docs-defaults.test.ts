@@ -6,13 +6,19 @@ import { describe, expect, it } from "vitest";
 import { runOptionList } from "../../agent/options.ts";
 
 const root = resolve(import.meta.dirname, "../..");
-const docs = ["README.md", ...readdirSync(join(root, "docs")).filter((f) => f.endsWith(".md")).map((f) => `docs/${f}`)];
+const docs = [
+  "README.md",
+  ...readdirSync(join(root, "docs")).filter((f) => f.endsWith(".md")).map((f) => `docs/${f}`),
+];
 const named = docs.flatMap((file) =>
-  [...readFileSync(join(root, file), "utf8").matchAll(/default `(--[a-z-]+) ([^`]+)`/g)].map((m) => [file, m[1], m[2]] as const)
+  [...readFileSync(join(root, file), "utf8").matchAll(/default `(--[a-z-]+) ([^`]+)`/g)].map((m) =>
+    [file, m[1], m[2]] as const
+  )
 );
 const helpDefault = (flag: string) => {
   const o = runOptionList().find((option) => option.long === flag);
-  return o?.defaultValueDescription ?? (o?.defaultValue === undefined ? undefined : String(o.defaultValue));
+  return o?.defaultValueDescription ??
+    (o?.defaultValue === undefined ? undefined : String(o.defaultValue));
 };
 
 describe("defaults named in the docs", () => {

@@ -4,7 +4,13 @@
 import fc from "fast-check";
 import { Registry } from "prom-client";
 import { describe, expect, it } from "vitest";
-import { DRAIN_KINDS, DRAIN_SECONDS_BUCKETS, DrainMetrics, type DrainKind, type DrainOutcome } from "../../agent/drain/drain-metrics.ts";
+import {
+  DRAIN_KINDS,
+  DRAIN_SECONDS_BUCKETS,
+  type DrainKind,
+  DrainMetrics,
+  type DrainOutcome,
+} from "../../agent/drain/drain-metrics.ts";
 import { createMetrics } from "../../agent/status/metrics.ts";
 import { initialState } from "../../agent/state.ts";
 import { parseSamples } from "../support/metrics-text.ts";
@@ -23,31 +29,65 @@ async function samples(registry: Registry): Promise<Map<string, number>> {
   return parseSamples(await registry.metrics());
 }
 
-const ended = (reason: string, drainMs: number, inflightAtStop = 0): Omit<DrainOutcome, "kind"> => ({ reason, drainMs, inflightAtStop });
+const ended = (
+  reason: string,
+  drainMs: number,
+  inflightAtStop = 0,
+): Omit<DrainOutcome, "kind"> => ({ reason, drainMs, inflightAtStop });
 
 describe("outcomes", () => {
   it("a drain that ended on zero: one duration by kind and reason, nothing cut, its time from the last zero to the stop", async () => {
     const { drains, registry } = metered();
-    drains.started("termination", () => 0).ended({ reason: "inflight_zero", drainMs: 5200, inflightAtStop: 0, bytesUnsent: 0, lastZeroToStopMs: 3 });
+    drains.started("termination", () => 0).ended({
+      reason: "inflight_zero",
+      drainMs: 5200,
+      inflightAtStop: 0,
+      bytesUnsent: 0,
+      lastZeroToStopMs: 3,
+    });
     const s = await samples(registry);
-    expect(s.get('lastcall_drain_duration_seconds_count{kind="termination",reason="inflight_zero"}')).toBe(1);
-    expect(s.get('lastcall_drain_duration_seconds_sum{kind="termination",reason="inflight_zero"}')).toBeCloseTo(5.2);
-    expect(s.get('lastcall_drain_duration_seconds_bucket{le="5",kind="termination",reason="inflight_zero"}')).toBe(0);
-    expect(s.get('lastcall_drain_duration_seconds_bucket{le="10",kind="termination",reason="inflight_zero"}')).toBe(1);
+    expect(
+      s.get('lastcall_drain_duration_seconds_count{kind="termination",reason="inflight_zero"}'),
+    ).toBe(1);
+    expect(s.get('lastcall_drain_duration_seconds_sum{kind="termination",reason="inflight_zero"}'))
+      .toBeCloseTo(5.2);
+    expect(
+      s.get(
+        'lastcall_drain_duration_seconds_bucket{le="5",kind="termination",reason="inflight_zero"}',
+      ),
+    ).toBe(0);
+    expect(
+      s.get(
+        'lastcall_drain_duration_seconds_bucket{le="10",kind="termination",reason="inflight_zero"}',
+      ),
+    ).toBe(1);
     expect(s.get('lastcall_requests_cut_total{kind="termination"}')).toBe(0);
     expect(s.get('lastcall_response_bytes_cut_total{kind="termination"}')).toBe(0);
     expect(s.get('lastcall_drain_last_response_to_stop_seconds_count{kind="termination"}')).toBe(1);
-    expect(s.get('lastcall_drain_last_response_to_stop_seconds_bucket{le="0.005",kind="termination"}')).toBe(1);
-    expect(s.get('lastcall_drain_last_response_to_stop_seconds_bucket{le="0.0025",kind="termination"}')).toBe(0);
+    expect(
+      s.get('lastcall_drain_last_response_to_stop_seconds_bucket{le="0.005",kind="termination"}'),
+    ).toBe(1);
+    expect(
+      s.get('lastcall_drain_last_response_to_stop_seconds_bucket{le="0.0025",kind="termination"}'),
+    ).toBe(0);
   });
 
   it("a drain that hit its deadline: counted under `deadline`, its requests and bytes cut, no time from a last zero", async () => {
     const { drains, registry } = metered();
-    drains.started("reload", () => 0).ended({ reason: "deadline", drainMs: 600_000, inflightAtStop: 3, bytesUnsent: 81_920 });
+    drains.started("reload", () => 0).ended({
+      reason: "deadline",
+      drainMs: 600_000,
+      inflightAtStop: 3,
+      bytesUnsent: 81_920,
+    });
     const s = await samples(registry);
     expect(s.get('lastcall_drain_duration_seconds_count{kind="reload",reason="deadline"}')).toBe(1);
-    expect(s.get('lastcall_drain_duration_seconds_bucket{le="600",kind="reload",reason="deadline"}')).toBe(1);
-    expect(s.get('lastcall_drain_duration_seconds_bucket{le="300",kind="reload",reason="deadline"}')).toBe(0);
+    expect(
+      s.get('lastcall_drain_duration_seconds_bucket{le="600",kind="reload",reason="deadline"}'),
+    ).toBe(1);
+    expect(
+      s.get('lastcall_drain_duration_seconds_bucket{le="300",kind="reload",reason="deadline"}'),
+    ).toBe(0);
     expect(s.get('lastcall_requests_cut_total{kind="reload"}')).toBe(3);
     expect(s.get('lastcall_response_bytes_cut_total{kind="reload"}')).toBe(81_920);
     expect(s.get('lastcall_drain_last_response_to_stop_seconds_count{kind="reload"}')).toBe(0);
@@ -78,24 +118,50 @@ describe("outcomes", () => {
 
   it("a wall clock stepped back counts as 0 s, not as a negative duration", async () => {
     const { drains, registry } = metered();
-    drains.observe({ kind: "drain", reason: "inflight_zero", drainMs: -40, inflightAtStop: 0, lastZeroToStopMs: -1 });
+    drains.observe({
+      kind: "drain",
+      reason: "inflight_zero",
+      drainMs: -40,
+      inflightAtStop: 0,
+      lastZeroToStopMs: -1,
+    });
     const s = await samples(registry);
-    expect(s.get('lastcall_drain_duration_seconds_sum{kind="drain",reason="inflight_zero"}')).toBe(0);
-    expect(s.get('lastcall_drain_duration_seconds_bucket{le="0.05",kind="drain",reason="inflight_zero"}')).toBe(1);
+    expect(s.get('lastcall_drain_duration_seconds_sum{kind="drain",reason="inflight_zero"}')).toBe(
+      0,
+    );
+    expect(
+      s.get(
+        'lastcall_drain_duration_seconds_bucket{le="0.05",kind="drain",reason="inflight_zero"}',
+      ),
+    ).toBe(1);
   });
 
   it.each([
-    [{ kind: "restart" as DrainKind, reason: "x", drainMs: 1, inflightAtStop: 0 }, 'drain kind must be one of termination, reload, drain, not "restart"'],
-    [{ kind: "drain" as DrainKind, reason: "", drainMs: 1, inflightAtStop: 0 }, 'drain reason must be a non-empty string, not ""'],
-    [{ kind: "drain" as DrainKind, reason: "x", drainMs: 1, inflightAtStop: -1 }, "inflightAtStop must be a whole number of at least 0, not -1"],
-    [{ kind: "drain" as DrainKind, reason: "x", drainMs: 1, inflightAtStop: 0, bytesUnsent: 1.5 }, "bytesUnsent must be a whole number of at least 0, not 1.5"],
+    [
+      { kind: "restart" as DrainKind, reason: "x", drainMs: 1, inflightAtStop: 0 },
+      'drain kind must be one of termination, reload, drain, not "restart"',
+    ],
+    [
+      { kind: "drain" as DrainKind, reason: "", drainMs: 1, inflightAtStop: 0 },
+      'drain reason must be a non-empty string, not ""',
+    ],
+    [
+      { kind: "drain" as DrainKind, reason: "x", drainMs: 1, inflightAtStop: -1 },
+      "inflightAtStop must be a whole number of at least 0, not -1",
+    ],
+    [
+      { kind: "drain" as DrainKind, reason: "x", drainMs: 1, inflightAtStop: 0, bytesUnsent: 1.5 },
+      "bytesUnsent must be a whole number of at least 0, not 1.5",
+    ],
   ])("refuses %o, naming the value", (outcome, message) => {
     const { drains } = metered();
     expect(() => drains.observe(outcome)).toThrow(new RangeError(message));
   });
 
   it("refuses to start a drain of an unknown kind, naming it", () => {
-    expect(() => metered().drains.started("quit" as DrainKind, () => 0)).toThrow(new RangeError('drain kind must be one of termination, reload, drain, not "quit"'));
+    expect(() => metered().drains.started("quit" as DrainKind, () => 0)).toThrow(
+      new RangeError('drain kind must be one of termination, reload, drain, not "quit"'),
+    );
   });
 
   it("for any outcomes: counts by kind and reason, cut sums and cumulative buckets add up", async () => {
@@ -106,29 +172,38 @@ describe("outcomes", () => {
       inflightAtStop: fc.nat({ max: 1000 }),
       bytesUnsent: fc.option(fc.nat({ max: 1e9 }), { nil: undefined }),
     });
-    await fc.assert(fc.asyncProperty(fc.array(outcome, { maxLength: 30 }), async (outcomes) => {
-      const { drains, registry } = metered();
-      for (const o of outcomes) drains.observe(o);
-      const s = await samples(registry);
-      for (const kind of DRAIN_KINDS) {
-        const mine = outcomes.filter((o) => o.kind === kind);
-        expect(s.get(`lastcall_requests_cut_total{kind="${kind}"}`)).toBe(mine.reduce((sum, o) => sum + o.inflightAtStop, 0));
-        expect(s.get(`lastcall_response_bytes_cut_total{kind="${kind}"}`)).toBe(mine.reduce((sum, o) => sum + (o.bytesUnsent ?? 0), 0));
-        for (const reason of new Set(mine.map((o) => o.reason))) {
-          const these = mine.filter((o) => o.reason === reason);
-          const labels = `kind="${kind}",reason="${reason}"`;
-          expect(s.get(`lastcall_drain_duration_seconds_count{${labels}}`)).toBe(these.length);
-          let previous = 0;
-          for (const le of DRAIN_SECONDS_BUCKETS) {
-            const n = s.get(`lastcall_drain_duration_seconds_bucket{le="${le}",${labels}}`)!;
-            expect(n).toBe(these.filter((o) => o.drainMs / 1000 <= le).length);
-            expect(n).toBeGreaterThanOrEqual(previous);
-            previous = n;
+    await fc.assert(
+      fc.asyncProperty(fc.array(outcome, { maxLength: 30 }), async (outcomes) => {
+        const { drains, registry } = metered();
+        for (const o of outcomes) drains.observe(o);
+        const s = await samples(registry);
+        for (const kind of DRAIN_KINDS) {
+          const mine = outcomes.filter((o) => o.kind === kind);
+          expect(s.get(`lastcall_requests_cut_total{kind="${kind}"}`)).toBe(
+            mine.reduce((sum, o) => sum + o.inflightAtStop, 0),
+          );
+          expect(s.get(`lastcall_response_bytes_cut_total{kind="${kind}"}`)).toBe(
+            mine.reduce((sum, o) => sum + (o.bytesUnsent ?? 0), 0),
+          );
+          for (const reason of new Set(mine.map((o) => o.reason))) {
+            const these = mine.filter((o) => o.reason === reason);
+            const labels = `kind="${kind}",reason="${reason}"`;
+            expect(s.get(`lastcall_drain_duration_seconds_count{${labels}}`)).toBe(these.length);
+            let previous = 0;
+            for (const le of DRAIN_SECONDS_BUCKETS) {
+              const n = s.get(`lastcall_drain_duration_seconds_bucket{le="${le}",${labels}}`)!;
+              expect(n).toBe(these.filter((o) => o.drainMs / 1000 <= le).length);
+              expect(n).toBeGreaterThanOrEqual(previous);
+              previous = n;
+            }
+            expect(s.get(`lastcall_drain_duration_seconds_bucket{le="+Inf",${labels}}`)).toBe(
+              these.length,
+            );
           }
-          expect(s.get(`lastcall_drain_duration_seconds_bucket{le="+Inf",${labels}}`)).toBe(these.length);
         }
-      }
-    }), { numRuns: 50 });
+      }),
+      { numRuns: 50 },
+    );
   });
 });
 
@@ -158,7 +233,9 @@ describe("drains under way", () => {
     const plan = { deadline: now() + 10_000 };
     drains.started("termination", () => plan.deadline);
     plan.deadline += 5000;
-    expect((await samples(registry)).get('lastcall_drain_seconds_left{kind="termination"}')).toBe(15);
+    expect((await samples(registry)).get('lastcall_drain_seconds_left{kind="termination"}')).toBe(
+      15,
+    );
   });
 
   it("two reload drains at once: draining 1 and the nearer deadline; 1 until both ended", async () => {
@@ -186,7 +263,9 @@ describe("drains under way", () => {
     termination.ended(ended("inflight_zero", 29_000));
     s = await samples(registry);
     expect([...s.keys()].some((k) => k.includes('kind="drain",reason='))).toBe(false);
-    expect(s.get('lastcall_drain_duration_seconds_count{kind="termination",reason="inflight_zero"}')).toBe(1);
+    expect(
+      s.get('lastcall_drain_duration_seconds_count{kind="termination",reason="inflight_zero"}'),
+    ).toBe(1);
   });
 });
 
@@ -200,10 +279,15 @@ describe("in /metrics", () => {
       reports: () => ({ accepted: 0, stale: 0, unknown: 0, refused: 0 }),
       drains,
     });
-    drains.started("drain", () => Date.now() + 1000).ended({ reason: "inflight_zero", drainMs: 12, inflightAtStop: 0 });
+    drains.started("drain", () => Date.now() + 1000).ended({
+      reason: "inflight_zero",
+      drainMs: 12,
+      inflightAtStop: 0,
+    });
     const s = await samples(registry);
     expect(s.get("lastcall_ready")).toBe(1);
-    expect(s.get('lastcall_drain_duration_seconds_count{kind="drain",reason="inflight_zero"}')).toBe(1);
+    expect(s.get('lastcall_drain_duration_seconds_count{kind="drain",reason="inflight_zero"}'))
+      .toBe(1);
     expect(s.get('lastcall_draining{kind="drain"}')).toBe(0);
   });
 });

@@ -3,7 +3,11 @@
 import { setMaxListeners } from "node:events";
 import fc from "fast-check";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { type InflightReport, InflightTracker, type ReportOutcome } from "../../agent/drain/in-flight.ts";
+import {
+  type InflightReport,
+  InflightTracker,
+  type ReportOutcome,
+} from "../../agent/drain/in-flight.ts";
 import { type ReportAnswer, ReportDesk } from "../../agent/status/reports.ts";
 
 beforeEach(() => vi.useFakeTimers());
@@ -50,23 +54,32 @@ type Step =
   | { kind: "time"; ms: number }
   | { kind: "pull" | "exit" };
 
-const vmStep = (kind: "start" | "end" | "read" | "heartbeat") => fc.record({ kind: fc.constant(kind), vm: fc.nat(VMS - 1) });
-const netStep = (kind: "deliver" | "drop" | "duplicate" | "answer" | "dropAnswer") => fc.record({ kind: fc.constant(kind), k: fc.nat(30) });
+const vmStep = (kind: "start" | "end" | "read" | "heartbeat") =>
+  fc.record({ kind: fc.constant(kind), vm: fc.nat(VMS - 1) });
+const netStep = (kind: "deliver" | "drop" | "duplicate" | "answer" | "dropAnswer") =>
+  fc.record({ kind: fc.constant(kind), k: fc.nat(30) });
 /** Steps of a VM, of the network and of the clock, weighing streams starting and ending, and the parent exiting. */
-const steps = (starts: number, ends: number, exits: number): fc.Arbitrary<Step> => fc.oneof(
-  { arbitrary: vmStep("start"), weight: starts },
-  { arbitrary: vmStep("end"), weight: ends },
-  { arbitrary: vmStep("read"), weight: 20 },
-  { arbitrary: vmStep("heartbeat"), weight: 20 },
-  { arbitrary: netStep("deliver"), weight: 50 },
-  { arbitrary: netStep("drop"), weight: 10 },
-  { arbitrary: netStep("duplicate"), weight: 10 },
-  { arbitrary: netStep("answer"), weight: 50 },
-  { arbitrary: netStep("dropAnswer"), weight: 10 },
-  { arbitrary: fc.record({ kind: fc.constant("time" as const), ms: fc.integer({ min: 1, max: 1500 }) }), weight: 10 },
-  { arbitrary: fc.record({ kind: fc.constant("pull" as const) }), weight: 5 },
-  { arbitrary: fc.record({ kind: fc.constant("exit" as const) }), weight: exits },
-);
+const steps = (starts: number, ends: number, exits: number): fc.Arbitrary<Step> =>
+  fc.oneof(
+    { arbitrary: vmStep("start"), weight: starts },
+    { arbitrary: vmStep("end"), weight: ends },
+    { arbitrary: vmStep("read"), weight: 20 },
+    { arbitrary: vmStep("heartbeat"), weight: 20 },
+    { arbitrary: netStep("deliver"), weight: 50 },
+    { arbitrary: netStep("drop"), weight: 10 },
+    { arbitrary: netStep("duplicate"), weight: 10 },
+    { arbitrary: netStep("answer"), weight: 50 },
+    { arbitrary: netStep("dropAnswer"), weight: 10 },
+    {
+      arbitrary: fc.record({
+        kind: fc.constant("time" as const),
+        ms: fc.integer({ min: 1, max: 1500 }),
+      }),
+      weight: 10,
+    },
+    { arbitrary: fc.record({ kind: fc.constant("pull" as const) }), weight: 5 },
+    { arbitrary: fc.record({ kind: fc.constant("exit" as const) }), weight: exits },
+  );
 
 interface Scenario {
   /** Per VM: mute or not (worker 0 of each process always reports). */
@@ -86,14 +99,27 @@ const scenario: fc.Arbitrary<Scenario> = fc.record({
 });
 
 /** Runs one scenario against the tracker `makeTracker` builds; throws on a broken property. */
-async function run(s: Scenario, makeTracker: () => InflightTracker = () => new InflightTracker({ heartbeatMs: HEARTBEAT_MS, now: () => Date.now() })): Promise<void> {
+async function run(
+  s: Scenario,
+  makeTracker: () => InflightTracker = () =>
+    new InflightTracker({ heartbeatMs: HEARTBEAT_MS, now: () => Date.now() }),
+): Promise<void> {
   const tracker = makeTracker();
   let draining = false;
   const desk = new ReportDesk(tracker, { heartbeatMs: HEARTBEAT_MS, draining: () => draining });
-  const procs: Proc[] = PROCESSES.map(({ instance, epoch }) => ({ instance, epoch, gauge: 0, live: true, history: [[0, 0]], vms: [] }));
+  const procs: Proc[] = PROCESSES.map(({ instance, epoch }) => ({
+    instance,
+    epoch,
+    gauge: 0,
+    live: true,
+    history: [[0, 0]],
+    vms: [],
+  }));
   procs.forEach((p, i) => {
     tracker.expect(p.instance);
-    for (let w = 0; w < WORKERS; w++) p.vms.push({ proc: p, mute: w > 0 && s.mute[i * WORKERS + w]!, draining: false, streams: 0 });
+    for (let w = 0; w < WORKERS; w++) {
+      p.vms.push({ proc: p, mute: w > 0 && s.mute[i * WORKERS + w]!, draining: false, streams: 0 });
+    }
   });
   const vms = procs.flatMap((p) => p.vms);
   const network: Array<{ vm: Vm; body: InflightReport }> = [];
@@ -106,7 +132,8 @@ async function run(s: Scenario, makeTracker: () => InflightTracker = () => new I
   let ended: number | undefined;
 
   const gaugeAt = (p: Proc, t: number) => p.history.filter(([at]) => at <= t).at(-1)![1];
-  const zeroSince = (p: Proc, from: number) => gaugeAt(p, from) === 0 || p.history.some(([at, g]) => at > from && g === 0);
+  const zeroSince = (p: Proc, from: number) =>
+    gaugeAt(p, from) === 0 || p.history.some(([at, g]) => at > from && g === 0);
   const checking = (check: () => void) => {
     try {
       check();
@@ -126,7 +153,13 @@ async function run(s: Scenario, makeTracker: () => InflightTracker = () => new I
     if (vm.mute || !proc.live) return;
     const read: Read = { instance: proc.instance, tick: ++tick, count: proc.gauge };
     if (probe !== undefined && !reads.has(probe)) reads.set(probe, read);
-    const body = { instance: proc.instance, epoch: proc.epoch, inflight: read.count, draining: vm.draining, reason };
+    const body = {
+      instance: proc.instance,
+      epoch: proc.epoch,
+      inflight: read.count,
+      draining: vm.draining,
+      reason,
+    };
     network.push({ vm, body: probe === undefined ? body : { ...body, probe } });
   };
   // The VM's read after its own move: 1 after +1 pushes busy, 0 after -1 pushes zero.
@@ -136,22 +169,29 @@ async function run(s: Scenario, makeTracker: () => InflightTracker = () => new I
     if (by === 1 && vm.proc.gauge === 1) send(vm, "busy");
     if (by === -1 && vm.proc.gauge === 0) send(vm, "zero");
   };
-  const pick = <T>(list: T[], k: number) => (list.length ? list.splice(k % list.length, 1)[0] : undefined);
+  const pick = <T>(
+    list: T[],
+    k: number,
+  ) => (list.length ? list.splice(k % list.length, 1)[0] : undefined);
   const liveIds = () => procs.filter((p) => p.live).map((p) => p.instance);
 
   const startPull = () => {
     const from = tick;
     const ids = liveIds();
-    tracker.pull(ids, stopPulls.signal).then((total) => checking(() => {
-      let sum = 0;
-      for (const p of procs.filter((p) => p.live && ids.includes(p.instance))) {
-        const read = reads.get(tracker.view(p.instance)!.pulled!.probe);
-        expect(read?.instance, `${p.instance}: a pull on no read of its gauge`).toBe(p.instance);
-        expect(read!.tick, `${p.instance}: a pull on a read made before it began`).toBeGreaterThanOrEqual(from);
-        sum += read!.count;
-      }
-      expect(total, `${ids.join("+")}: a pull resolved with a sum that is not of its reads`).toBe(sum);
-    }), () => {});
+    tracker.pull(ids, stopPulls.signal).then((total) =>
+      checking(() => {
+        let sum = 0;
+        for (const p of procs.filter((p) => p.live && ids.includes(p.instance))) {
+          const read = reads.get(tracker.view(p.instance)!.pulled!.probe);
+          expect(read?.instance, `${p.instance}: a pull on no read of its gauge`).toBe(p.instance);
+          expect(read!.tick, `${p.instance}: a pull on a read made before it began`)
+            .toBeGreaterThanOrEqual(from);
+          sum += read!.count;
+        }
+        expect(total, `${ids.join("+")}: a pull resolved with a sum that is not of its reads`).toBe(
+          sum,
+        );
+      }), () => {});
   };
   // Two waits in a row, as a drain waits again after its floor: the second needs its own pull.
   const startWait = (round: number): void => {
@@ -159,11 +199,20 @@ async function run(s: Scenario, makeTracker: () => InflightTracker = () => new I
     tracker.waitForZero(liveIds(), new AbortController().signal).then(() => {
       checking(() => {
         for (const p of procs.filter((p) => p.live)) {
-          expect(zeroSince(p, from), `${p.instance}: the wait ended, but the count was never 0 after it began`).toBe(true);
+          expect(
+            zeroSince(p, from),
+            `${p.instance}: the wait ended, but the count was never 0 after it began`,
+          ).toBe(true);
           const read = reads.get(tracker.view(p.instance)?.pulled?.probe ?? 0);
-          expect(read?.instance, `${p.instance}: the wait ended on no read of its gauge`).toBe(p.instance);
-          expect(read!.tick, `${p.instance}: the wait ended on a read made before it began`).toBeGreaterThanOrEqual(from);
-          expect([read!.count, gaugeAt(p, read!.tick)], `${p.instance}: the wait ended on a read of a count that was not 0`).toEqual([0, 0]);
+          expect(read?.instance, `${p.instance}: the wait ended on no read of its gauge`).toBe(
+            p.instance,
+          );
+          expect(read!.tick, `${p.instance}: the wait ended on a read made before it began`)
+            .toBeGreaterThanOrEqual(from);
+          expect(
+            [read!.count, gaugeAt(p, read!.tick)],
+            `${p.instance}: the wait ended on a read of a count that was not 0`,
+          ).toEqual([0, 0]);
         }
       });
       if (round === 1) startWait(2);
@@ -265,7 +314,10 @@ async function run(s: Scenario, makeTracker: () => InflightTracker = () => new I
   }
   stopPulls.abort();
   if (broken) throw broken;
-  expect(ended, `the drain did not end within ${LIVENESS_PERIODS} heartbeats after everything finished`).toBeDefined();
+  expect(
+    ended,
+    `the drain did not end within ${LIVENESS_PERIODS} heartbeats after everything finished`,
+  ).toBeDefined();
 }
 
 describe("the drain, modelled against a lossy network", () => {
@@ -289,10 +341,16 @@ describe("the drain, modelled against a lossy network", () => {
       }
     }
     const result = await fc.check(
-      fc.asyncProperty(scenario, (s) => run(s, () => new TrustsPushedZero({ heartbeatMs: HEARTBEAT_MS, now: () => Date.now() }))),
+      fc.asyncProperty(
+        scenario,
+        (s) =>
+          run(s, () => new TrustsPushedZero({ heartbeatMs: HEARTBEAT_MS, now: () => Date.now() })),
+      ),
       { numRuns: 300, endOnFailure: true },
     );
     expect(result.failed).toBe(true);
-    expect(String(result.errorInstance)).toMatch(/: the wait ended|: a pull on|: a pull resolved with a sum/); // safety, not liveness
+    expect(String(result.errorInstance)).toMatch(
+      /: the wait ended|: a pull on|: a pull resolved with a sum/,
+    ); // safety, not liveness
   });
 });

@@ -1,7 +1,11 @@
 import { readFileSync } from "node:fs";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { DurationTooLongError, parseAnyDuration, parseGoDuration } from "../../agent/lib/duration.ts";
+import {
+  DurationTooLongError,
+  parseAnyDuration,
+  parseGoDuration,
+} from "../../agent/lib/duration.ts";
 
 /** What Go 1.26's time.ParseDuration made of each string (test/fixtures/go-duration/generate.mjs). */
 const goAnswers: [string, string | null][] = JSON.parse(
@@ -40,7 +44,9 @@ describe("parseGoDuration reads what Go's time.ParseDuration reads", () => {
         ms = null;
       }
       const expected = ns === null ? null : nsToMs(BigInt(ns));
-      return Object.is(ms, expected) || ms === expected ? [] : [`${JSON.stringify(text)}: ${ms}, Go: ${expected}`];
+      return Object.is(ms, expected) || ms === expected
+        ? []
+        : [`${JSON.stringify(text)}: ${ms}, Go: ${expected}`];
     });
     expect(disagreements).toEqual([]);
   });
@@ -52,13 +58,31 @@ describe("parseGoDuration reads what Go's time.ParseDuration reads", () => {
   });
 
   it("adds up whole parts in any unit, with a sign applying to the whole", () => {
-    const unitNs = { h: 3_600_000_000_000n, m: 60_000_000_000n, s: 1_000_000_000n, ms: 1_000_000n, us: 1000n, "µs": 1000n, "μs": 1000n, ns: 1n };
-    const part = fc.record({ n: fc.nat({ max: 100_000 }), unit: fc.constantFrom(...(Object.keys(unitNs) as (keyof typeof unitNs)[])) });
-    fc.assert(fc.property(fc.constantFrom("", "+", "-"), fc.array(part, { minLength: 1, maxLength: 6 }), (sign, parts) => {
-      const ns = parts.reduce((sum, { n, unit }) => sum + BigInt(n) * unitNs[unit], 0n);
-      const ms = parseGoDuration(sign + parts.map(({ n, unit }) => `${n}${unit}`).join(""));
-      expect(ms).toBe(sign === "-" && ns !== 0n ? -nsToMs(ns) : nsToMs(ns));
-    }));
+    const unitNs = {
+      h: 3_600_000_000_000n,
+      m: 60_000_000_000n,
+      s: 1_000_000_000n,
+      ms: 1_000_000n,
+      us: 1000n,
+      "µs": 1000n,
+      "μs": 1000n,
+      ns: 1n,
+    };
+    const part = fc.record({
+      n: fc.nat({ max: 100_000 }),
+      unit: fc.constantFrom(...(Object.keys(unitNs) as (keyof typeof unitNs)[])),
+    });
+    fc.assert(
+      fc.property(
+        fc.constantFrom("", "+", "-"),
+        fc.array(part, { minLength: 1, maxLength: 6 }),
+        (sign, parts) => {
+          const ns = parts.reduce((sum, { n, unit }) => sum + BigInt(n) * unitNs[unit], 0n);
+          const ms = parseGoDuration(sign + parts.map(({ n, unit }) => `${n}${unit}`).join(""));
+          expect(ms).toBe(sign === "-" && ns !== 0n ? -nsToMs(ns) : nsToMs(ns));
+        },
+      ),
+    );
   });
 
   it("refuses what is not Go's syntax with a RangeError quoting it", () => {
@@ -89,7 +113,10 @@ describe("parseAnyDuration: Go's spelling or lastcall's", () => {
     expect(() => parseAnyDuration(text)).toThrow(RangeError);
   });
 
-  it.each(["597h", "596h596h", "2147483648ms"])("refuses %j: longer than a timer can hold", (text) => {
-    expect(() => parseAnyDuration(text)).toThrow(DurationTooLongError);
-  });
+  it.each(["597h", "596h596h", "2147483648ms"])(
+    "refuses %j: longer than a timer can hold",
+    (text) => {
+      expect(() => parseAnyDuration(text)).toThrow(DurationTooLongError);
+    },
+  );
 });

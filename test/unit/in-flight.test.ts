@@ -10,7 +10,13 @@ afterEach(() => {
   vi.useRealTimers();
 });
 
-const report = (instance: string, inflight: number, reason = "zero", probe?: number, draining = true): InflightReport => ({
+const report = (
+  instance: string,
+  inflight: number,
+  reason = "zero",
+  probe?: number,
+  draining = true,
+): InflightReport => ({
   instance,
   epoch: 0,
   inflight,
@@ -39,8 +45,11 @@ function watchPromise<T>(promise: Promise<T>) {
   return state;
 }
 
-const watch = (tracker: InflightTracker, instances: string[], signal = new AbortController().signal) =>
-  watchPromise(tracker.waitForZero(instances, signal));
+const watch = (
+  tracker: InflightTracker,
+  instances: string[],
+  signal = new AbortController().signal,
+) => watchPromise(tracker.waitForZero(instances, signal));
 
 const flush = () => vi.advanceTimersByTimeAsync(0);
 
@@ -115,7 +124,9 @@ describe("InflightTracker.pull", () => {
     controller.abort(new Error("deadline"));
     await flush();
     expect((pull.error as Error).message).toBe("deadline");
-    await expect(tracker.pull(["a"], AbortSignal.abort(new Error("too late")))).rejects.toThrow("too late");
+    await expect(tracker.pull(["a"], AbortSignal.abort(new Error("too late")))).rejects.toThrow(
+      "too late",
+    );
   });
 });
 

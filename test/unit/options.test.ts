@@ -3,7 +3,13 @@ import { Command } from "commander";
 import fc from "fast-check";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { resolveRunOptions } from "../../agent/commands/run.ts";
-import { durationArg, parseBoolean, type RunOptions, runOptionList, strictBooleanEnvironment } from "../../agent/options.ts";
+import {
+  durationArg,
+  parseBoolean,
+  runOptionList,
+  type RunOptions,
+  strictBooleanEnvironment,
+} from "../../agent/options.ts";
 
 describe("parseBoolean", () => {
   it.each([
@@ -18,9 +24,24 @@ describe("parseBoolean", () => {
     expect(parseBoolean("LASTCALL_NO_FILTER", value)).toBe(meaning);
   });
 
-  it.each(["garbage", "", "yes", "no", "on", "off", " true", "true ", "01", "2", "constructor", "__proto__"])("refuses %j", (value) => {
+  it.each([
+    "garbage",
+    "",
+    "yes",
+    "no",
+    "on",
+    "off",
+    " true",
+    "true ",
+    "01",
+    "2",
+    "constructor",
+    "__proto__",
+  ])("refuses %j", (value) => {
     expect(() => parseBoolean("LASTCALL_NO_FILTER", value)).toThrow(
-      new RangeError(`LASTCALL_NO_FILTER must be true, false, 1 or 0, not ${JSON.stringify(value)}`),
+      new RangeError(
+        `LASTCALL_NO_FILTER must be true, false, 1 or 0, not ${JSON.stringify(value)}`,
+      ),
     );
   });
 
@@ -29,16 +50,22 @@ describe("parseBoolean", () => {
     fc.assert(fc.property(words, (value) => {
       expect(parseBoolean("X", value)).toBe(["true", "1"].includes(value.toLowerCase()));
     }));
-    const other = fc.string({ unit: "grapheme" }).filter((s) => !["true", "false", "1", "0"].includes(s.toLowerCase()));
+    const other = fc.string({ unit: "grapheme" }).filter((s) =>
+      !["true", "false", "1", "0"].includes(s.toLowerCase())
+    );
     fc.assert(fc.property(other, (value) => {
-      expect(() => parseBoolean("SOME_VAR", value)).toThrow(`SOME_VAR must be true, false, 1 or 0, not ${JSON.stringify(value)}`);
+      expect(() => parseBoolean("SOME_VAR", value)).toThrow(
+        `SOME_VAR must be true, false, 1 or 0, not ${JSON.stringify(value)}`,
+      );
     }));
   });
 });
 
 describe("durationArg", () => {
   it("refuses a duration a timer cannot hold, saying the limit", () => {
-    expect(() => durationArg("99999999999999s")).toThrow("Expected at most 2147483647ms, about 24.8 days");
+    expect(() => durationArg("99999999999999s")).toThrow(
+      "Expected at most 2147483647ms, about 24.8 days",
+    );
     expect(durationArg("2147483647ms")).toBe(2_147_483_647);
   });
 });
@@ -46,11 +73,16 @@ describe("durationArg", () => {
 /** Parses `lastcall run` arguments in-process with `env` as the environment. */
 function runOptions(args: string[], env: Record<string, string> = {}): RunOptions {
   for (const [name, value] of Object.entries(env)) vi.stubEnv(name, value);
-  const command = new Command("run").exitOverride().configureOutput({ writeErr: () => {} }).argument("[envoy-args...]");
+  const command = new Command("run").exitOverride().configureOutput({ writeErr: () => {} })
+    .argument("[envoy-args...]");
   for (const opt of runOptionList()) command.addOption(opt);
   strictBooleanEnvironment(command, () => process.env);
   let options: RunOptions | undefined;
-  command.action((envoyArgs: string[], _o, c: Command) => (options = resolveRunOptions(c, envoyArgs)));
+  command.action((
+    envoyArgs: string[],
+    _o,
+    c: Command,
+  ) => (options = resolveRunOptions(c, envoyArgs)));
   command.parse(["--config", "envoy.yaml", ...args], { from: "user" });
   return options!;
 }
@@ -103,24 +135,39 @@ describe("boolean environment variables of lastcall run", () => {
     expect(runOptions(["--no-filter"], { LASTCALL_NO_FILTER: "false" }).filter).toBe(false);
   });
 
-  it.each(["LASTCALL_NO_FILTER", "LASTCALL_NO_HOT_RESTART", "LASTCALL_FAIL_HEALTHCHECK", "LASTCALL_NO_FAIL_HEALTHCHECK", "LASTCALL_HOLDER_PATHS"])(
+  it.each([
+    "LASTCALL_NO_FILTER",
+    "LASTCALL_NO_HOT_RESTART",
+    "LASTCALL_FAIL_HEALTHCHECK",
+    "LASTCALL_NO_FAIL_HEALTHCHECK",
+    "LASTCALL_HOLDER_PATHS",
+  ])(
     "%s=garbage is refused, also when the flag is given",
     (name) => {
       const message = `${name} must be true, false, 1 or 0, not "garbage"`;
       expect(() => runOptions([], { [name]: "garbage" })).toThrow(new RangeError(message));
-      expect(() => runOptions(["--no-filter", "--fail-healthcheck"], { [name]: "garbage" })).toThrow(new RangeError(message));
+      expect(() => runOptions(["--no-filter", "--fail-healthcheck"], { [name]: "garbage" }))
+        .toThrow(new RangeError(message));
     },
   );
 
   it("refuses two variables that contradict each other", () => {
-    expect(() => runOptions([], { LASTCALL_FAIL_HEALTHCHECK: "true", LASTCALL_NO_FAIL_HEALTHCHECK: "1" })).toThrow(
+    expect(() =>
+      runOptions([], { LASTCALL_FAIL_HEALTHCHECK: "true", LASTCALL_NO_FAIL_HEALTHCHECK: "1" })
+    ).toThrow(
       new RangeError("LASTCALL_FAIL_HEALTHCHECK=true contradicts LASTCALL_NO_FAIL_HEALTHCHECK=1"),
     );
   });
 
   it("every boolean flag of lastcall run is covered", () => {
     const booleans = runOptionList().filter((o) => !o.required && !o.optional).map((o) => o.envVar);
-    expect(booleans).toEqual(["LASTCALL_NO_HOT_RESTART", "LASTCALL_NO_FILTER", "LASTCALL_HOLDER_PATHS", "LASTCALL_FAIL_HEALTHCHECK", "LASTCALL_NO_FAIL_HEALTHCHECK"]);
+    expect(booleans).toEqual([
+      "LASTCALL_NO_HOT_RESTART",
+      "LASTCALL_NO_FILTER",
+      "LASTCALL_HOLDER_PATHS",
+      "LASTCALL_FAIL_HEALTHCHECK",
+      "LASTCALL_NO_FAIL_HEALTHCHECK",
+    ]);
   });
 });
 
@@ -137,10 +184,16 @@ describe("Istio's variables", () => {
     ["false", "inflight"],
   ])("EXIT_ON_ZERO_ACTIVE_CONNECTIONS=%s: --drain-mode %s, logged when applied", (value, mode) => {
     const written: string[] = [];
-    vi.spyOn(process.stdout, "write").mockImplementation((line) => (written.push(String(line)), true));
+    vi.spyOn(process.stdout, "write").mockImplementation((
+      line,
+    ) => (written.push(String(line)), true));
     expect(runOptions([], { EXIT_ON_ZERO_ACTIVE_CONNECTIONS: value }).drainMode).toBe(mode);
-    const events = written.map((line) => JSON.parse(line)).filter((e) => e.event === "istio_environment");
-    expect(events.map((e) => e.applied)).toEqual(mode === "connections" ? [["EXIT_ON_ZERO_ACTIVE_CONNECTIONS→--drain-mode connections"]] : []);
+    const events = written.map((line) => JSON.parse(line)).filter((e) =>
+      e.event === "istio_environment"
+    );
+    expect(events.map((e) => e.applied)).toEqual(
+      mode === "connections" ? [["EXIT_ON_ZERO_ACTIVE_CONNECTIONS→--drain-mode connections"]] : [],
+    );
   });
 
   it("EXIT_ON_ZERO_ACTIVE_CONNECTIONS=yes is refused", () => {
@@ -161,11 +214,15 @@ describe("Istio's variables", () => {
 
   it("reads the durations as pilot-agent does (Go's spellings), and lastcall's", () => {
     expect(runOptions([], { MINIMUM_DRAIN_DURATION: "10s500ms" }).minDrainMs).toBe(10_500);
-    expect(runOptions([], { TERMINATION_DRAIN_DURATION_SECONDS: "20" }).terminationDrainMs).toBe(20_000);
+    expect(runOptions([], { TERMINATION_DRAIN_DURATION_SECONDS: "20" }).terminationDrainMs).toBe(
+      20_000,
+    );
   });
 
   it("names TERMINATION_DRAIN_DURATION_SECONDS when that is the variable used", () => {
-    expect(() => runOptions([], { TERMINATION_DRAIN_DURATION_SECONDS: "soon" })).toThrow('Invalid TERMINATION_DRAIN_DURATION_SECONDS: "soon"');
+    expect(() => runOptions([], { TERMINATION_DRAIN_DURATION_SECONDS: "soon" })).toThrow(
+      'Invalid TERMINATION_DRAIN_DURATION_SECONDS: "soon"',
+    );
   });
 });
 

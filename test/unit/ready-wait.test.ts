@@ -3,7 +3,11 @@
 // milliseconds up to 5000 is refused, naming the value.
 import fc from "fast-check";
 import { describe, expect, it, vi } from "vitest";
-import { createStatusApp, READY_WAIT_MAX_MS, type StatusControls } from "../../agent/status/routes.ts";
+import {
+  createStatusApp,
+  READY_WAIT_MAX_MS,
+  type StatusControls,
+} from "../../agent/status/routes.ts";
 
 /** Controls whose readiness answers `answers` in turn, then the last one forever. */
 function controlsAnswering(...answers: { ready: boolean; reason: string }[]) {
@@ -53,10 +57,15 @@ describe("GET /healthz/ready?wait_ms", () => {
   });
 
   it("takes every whole number of milliseconds up to the most", async () => {
-    await fc.assert(fc.asyncProperty(fc.integer({ min: 0, max: READY_WAIT_MAX_MS }), async (ms) => {
-      const res = await createStatusApp(controlsAnswering(live)).request(`/healthz/ready?wait_ms=${ms}`);
-      expect(res.status).toBe(200);
-    }), { numRuns: 50 });
+    await fc.assert(
+      fc.asyncProperty(fc.integer({ min: 0, max: READY_WAIT_MAX_MS }), async (ms) => {
+        const res = await createStatusApp(controlsAnswering(live)).request(
+          `/healthz/ready?wait_ms=${ms}`,
+        );
+        expect(res.status).toBe(200);
+      }),
+      { numRuns: 50 },
+    );
   });
 
   it("refuses anything else with 400, naming the value", async () => {
@@ -65,10 +74,18 @@ describe("GET /healthz/ready?wait_ms", () => {
       fc.integer({ min: READY_WAIT_MAX_MS + 1, max: 10 ** 9 }).map(String),
       fc.constantFrom("-1", "1.5", "1e3", " 5", "0x10", ""),
     );
-    await fc.assert(fc.asyncProperty(bad, async (text) => {
-      const res = await createStatusApp(controlsAnswering(live)).request(`/healthz/ready?wait_ms=${encodeURIComponent(text)}`);
-      expect(res.status).toBe(400);
-      expect(await res.json()).toEqual({ error: `wait_ms "${text}" is not a whole number of milliseconds from 0 to ${READY_WAIT_MAX_MS}` });
-    }), { numRuns: 100 });
+    await fc.assert(
+      fc.asyncProperty(bad, async (text) => {
+        const res = await createStatusApp(controlsAnswering(live)).request(
+          `/healthz/ready?wait_ms=${encodeURIComponent(text)}`,
+        );
+        expect(res.status).toBe(400);
+        expect(await res.json()).toEqual({
+          error:
+            `wait_ms "${text}" is not a whole number of milliseconds from 0 to ${READY_WAIT_MAX_MS}`,
+        });
+      }),
+      { numRuns: 100 },
+    );
   });
 });

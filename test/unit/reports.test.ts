@@ -11,7 +11,11 @@ afterEach(() => vi.useRealTimers());
 const HEARTBEAT_MS = 1000;
 const HOLD_MS = 900; // 90 % of the heartbeat
 
-const report = (instance: string, reason: string, fields: Partial<InflightReport> = {}): InflightReport => ({
+const report = (
+  instance: string,
+  reason: string,
+  fields: Partial<InflightReport> = {},
+): InflightReport => ({
   instance,
   epoch: 0,
   inflight: 0,
@@ -25,7 +29,11 @@ function desk(...instances: string[]) {
   const tracker = new InflightTracker({ heartbeatMs: HEARTBEAT_MS, now: () => Date.now() });
   for (const id of instances) tracker.expect(id);
   const drain = { on: false };
-  return { tracker, drain, desk: new ReportDesk(tracker, { heartbeatMs: HEARTBEAT_MS, draining: () => drain.on }) };
+  return {
+    tracker,
+    drain,
+    desk: new ReportDesk(tracker, { heartbeatMs: HEARTBEAT_MS, draining: () => drain.on }),
+  };
 }
 
 /** Sends a report to the desk and exposes its answer once it comes. */
@@ -44,15 +52,18 @@ describe("ReportDesk holds a report it has nothing to say to", () => {
     ["zero", true, 0],
     ["busy", true, 1],
     ["drain_ack", true, 0],
-  ])("a %s (draining known %s) for 90 %% of the heartbeat, then answers it with nothing new", async (reason, draining, inflight) => {
-    const { desk: d, drain } = desk("a");
-    drain.on = draining;
-    const held = send(d, report("a", reason, { draining, inflight }));
-    await vi.advanceTimersByTimeAsync(HOLD_MS - 1);
-    expect(held.answer).toBeUndefined();
-    await vi.advanceTimersByTimeAsync(1);
-    expect(held.answer).toEqual({ draining, probe: undefined });
-  });
+  ])(
+    "a %s (draining known %s) for 90 %% of the heartbeat, then answers it with nothing new",
+    async (reason, draining, inflight) => {
+      const { desk: d, drain } = desk("a");
+      drain.on = draining;
+      const held = send(d, report("a", reason, { draining, inflight }));
+      await vi.advanceTimersByTimeAsync(HOLD_MS - 1);
+      expect(held.answer).toBeUndefined();
+      await vi.advanceTimersByTimeAsync(1);
+      expect(held.answer).toEqual({ draining, probe: undefined });
+    },
+  );
 
   it("a probe answer nobody waits for is held like any other report", async () => {
     const { tracker, desk: d } = desk("a");
@@ -168,7 +179,9 @@ describe("ReportDesk.drainStarted", () => {
     drain.on = true;
     d.drainStarted();
     await flush();
-    expect(held.map((s) => s.answer)).toEqual(held.map(() => ({ draining: true, probe: undefined })));
+    expect(held.map((s) => s.answer)).toEqual(
+      held.map(() => ({ draining: true, probe: undefined })),
+    );
   });
 
   it("with a pull under way, each released report carries a probe of its own", async () => {

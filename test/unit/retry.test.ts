@@ -14,7 +14,9 @@ function flaky(failures: number) {
   const calls: number[] = [];
   const fn = vi.fn(() => {
     calls.push(Date.now());
-    return calls.length > failures ? Promise.resolve("ok") : Promise.reject(new Error(`try ${calls.length}`));
+    return calls.length > failures
+      ? Promise.resolve("ok")
+      : Promise.reject(new Error(`try ${calls.length}`));
   });
   return { fn, calls };
 }
@@ -23,7 +25,10 @@ describe("retry", () => {
   it("answers what the first successful try answers, pausing as delayMs says in between", async () => {
     const { fn, calls } = flaky(3);
     const errors: [string, number][] = [];
-    const result = retry(fn, { delayMs: (attempt) => 100 * attempt, onError: (e, attempt) => errors.push([(e as Error).message, attempt]) });
+    const result = retry(fn, {
+      delayMs: (attempt) => 100 * attempt,
+      onError: (e, attempt) => errors.push([(e as Error).message, attempt]),
+    });
     await vi.runAllTimersAsync();
     await expect(result).resolves.toBe("ok");
     const start = calls[0];
@@ -65,7 +70,9 @@ describe("retry", () => {
 
   it("does not call at all once the signal has aborted", async () => {
     const fn = vi.fn(() => Promise.resolve(1));
-    await expect(retry(fn, { signal: AbortSignal.abort(new Error("late")) })).rejects.toThrow("late");
+    await expect(retry(fn, { signal: AbortSignal.abort(new Error("late")) })).rejects.toThrow(
+      "late",
+    );
     expect(fn).not.toHaveBeenCalled();
   });
 
@@ -78,10 +85,15 @@ describe("pollUntil", () => {
   it("probes every interval until a value comes, reporting only the probes that threw", async () => {
     const answers = [undefined, new Error("refused"), undefined, 42];
     const onError = vi.fn();
-    const result = pollUntil(() => {
-      const next = answers.shift();
-      return next instanceof Error ? Promise.reject(next) : Promise.resolve(next);
-    }, 25, new AbortController().signal, onError);
+    const result = pollUntil(
+      () => {
+        const next = answers.shift();
+        return next instanceof Error ? Promise.reject(next) : Promise.resolve(next);
+      },
+      25,
+      new AbortController().signal,
+      onError,
+    );
     await vi.runAllTimersAsync();
     await expect(result).resolves.toBe(42);
     expect(onError.mock.calls).toEqual([[new Error("refused")]]);

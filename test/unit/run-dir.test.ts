@@ -1,6 +1,15 @@
 // The run folder is fresh on every start: an earlier lastcall's files go, anything else makes
 // lastcall refuse the folder (it is nobody else's to clean or narrow), and modes are 0700/0600.
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -14,8 +23,16 @@ const fresh = () => join(root, `case-${n++}`);
 const mode = (path: string) => statSync(path).mode & 0o777;
 
 const LASTCALL_FILES = [
-  "filter.wasm", "validate.json", "envoy-g1-epoch0.json", "envoy-g12-epoch3.json", "envoy-g1-epoch0.xds.sock",
-  "envoy-g1-epoch0-lds.json", "envoy-g2-epoch1-lds.pb", "envoy-g1-epoch0-lds.json.0a1b2c3d.tmp", "admin-g1-epoch0", "base-id-g4",
+  "filter.wasm",
+  "validate.json",
+  "envoy-g1-epoch0.json",
+  "envoy-g12-epoch3.json",
+  "envoy-g1-epoch0.xds.sock",
+  "envoy-g1-epoch0-lds.json",
+  "envoy-g2-epoch1-lds.pb",
+  "envoy-g1-epoch0-lds.json.0a1b2c3d.tmp",
+  "admin-g1-epoch0",
+  "base-id-g4",
 ];
 
 describe("prepareRunDir", () => {
@@ -44,7 +61,9 @@ describe("prepareRunDir", () => {
     writeFileSync(join(dir, "notes.txt"), "mine");
     const error = await prepareRunDir(dir).then(() => undefined, (e) => e);
     expect(error).toBeInstanceOf(StartError);
-    expect(error.message).toBe(`Cannot use --run-dir ${dir}: it holds files lastcall did not write (notes.txt); give lastcall a folder of its own`);
+    expect(error.message).toBe(
+      `Cannot use --run-dir ${dir}: it holds files lastcall did not write (notes.txt); give lastcall a folder of its own`,
+    );
     expect(readdirSync(dir).sort()).toEqual(["admin-g1-epoch0", "notes.txt"]);
     expect(mode(dir)).toBe(0o755);
   });
@@ -52,15 +71,28 @@ describe("prepareRunDir", () => {
   it("refuses a folder with a known name that is a folder, and a path that is a file", async () => {
     const dir = fresh();
     mkdirSync(join(dir, "filter.wasm"), { recursive: true });
-    await expect(prepareRunDir(dir)).rejects.toThrow(/holds files lastcall did not write \(filter\.wasm\)/);
+    await expect(prepareRunDir(dir)).rejects.toThrow(
+      /holds files lastcall did not write \(filter\.wasm\)/,
+    );
     const file = join(fresh());
     writeFileSync(file, "");
-    await expect(prepareRunDir(file)).rejects.toThrow(new RegExp(`^Cannot use --run-dir ${file}: `));
+    await expect(prepareRunDir(file)).rejects.toThrow(
+      new RegExp(`^Cannot use --run-dir ${file}: `),
+    );
   });
 
   it("knows its own names and no others", () => {
     for (const name of LASTCALL_FILES) expect(isRunDirFile(name), name).toBe(true);
-    for (const name of ["envoy.yaml", "admin", "envoy-g1-epoch0.yaml", "filter.wasm.bak", "base-id-gx", ".hidden"]) expect(isRunDirFile(name), name).toBe(false);
+    for (
+      const name of [
+        "envoy.yaml",
+        "admin",
+        "envoy-g1-epoch0.yaml",
+        "filter.wasm.bak",
+        "base-id-gx",
+        ".hidden",
+      ]
+    ) expect(isRunDirFile(name), name).toBe(false);
   });
 });
 

@@ -3,17 +3,27 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
-import { parseTcpTable, TCP_STATE, type TcpSocket, undelivered } from "../../agent/envoy/sockets.ts";
+import {
+  parseTcpTable,
+  TCP_STATE,
+  type TcpSocket,
+  undelivered,
+} from "../../agent/envoy/sockets.ts";
 
-const HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n";
+const HEADER =
+  "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n";
 const hex = (n: number, width: number) => n.toString(16).toUpperCase().padStart(width, "0");
 /** An IPv4 address as the kernel writes it: one little-endian word. */
 const v4 = (address: string) => address.split(".").map((b) => hex(Number(b), 2)).reverse().join("");
 
 /** One row of /proc/net/tcp as the kernel formats it (fields this module reads, the rest zeros). */
 function row(i: number, s: TcpSocket): string {
-  return `  ${i}: ${v4(s.localAddress)}:${hex(s.localPort, 4)} ${v4(s.remoteAddress)}:${hex(s.remotePort, 4)} ${hex(s.state, 2)} ` +
-    `${hex(s.txQueue, 8)}:${hex(s.rxQueue, 8)} 00:00000000 00000000     0        0 ${s.inode} 1 0000000000000000 20 4 30 10 -1\n`;
+  return `  ${i}: ${v4(s.localAddress)}:${hex(s.localPort, 4)} ${v4(s.remoteAddress)}:${
+    hex(s.remotePort, 4)
+  } ${hex(s.state, 2)} ` +
+    `${hex(s.txQueue, 8)}:${
+      hex(s.rxQueue, 8)
+    } 00:00000000 00000000     0        0 ${s.inode} 1 0000000000000000 20 4 30 10 -1\n`;
 }
 
 const socketArb = fc.record({
@@ -38,7 +48,11 @@ describe("parseTcpTable", () => {
     const text = HEADER +
       "   0: 00000000000000000000000001000000:3AA8 00000000000000000000000001000000:9C40 01 00000010:00000000 00:00000000 00000000     0        0 77 1\n" +
       "   1: 0000000000000000FFFF00000100007F:3AA8 0000000000000000FFFF00000100007F:9C41 01 00000000:00000000 00:00000000 00000000     0        0 78 1\n";
-    expect(parseTcpTable(text).map((s) => [s.localAddress, s.localPort, s.remotePort, s.txQueue, s.inode])).toEqual([
+    expect(
+      parseTcpTable(text).map((
+        s,
+      ) => [s.localAddress, s.localPort, s.remotePort, s.txQueue, s.inode]),
+    ).toEqual([
       ["::1", 15016, 40000, 16, 77],
       ["::ffff:127.0.0.1", 15016, 40001, 0, 78],
     ]);
@@ -54,12 +68,22 @@ describe("undelivered", () => {
     proc = mkdtempSync(join(tmpdir(), "lastcall-proc-"));
     mkdirSync(join(proc, "net"));
     mkdirSync(join(proc, String(pid), "fd"), { recursive: true });
-    inodes.forEach((inode, fd) => symlinkSync(`socket:[${inode}]`, join(proc, String(pid), "fd", String(fd))));
+    inodes.forEach((inode, fd) =>
+      symlinkSync(`socket:[${inode}]`, join(proc, String(pid), "fd", String(fd)))
+    );
     writeFileSync(join(proc, "net", "tcp"), HEADER + sockets.map((s, i) => row(i, s)).join(""));
     return proc;
   }
   const sock = (s: Partial<TcpSocket>): TcpSocket => ({
-    localAddress: "127.0.0.1", localPort: 0, remoteAddress: "127.0.0.1", remotePort: 0, state: TCP_STATE.established, txQueue: 0, rxQueue: 0, inode: 0, ...s,
+    localAddress: "127.0.0.1",
+    localPort: 0,
+    remoteAddress: "127.0.0.1",
+    remotePort: 0,
+    state: TCP_STATE.established,
+    txQueue: 0,
+    rxQueue: 0,
+    inode: 0,
+    ...s,
   });
 
   it("counts the connections the process accepted and the bytes queued on them, not its upstream ones nor others'", async () => {
@@ -70,14 +94,24 @@ describe("undelivered", () => {
       sock({ localPort: 41000, remotePort: 8080, txQueue: 999, inode: 4 }), // Envoy's upstream connection
       sock({ localPort: 10000, remotePort: 50002, txQueue: 7, inode: 9 }), // not Envoy's (an orphan)
     ]);
-    expect(await undelivered(42, { proc: root })).toEqual({ connections: 2, sending: 1, bytes: 1_600_000 });
+    expect(await undelivered(42, { proc: root })).toEqual({
+      connections: 2,
+      sending: 1,
+      bytes: 1_600_000,
+    });
   });
 
   it("remembers the listening ports once the listener is closed (a draining Envoy's)", async () => {
     const listenPorts = new Set([10000]);
-    const root = fakeProc(42, [2], [sock({ localPort: 10000, remotePort: 50000, txQueue: 5, inode: 2 })]);
+    const root = fakeProc(42, [2], [
+      sock({ localPort: 10000, remotePort: 50000, txQueue: 5, inode: 2 }),
+    ]);
     expect(await undelivered(42, { proc: root })).toEqual({ connections: 0, sending: 0, bytes: 0 });
-    expect(await undelivered(42, { proc: root, listenPorts })).toEqual({ connections: 1, sending: 1, bytes: 5 });
+    expect(await undelivered(42, { proc: root, listenPorts })).toEqual({
+      connections: 1,
+      sending: 1,
+      bytes: 5,
+    });
   });
 
   it("cannot tell without the process or without the table", async () => {

@@ -3,7 +3,8 @@ import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import { activeConnections, activeRequests, parseStatsJson } from "../../agent/envoy/stats.ts";
 
-const fixture = (name: string) => readFileSync(new URL(`../fixtures/${name}`, import.meta.url), "utf8");
+const fixture = (name: string) =>
+  readFileSync(new URL(`../fixtures/${name}`, import.meta.url), "utf8");
 
 describe("parseStatsJson", () => {
   it("reads counters and gauges", () => {
@@ -19,7 +20,8 @@ describe("parseStatsJson", () => {
   });
 
   it("skips histograms", () => {
-    const text = '{"stats":[{"name":"a","value":1},{"histograms":{"supported_quantiles":[0.5],"computed_quantiles":[]}}]}';
+    const text =
+      '{"stats":[{"name":"a","value":1},{"histograms":{"supported_quantiles":[0.5],"computed_quantiles":[]}}]}';
     expect(parseStatsJson(text)).toEqual([{ name: "a", value: 1 }]);
   });
 
@@ -65,6 +67,7 @@ describe("activeConnections", () => {
 
   it("is undefined when no listener stat exists (Istio then exits at once)", () => {
     expect(activeConnections(parseStatsJson(fixture("stats-rq-active.json")))).toBeUndefined();
-    expect(activeConnections([{ name: "listener.admin.downstream_cx_active", value: 1 }])).toBeUndefined();
+    expect(activeConnections([{ name: "listener.admin.downstream_cx_active", value: 1 }]))
+      .toBeUndefined();
   });
 });

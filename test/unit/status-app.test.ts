@@ -3,7 +3,12 @@
 // peer, which only a socket knows, is handed in as @hono/node-server's bindings.
 import fc from "fast-check";
 import { describe, expect, it, vi } from "vitest";
-import { createStatusApp, REPORT_MAX_BYTES, type ReportAnswer, type StatusControls } from "../../agent/status/routes.ts";
+import {
+  createStatusApp,
+  REPORT_MAX_BYTES,
+  type ReportAnswer,
+  type StatusControls,
+} from "../../agent/status/routes.ts";
 import { isLoopbackAddress } from "../../agent/status/loopback-only.ts";
 import { createReportToken, reportTokenMatches } from "../../agent/status/report-token.ts";
 
@@ -12,7 +17,17 @@ const TOKEN = "s3cret-token-0123456789abcdef";
 function fakeControls(answer: ReportAnswer = { draining: false }) {
   return {
     readiness: vi.fn(() => Promise.resolve({ ready: true, reason: "running" })),
-    state: vi.fn(() => ({ phase: "running", epochs: [], restarts: 0, hotRestarts: 0, reloadsRejected: 0, inflight: 0, filter: "reporting" }) as ReturnType<StatusControls["state"]>),
+    state: vi.fn(() =>
+      ({
+        phase: "running",
+        epochs: [],
+        restarts: 0,
+        hotRestarts: 0,
+        reloadsRejected: 0,
+        inflight: 0,
+        filter: "reporting",
+      }) as ReturnType<StatusControls["state"]>
+    ),
     metrics: vi.fn(() => Promise.resolve("lastcall_ready 1\n")),
     reportToken: TOKEN,
     report: vi.fn(() => Promise.resolve(answer)),
@@ -24,12 +39,31 @@ function fakeControls(answer: ReportAnswer = { draining: false }) {
 }
 
 /** The bindings @hono/node-server gives a request that came from `address`. */
-const from = (address: string) => ({ incoming: { socket: { remoteAddress: address, remotePort: 40000, localPort: 15020, remoteFamily: address.includes(":") ? "IPv6" : "IPv4" } } });
+const from = (address: string) => ({
+  incoming: {
+    socket: {
+      remoteAddress: address,
+      remotePort: 40000,
+      localPort: 15020,
+      remoteFamily: address.includes(":") ? "IPv6" : "IPv4",
+    },
+  },
+});
 
 const validReport = { instance: "a", epoch: 0, inflight: 0, draining: false, reason: "heartbeat" };
 
-function postReport(app: ReturnType<typeof createStatusApp>, body: BodyInit, headers: Record<string, string> = { "x-lastcall-token": TOKEN }, init: RequestInit = {}) {
-  return app.request("/v1/inflight", { method: "POST", headers: { "content-type": "application/json", ...headers }, body, ...init }, from("127.0.0.1"));
+function postReport(
+  app: ReturnType<typeof createStatusApp>,
+  body: BodyInit,
+  headers: Record<string, string> = { "x-lastcall-token": TOKEN },
+  init: RequestInit = {},
+) {
+  return app.request("/v1/inflight", {
+    method: "POST",
+    headers: { "content-type": "application/json", ...headers },
+    body,
+    ...init,
+  }, from("127.0.0.1"));
 }
 
 describe("POST /v1/inflight requires the report token", () => {
@@ -56,7 +90,10 @@ describe("POST /v1/inflight requires the report token", () => {
 
   it("still refuses a malformed report with 400", async () => {
     const controls = fakeControls();
-    const res = await postReport(createStatusApp(controls), JSON.stringify({ ...validReport, inflight: -1 }));
+    const res = await postReport(
+      createStatusApp(controls),
+      JSON.stringify({ ...validReport, inflight: -1 }),
+    );
     expect(res.status).toBe(400);
     expect(controls.report).not.toHaveBeenCalled();
   });
@@ -104,7 +141,12 @@ describe("POST /v1/inflight bodies are capped at 16 KiB (a VM naming its 32 olde
         controller.enqueue(new Uint8Array(1024).fill(0x20));
       },
     });
-    const res = await postReport(createStatusApp(controls), stream, undefined, { duplex: "half" } as RequestInit);
+    const res = await postReport(
+      createStatusApp(controls),
+      stream,
+      undefined,
+      { duplex: "half" } as RequestInit,
+    );
     expect(res.status).toBe(413);
     expect(pulled).toBeLessThan(22);
     expect(controls.report).not.toHaveBeenCalled();
@@ -118,7 +160,12 @@ describe("POST /v1/inflight bodies are capped at 16 KiB (a VM naming its 32 olde
         controller.enqueue(new Uint8Array(1024));
       },
     }, { highWaterMark: 0 });
-    const res = await postReport(createStatusApp(fakeControls()), stream, {}, { duplex: "half" } as RequestInit);
+    const res = await postReport(
+      createStatusApp(fakeControls()),
+      stream,
+      {},
+      { duplex: "half" } as RequestInit,
+    );
     expect(res.status).toBe(403);
     expect(pulled).toBe(0);
   });
@@ -126,7 +173,10 @@ describe("POST /v1/inflight bodies are capped at 16 KiB (a VM naming its 32 olde
 
 describe("POST /v1/inflight answers in headers and body", () => {
   it("draining with a probe: x-lastcall-draining 1, x-lastcall-probe, and both in the body", async () => {
-    const res = await postReport(createStatusApp(fakeControls({ draining: true, probe: 7 })), JSON.stringify(validReport));
+    const res = await postReport(
+      createStatusApp(fakeControls({ draining: true, probe: 7 })),
+      JSON.stringify(validReport),
+    );
     expect(res.status).toBe(200);
     expect(res.headers.get("x-lastcall-draining")).toBe("1");
     expect(res.headers.get("x-lastcall-probe")).toBe("7");
@@ -134,7 +184,10 @@ describe("POST /v1/inflight answers in headers and body", () => {
   });
 
   it("not draining, no probe: x-lastcall-draining 0 and no probe header", async () => {
-    const res = await postReport(createStatusApp(fakeControls({ draining: false })), JSON.stringify(validReport));
+    const res = await postReport(
+      createStatusApp(fakeControls({ draining: false })),
+      JSON.stringify(validReport),
+    );
     expect(res.headers.get("x-lastcall-draining")).toBe("0");
     expect(res.headers.has("x-lastcall-probe")).toBe(false);
     expect(await res.text()).toBe('{"draining":false}');
@@ -149,9 +202,17 @@ describe("the token appears in no response", () => {
       ["/healthz/live", {}],
       ["/v1/state", {}],
       ["/metrics", {}],
-      ["/v1/inflight", { method: "POST", headers: { "x-lastcall-token": TOKEN }, body: JSON.stringify(validReport) }],
+      ["/v1/inflight", {
+        method: "POST",
+        headers: { "x-lastcall-token": TOKEN },
+        body: JSON.stringify(validReport),
+      }],
       ["/v1/inflight", { method: "POST", headers: { "x-lastcall-token": TOKEN }, body: "{" }],
-      ["/v1/inflight", { method: "POST", headers: { "x-lastcall-token": TOKEN }, body: "x".repeat(5000) }],
+      ["/v1/inflight", {
+        method: "POST",
+        headers: { "x-lastcall-token": TOKEN },
+        body: "x".repeat(5000),
+      }],
       ["/v1/inflight", { method: "POST", headers: { "x-lastcall-token": "wrong" }, body: "{}" }],
       ["/quitquitquit", { method: "POST" }],
       ["/drain", { method: "POST" }],
@@ -168,7 +229,11 @@ describe("the token appears in no response", () => {
 describe("POST /quitquitquit and POST /drain answer loopback callers only", () => {
   const routes = [["/quitquitquit", "quit"], ["/drain", "drain"]] as const;
 
-  it.each(routes.flatMap(([path, call]) => ["127.0.0.1", "127.3.4.5", "::1", "::ffff:127.0.0.1"].map((peer) => ({ path, call, peer }))))(
+  it.each(
+    routes.flatMap(([path, call]) =>
+      ["127.0.0.1", "127.3.4.5", "::1", "::ffff:127.0.0.1"].map((peer) => ({ path, call, peer }))
+    ),
+  )(
     "$path from $peer: 200",
     async ({ path, call, peer }) => {
       const controls = fakeControls();
@@ -178,40 +243,68 @@ describe("POST /quitquitquit and POST /drain answer loopback callers only", () =
     },
   );
 
-  it.each(routes.flatMap(([path, call]) => ["10.0.0.7", "192.0.2.2", "::ffff:10.0.0.7", "fd00::2", "128.0.0.1", "::2"].map((peer) => ({ path, call, peer }))))(
+  it.each(
+    routes.flatMap(([path, call]) =>
+      ["10.0.0.7", "192.0.2.2", "::ffff:10.0.0.7", "fd00::2", "128.0.0.1", "::2"].map((peer) => ({
+        path,
+        call,
+        peer,
+      }))
+    ),
+  )(
     "$path from $peer: 403, nothing done",
     async ({ path, call, peer }) => {
       const controls = fakeControls();
       const res = await createStatusApp(controls).request(path, { method: "POST" }, from(peer));
       expect(res.status).toBe(403);
-      expect(await res.json()).toEqual({ error: `POST ${path} is accepted only from loopback, not from ${peer}` });
+      expect(await res.json()).toEqual({
+        error: `POST ${path} is accepted only from loopback, not from ${peer}`,
+      });
       expect(controls[call]).not.toHaveBeenCalled();
     },
   );
 
   it.each(routes)("%s with no socket to tell the peer: 403", async (path, call) => {
     const controls = fakeControls();
-    const res = await createStatusApp(controls).request(path, { method: "POST", headers: { "x-forwarded-for": "127.0.0.1" } });
+    const res = await createStatusApp(controls).request(path, {
+      method: "POST",
+      headers: { "x-forwarded-for": "127.0.0.1" },
+    });
     expect(res.status).toBe(403);
-    expect(await res.json()).toEqual({ error: `POST ${path} is accepted only from loopback, not from an unknown address` });
+    expect(await res.json()).toEqual({
+      error: `POST ${path} is accepted only from loopback, not from an unknown address`,
+    });
     expect(controls[call]).not.toHaveBeenCalled();
   });
 
-  it.each(["/healthz/ready", "/healthz/live", "/v1/state", "/metrics"])("%s stays open to anyone", async (path) => {
-    expect((await createStatusApp(fakeControls()).request(path, {}, from("10.0.0.7"))).status).toBe(200);
-    expect((await createStatusApp(fakeControls()).request(path)).status).toBe(200);
-  });
+  it.each(["/healthz/ready", "/healthz/live", "/v1/state", "/metrics"])(
+    "%s stays open to anyone",
+    async (path) => {
+      expect((await createStatusApp(fakeControls()).request(path, {}, from("10.0.0.7"))).status)
+        .toBe(200);
+      expect((await createStatusApp(fakeControls()).request(path)).status).toBe(200);
+    },
+  );
 });
 
 describe("POST /v1/app: what lastcall exec says of its app", () => {
   const post = (controls: StatusControls, body: unknown, peer = "127.0.0.1") =>
-    createStatusApp(controls).request("/v1/app", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(body) }, from(peer));
+    createStatusApp(controls).request("/v1/app", {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(body),
+    }, from(peer));
 
   it("takes a report with an id, from loopback", async () => {
     const controls = { ...fakeControls(), app: vi.fn(() => true) };
     const res = await post(controls, { state: "running", id: "4f1c-9a.b_2", pid: 7 });
     expect(res.status).toBe(200);
-    expect(controls.app).toHaveBeenCalledWith({ state: "running", id: "4f1c-9a.b_2", pid: 7, status: undefined });
+    expect(controls.app).toHaveBeenCalledWith({
+      state: "running",
+      id: "4f1c-9a.b_2",
+      pid: 7,
+      status: undefined,
+    });
   });
 
   it("refuses any other caller with 403", async () => {
@@ -221,18 +314,30 @@ describe("POST /v1/app: what lastcall exec says of its app", () => {
   });
 
   it("refuses an id that is not 1 to 64 word characters, naming it", async () => {
-    const ids = fc.oneof(fc.string().filter((id) => !/^[\w.-]{1,64}$/.test(id)), fc.integer(), fc.constant(null));
-    await fc.assert(fc.asyncProperty(ids, async (id) => {
-      const controls = { ...fakeControls(), app: vi.fn(() => true) };
-      const res = await post(controls, { state: "exited", id });
-      expect(res.status).toBe(400);
-      expect((await res.json()).error).toMatch(/^app id must be 1 to 64 letters, digits, _ \. or -, not /);
-      expect(controls.app).not.toHaveBeenCalled();
-    }), { numRuns: 50 });
+    const ids = fc.oneof(
+      fc.string().filter((id) => !/^[\w.-]{1,64}$/.test(id)),
+      fc.integer(),
+      fc.constant(null),
+    );
+    await fc.assert(
+      fc.asyncProperty(ids, async (id) => {
+        const controls = { ...fakeControls(), app: vi.fn(() => true) };
+        const res = await post(controls, { state: "exited", id });
+        expect(res.status).toBe(400);
+        expect((await res.json()).error).toMatch(
+          /^app id must be 1 to 64 letters, digits, _ \. or -, not /,
+        );
+        expect(controls.app).not.toHaveBeenCalled();
+      }),
+      { numRuns: 50 },
+    );
   });
 
   it("answers 429 when the agent refuses one more app", async () => {
-    const res = await post({ ...fakeControls(), app: () => false }, { state: "running", id: "one-too-many" });
+    const res = await post({ ...fakeControls(), app: () => false }, {
+      state: "running",
+      id: "one-too-many",
+    });
     expect(res.status).toBe(429);
     expect(await res.json()).toEqual({ error: "too many apps reported" });
   });

@@ -3,8 +3,18 @@
 // whatever shape a newer or older lastcall (or something else on the port) answers with.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { formatAge, formatStatus, printable, STATUS_WIDTH } from "../../agent/commands/status-format.ts";
-import { DRAIN_STARTED_AT, DRAINING_LINES, drainingState, runningState } from "../support/status-states.ts";
+import {
+  formatAge,
+  formatStatus,
+  printable,
+  STATUS_WIDTH,
+} from "../../agent/commands/status-format.ts";
+import {
+  DRAIN_STARTED_AT,
+  DRAINING_LINES,
+  drainingState,
+  runningState,
+} from "../support/status-states.ts";
 
 /** C0 and C1 control characters: none may reach a terminal. */
 // deno-lint-ignore no-control-regex -- matching control characters is the point
@@ -19,7 +29,8 @@ function draining(change: (drain: Record<string, unknown>) => void): Record<stri
 
 describe("formatStatus", () => {
   it("a drain: what it waits for, oldest first, aligned, and the time left", () => {
-    expect(formatStatus(drainingState(), { readiness: { ready: false, reason: "draining" } })).toEqual(DRAINING_LINES);
+    expect(formatStatus(drainingState(), { readiness: { ready: false, reason: "draining" } }))
+      .toEqual(DRAINING_LINES);
   });
 
   it("idle: phase, readiness, epoch and pid, restarts, in flight", () => {
@@ -31,8 +42,20 @@ describe("formatStatus", () => {
   });
 
   it("not ready says why; a filter that does not report is said; crashes and the last exit are said", () => {
-    const state = { ...runningState(), phase: "starting", serving: undefined, filter: "never", restarts: 2, reloadsRejected: 1, lastExitReason: "Envoy exited with status 1" };
-    expect(formatStatus(state, { readiness: { ready: false, reason: "Envoy epoch 0 starting: admin address not yet known" } })).toEqual([
+    const state = {
+      ...runningState(),
+      phase: "starting",
+      serving: undefined,
+      filter: "never",
+      restarts: 2,
+      reloadsRejected: 1,
+      lastExitReason: "Envoy exited with status 1",
+    };
+    expect(
+      formatStatus(state, {
+        readiness: { ready: false, reason: "Envoy epoch 0 starting: admin address not yet known" },
+      }),
+    ).toEqual([
       "lastcall: starting, not ready: Envoy epoch 0 starting: admin address not yet known",
       "envoy: epoch 0 (pid 4321), none serving yet; 2 restarts, 0 hot restarts, 1 reload rejected",
       "  last exit: Envoy exited with status 1",
@@ -42,7 +65,12 @@ describe("formatStatus", () => {
 
   it("without a readiness answer the phase alone is shown; a hot-restart parent still running is named", () => {
     const parent = { epoch: 0, pid: 1200, instance: "p" };
-    const state = { ...drainingState(), phase: "running", drain: undefined, epochs: [parent, (drainingState().current)] };
+    const state = {
+      ...drainingState(),
+      phase: "running",
+      drain: undefined,
+      epochs: [parent, drainingState().current],
+    };
     expect(formatStatus(state).slice(0, 3)).toEqual([
       "lastcall: running",
       "envoy: epoch 1 (pid 1234), serving epoch 1; 0 restarts, 1 hot restart",
@@ -52,7 +80,13 @@ describe("formatStatus", () => {
 
   it("no Envoy, an unanswering admin, and how the last termination ended", () => {
     const state = {
-      phase: "stopped", epochs: [], restarts: 0, hotRestarts: 0, inflight: 0, filter: "not inserted", unresponsiveSince: 1000,
+      phase: "stopped",
+      epochs: [],
+      restarts: 0,
+      hotRestarts: 0,
+      inflight: 0,
+      filter: "not inserted",
+      unresponsiveSince: 1000,
       termination: { mode: "inflight", reason: "deadline", drainMs: 28_004, inflightAtStop: 2 },
     };
     expect(formatStatus(state, { now: 4500 })).toEqual([
@@ -92,7 +126,14 @@ describe("formatStatus", () => {
   it("a holder Envoy gave no method or path for: where it went (protocol, cluster, route)", () => {
     const state = draining((d) => {
       d.holders = [
-        { epoch: 0, listener: "ingress", protocol: "HTTP/1.1", cluster: "app", route: "slow", age_ms: 2_500 },
+        {
+          epoch: 0,
+          listener: "ingress",
+          protocol: "HTTP/1.1",
+          cluster: "app",
+          route: "slow",
+          age_ms: 2_500,
+        },
         { epoch: 0, listener: "ingress", protocol: "HTTP/2", cluster: "app", age_ms: 1_200 },
       ];
       d.unnamed = 0;
@@ -111,12 +152,24 @@ describe("formatStatus", () => {
       d.unnamed = 3;
       d.by_listener = { "(unnamed)": 3 };
     });
-    expect(formatStatus(state).slice(2)).toEqual(["in flight: 3 ((unnamed) 3)", "waiting for: 3 not named yet", "apps still running: app (pid 77)"]);
+    expect(formatStatus(state).slice(2)).toEqual([
+      "in flight: 3 ((unnamed) 3)",
+      "waiting for: 3 not named yet",
+      "apps still running: app (pid 77)",
+    ]);
   });
 
   it("a long path is cut to the width, a short one is shown as given", () => {
     const long = `/${"segment/".repeat(40)}end`;
-    const state = draining((d) => (d.holders = [{ epoch: 1, listener: "inbound", method: "GET", path: long, age_ms: 1 }, { epoch: 1, listener: "inbound", method: "GET", path: "/short", age_ms: 0 }]));
+    const state = draining((
+      d,
+    ) => (d.holders = [{ epoch: 1, listener: "inbound", method: "GET", path: long, age_ms: 1 }, {
+      epoch: 1,
+      listener: "inbound",
+      method: "GET",
+      path: "/short",
+      age_ms: 0,
+    }]));
     const [cutLine, short] = formatStatus(state).slice(4, 6);
     expect(cutLine).toHaveLength(STATUS_WIDTH);
     expect(cutLine).toMatch(/^ {3}1 ms {2}inbound {2}GET \/segment\/segment\/.*…$/);
@@ -124,7 +177,15 @@ describe("formatStatus", () => {
   });
 
   it("control characters of a path or a listener name never reach the terminal", () => {
-    const state = draining((d) => (d.holders = [{ epoch: 1, listener: "in\u001b]0;x\u0007", method: "GET", path: "/a\u001b[2J\u009bb\nc", age_ms: 5 }]));
+    const state = draining((
+      d,
+    ) => (d.holders = [{
+      epoch: 1,
+      listener: "in\u001b]0;x\u0007",
+      method: "GET",
+      path: "/a\u001b[2J\u009bb\nc",
+      age_ms: 5,
+    }]));
     const line = formatStatus(state)[4];
     expect(line).toBe("   5 ms  in\\x1b]0;x\\x07  GET /a\\x1b[2J\\x9bb\\x0ac");
     expect(printable("/ok/é")).toBe("/ok/é");
@@ -138,18 +199,27 @@ describe("formatStatus", () => {
   });
 
   it("any JSON value: no throw, lines of printable text", () => {
-    fc.assert(fc.property(fc.jsonValue(), fc.jsonValue(), fc.option(fc.integer()), (state, readiness, now) => {
-      const lines = formatStatus(state, { readiness, now: now ?? undefined });
-      expect(lines.length).toBeGreaterThan(0);
-      for (const line of lines) {
-        expect(typeof line).toBe("string");
-        expect(line).not.toMatch(CONTROL_CHARACTERS);
-      }
-    }), { numRuns: 2000 });
+    fc.assert(
+      fc.property(
+        fc.jsonValue(),
+        fc.jsonValue(),
+        fc.option(fc.integer()),
+        (state, readiness, now) => {
+          const lines = formatStatus(state, { readiness, now: now ?? undefined });
+          expect(lines.length).toBeGreaterThan(0);
+          for (const line of lines) {
+            expect(typeof line).toBe("string");
+            expect(line).not.toMatch(CONTROL_CHARACTERS);
+          }
+        },
+      ),
+      { numRuns: 2000 },
+    );
   });
 
   it("any field of a real state replaced by any JSON value: no throw, lines of printable text", () => {
-    const valueOr = <T>(real: fc.Arbitrary<T>) => fc.oneof(real, fc.jsonValue(), fc.constant(undefined));
+    const valueOr = <T>(real: fc.Arbitrary<T>) =>
+      fc.oneof(real, fc.jsonValue(), fc.constant(undefined));
     const holder = fc.record({
       epoch: valueOr(fc.nat(3)),
       listener: valueOr(fc.string()),
@@ -168,10 +238,14 @@ describe("formatStatus", () => {
       holders: valueOr(fc.array(valueOr(holder), { maxLength: 40 })),
       unnamed: valueOr(fc.nat()),
       by_listener: valueOr(fc.dictionary(fc.string(), valueOr(fc.nat()))),
-      apps: valueOr(fc.array(valueOr(fc.record({ id: valueOr(fc.string()), pid: valueOr(fc.nat()) })))),
+      apps: valueOr(
+        fc.array(valueOr(fc.record({ id: valueOr(fc.string()), pid: valueOr(fc.nat()) }))),
+      ),
       unsent_bytes: valueOr(fc.nat()),
     }, { requiredKeys: [] });
-    const envoy = valueOr(fc.record({ epoch: valueOr(fc.nat()), pid: valueOr(fc.nat()) }, { requiredKeys: [] }));
+    const envoy = valueOr(
+      fc.record({ epoch: valueOr(fc.nat()), pid: valueOr(fc.nat()) }, { requiredKeys: [] }),
+    );
     const state = fc.record({
       phase: valueOr(fc.constantFrom("starting", "running", "draining", "stopping", "stopped")),
       current: envoy,
@@ -184,22 +258,41 @@ describe("formatStatus", () => {
       lastExitReason: valueOr(fc.string()),
       inflight: valueOr(fc.nat()),
       filter: valueOr(fc.string()),
-      termination: valueOr(fc.record({ mode: valueOr(fc.string()), reason: valueOr(fc.string()), drainMs: valueOr(fc.nat()), inflightAtStop: valueOr(fc.nat()) })),
+      termination: valueOr(
+        fc.record({
+          mode: valueOr(fc.string()),
+          reason: valueOr(fc.string()),
+          drainMs: valueOr(fc.nat()),
+          inflightAtStop: valueOr(fc.nat()),
+        }),
+      ),
       drain: valueOr(drain),
     }, { requiredKeys: [] });
-    fc.assert(fc.property(state, (s) => {
-      // Through JSON, as the command gets it: undefined fields are gone, -0 and NaN become JSON's.
-      const lines = formatStatus(JSON.parse(JSON.stringify(s)), { now: DRAIN_STARTED_AT });
-      expect(lines[0]).toMatch(/^lastcall: /);
-      for (const line of lines) expect(line).not.toMatch(CONTROL_CHARACTERS);
-    }), { numRuns: 1000 });
+    fc.assert(
+      fc.property(state, (s) => {
+        // Through JSON, as the command gets it: undefined fields are gone, -0 and NaN become JSON's.
+        const lines = formatStatus(JSON.parse(JSON.stringify(s)), { now: DRAIN_STARTED_AT });
+        expect(lines[0]).toMatch(/^lastcall: /);
+        for (const line of lines) expect(line).not.toMatch(CONTROL_CHARACTERS);
+      }),
+      { numRuns: 1000 },
+    );
   });
 
   it("a holder line fits the width whatever its path", () => {
-    fc.assert(fc.property(fc.string({ unit: "binary", maxLength: 400 }), fc.string({ maxLength: 60 }), fc.nat({ max: 10 * 3_600_000 }), (path, listener, age) => {
-      const state = draining((d) => (d.holders = [{ epoch: 1, listener, method: "GET", path, age_ms: age }]));
-      expect(formatStatus(state)[4].length).toBeLessThanOrEqual(STATUS_WIDTH);
-    }));
+    fc.assert(
+      fc.property(
+        fc.string({ unit: "binary", maxLength: 400 }),
+        fc.string({ maxLength: 60 }),
+        fc.nat({ max: 10 * 3_600_000 }),
+        (path, listener, age) => {
+          const state = draining((
+            d,
+          ) => (d.holders = [{ epoch: 1, listener, method: "GET", path, age_ms: age }]));
+          expect(formatStatus(state)[4].length).toBeLessThanOrEqual(STATUS_WIDTH);
+        },
+      ),
+    );
   });
 });
 

@@ -17,7 +17,15 @@ function fakeEpoch(epoch: number, options: { generation?: number; ready?: boolea
   const pid = 100 + epoch;
   const live = {
     info: { epoch, pid, instance: `1-1-${epoch}`, generation: options.generation ?? 1 },
-    process: { pid, exited, get running() { return running; }, signal: () => {}, recentOutput: () => [] },
+    process: {
+      pid,
+      exited,
+      get running() {
+        return running;
+      },
+      signal: () => {},
+      recentOutput: () => [],
+    },
     ready: options.ready ?? true,
     reporters: [`1-1-${epoch}`],
     listenersDraining: false,
@@ -40,7 +48,11 @@ class FakeEpochs implements DrainedEpochs {
     return this.epochs.map((e) => e.live).filter((l) => l.process.running);
   }
   drainListeners(_plan: DrainPlan, which = this.running()): void {
-    for (const l of which) if (l.ready && !l.listenersDraining) (l.listenersDraining = true), this.drained.push(l.info.epoch);
+    for (const l of which) {
+      if (l.ready && !l.listenersDraining) {
+        (l.listenersDraining = true), this.drained.push(l.info.epoch);
+      }
+    }
   }
   measure(): Promise<number | undefined> {
     return Promise.resolve(this.measuredCount);
@@ -51,8 +63,17 @@ class FakeEpochs implements DrainedEpochs {
   undelivered() {
     return Promise.resolve({ connections: 0, sending: 0, bytes: 0 });
   }
-  async stop(which: readonly Epoch[], _budgetMs: number, options: { byAdmin?: boolean } = {}): Promise<void> {
-    if (which.length > 0) this.stops.push({ epochs: which.map((l) => l.info.epoch), byAdmin: options.byAdmin !== false });
+  async stop(
+    which: readonly Epoch[],
+    _budgetMs: number,
+    options: { byAdmin?: boolean } = {},
+  ): Promise<void> {
+    if (which.length > 0) {
+      this.stops.push({
+        epochs: which.map((l) => l.info.epoch),
+        byAdmin: options.byAdmin !== false,
+      });
+    }
     for (const l of which) l.stopAsked = true;
     for (const e of this.epochs.filter((e) => which.includes(e.live))) e.exit();
     await Promise.resolve();
@@ -63,14 +84,24 @@ class FakeEpochs implements DrainedEpochs {
 function fakeDrain(endWait: () => Promise<string>, settled?: Settled) {
   const now = Date.now();
   const plan: DrainPlan = {
-    mode: "inflight", scope: "inbound", failHealthcheck: false, drainDelayMs: 0, minDrainMs: 0,
-    startedAt: now, terminatedAt: now, graceEndsAt: now + 30_000, deadline: now + 25_000,
+    mode: "inflight",
+    scope: "inbound",
+    failHealthcheck: false,
+    drainDelayMs: 0,
+    minDrainMs: 0,
+    startedAt: now,
+    terminatedAt: now,
+    graceEndsAt: now + 30_000,
+    deadline: now + 25_000,
   };
   const calls: string[] = [];
   return {
     calls,
     drain: {
-      begin: (source: string, terminating?: boolean) => (calls.push(`begin ${source} ${terminating}`), plan),
+      begin: (
+        source: string,
+        terminating?: boolean,
+      ) => (calls.push(`begin ${source} ${terminating}`), plan),
       wait: () => (calls.push("wait"), endWait()),
       get settled() {
         return settled;
@@ -81,7 +112,11 @@ function fakeDrain(endWait: () => Promise<string>, settled?: Settled) {
 
 function logged() {
   const lines: Array<{ event: string; fields: Record<string, unknown> }> = [];
-  return { lines, log: (event: string, fields: Record<string, unknown> = {}) => void lines.push({ event, fields }) };
+  return {
+    lines,
+    log: (event: string, fields: Record<string, unknown> = {}) =>
+      void lines.push({ event, fields }),
+  };
 }
 
 describe("terminate", () => {
@@ -92,7 +127,12 @@ describe("terminate", () => {
     const state = { phase: "running" as Phase };
     const outcome = await terminate({ log, state, drain, epochs }, "SIGTERM");
     expect(calls).toEqual(["begin SIGTERM true"]);
-    expect(outcome).toMatchObject({ reason: "envoy_not_running", inflightAtStop: 0, died: [], code: 0 });
+    expect(outcome).toMatchObject({
+      reason: "envoy_not_running",
+      inflightAtStop: 0,
+      died: [],
+      code: 0,
+    });
     expect(lines.map((l) => l.event)).toEqual(["terminate", "terminated"]);
     expect(state.phase).toBe("running"); // the agent applies the outcome
   });
@@ -102,16 +142,30 @@ describe("terminate", () => {
     const parent = fakeEpoch(0);
     const child = fakeEpoch(1);
     const epochs = new FakeEpochs([parent, child]);
-    const { drain, calls } = fakeDrain(() => Promise.resolve("inflight_zero"), { at: Date.now(), inflight: 0, bytesUnsent: 0 });
+    const { drain, calls } = fakeDrain(() => Promise.resolve("inflight_zero"), {
+      at: Date.now(),
+      inflight: 0,
+      bytesUnsent: 0,
+    });
     const state = { phase: "draining" as Phase };
     const outcome = await terminate({ log, state, drain, epochs }, "SIGTERM");
     expect(calls).toEqual(["begin SIGTERM true", "wait"]);
     expect(epochs.drained).toEqual([0, 1]);
     expect(epochs.stops).toEqual([{ epochs: [1], byAdmin: true }, { epochs: [0], byAdmin: true }]);
     expect(state.phase).toBe("stopping");
-    expect(outcome).toMatchObject({ mode: "inflight", reason: "inflight_zero", inflightAtStop: 0, bytesUnsentAtStop: 0, died: [], code: 0 });
+    expect(outcome).toMatchObject({
+      mode: "inflight",
+      reason: "inflight_zero",
+      inflightAtStop: 0,
+      bytesUnsentAtStop: 0,
+      died: [],
+      code: 0,
+    });
     expect(outcome.lastZeroToStopMs).toBeGreaterThanOrEqual(0);
-    expect(lines.at(-1)).toMatchObject({ event: "terminated", fields: { reason: "inflight_zero", inflight_at_stop: 0, bytes_unsent_at_stop: 0 } });
+    expect(lines.at(-1)).toMatchObject({
+      event: "terminated",
+      fields: { reason: "inflight_zero", inflight_at_stop: 0, bytes_unsent_at_stop: 0 },
+    });
   });
 
   it("an epoch killed under the drain: what it had in flight counts as cut, the reason says so, exit 1", async () => {
@@ -125,10 +179,22 @@ describe("terminate", () => {
       epochs.reportedCount = 0;
       return "inflight_zero";
     });
-    const outcome = await terminate({ log, state: { phase: "draining" }, drain, epochs }, "SIGTERM");
-    expect(outcome).toMatchObject({ reason: "envoy_exited", inflightAtStop: 3, died: [{ inflight: 3, exit: "signal SIGKILL" }], code: 1 });
+    const outcome = await terminate(
+      { log, state: { phase: "draining" }, drain, epochs },
+      "SIGTERM",
+    );
+    expect(outcome).toMatchObject({
+      reason: "envoy_exited",
+      inflightAtStop: 3,
+      died: [{ inflight: 3, exit: "signal SIGKILL" }],
+      code: 1,
+    });
     expect(outcome.lastZeroToStopMs).toBeUndefined();
-    expect(lines.at(-1)?.fields).toMatchObject({ reason: "envoy_exited", inflight_at_stop: 3, envoy_exits: ["signal SIGKILL"] });
+    expect(lines.at(-1)?.fields).toMatchObject({
+      reason: "envoy_exited",
+      inflight_at_stop: 3,
+      envoy_exits: ["signal SIGKILL"],
+    });
   });
 
   it("an Envoy that never became ready, and none serving: stopped at once by signal, no wait", async () => {
@@ -136,7 +202,10 @@ describe("terminate", () => {
     const starting = fakeEpoch(0, { ready: false });
     const epochs = new FakeEpochs([starting]);
     const { drain, calls } = fakeDrain(() => Promise.resolve("inflight_zero"));
-    const outcome = await terminate({ log, state: { phase: "starting" }, drain, epochs }, "SIGTERM");
+    const outcome = await terminate(
+      { log, state: { phase: "starting" }, drain, epochs },
+      "SIGTERM",
+    );
     expect(calls).toEqual(["begin SIGTERM true"]);
     expect(epochs.stops).toEqual([{ epochs: [0], byAdmin: false }]);
     expect(lines.map((l) => l.event)).toEqual(["terminate", "stopping_unready", "terminated"]);
@@ -147,10 +216,18 @@ describe("terminate", () => {
     const { log } = logged();
     const late = fakeEpoch(0);
     const epochs = new FakeEpochs([]);
-    const { drain } = fakeDrain(() => Promise.resolve("inflight_zero"), { at: Date.now(), inflight: 0, bytesUnsent: 0 });
+    const { drain } = fakeDrain(() => Promise.resolve("inflight_zero"), {
+      at: Date.now(),
+      inflight: 0,
+      bytesUnsent: 0,
+    });
     // The aborted start had spawned an Envoy before it gave up: the termination drains and stops it too.
     const preempted = Promise.resolve().then(() => void epochs.epochs.push(late));
-    const outcome = await terminate({ log, state: { phase: "starting" }, drain, epochs }, "SIGTERM", { preempted });
+    const outcome = await terminate(
+      { log, state: { phase: "starting" }, drain, epochs },
+      "SIGTERM",
+      { preempted },
+    );
     expect(epochs.stops).toEqual([{ epochs: [0], byAdmin: true }]);
     expect(outcome).toMatchObject({ reason: "inflight_zero", code: 0 });
   });

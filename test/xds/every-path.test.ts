@@ -3,7 +3,12 @@
 // xDS proxy: the drain ends on the filter's confirmed zero, never on a fallback.
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../support/envoy.ts";
-import { freePort, type LastcallEvent, startLastcall, type TestLastcall } from "../support/lastcall.ts";
+import {
+  freePort,
+  type LastcallEvent,
+  startLastcall,
+  type TestLastcall,
+} from "../support/lastcall.ts";
 import { upstreamForFile } from "../support/serving.ts";
 import { buildXdsServer, startXdsServer, stopAllXdsServers } from "../support/xds-server/index.ts";
 import { basicSnapshot, get, xdsBootstrap, type XdsVariant } from "./resources.ts";
@@ -15,17 +20,29 @@ afterEach(() => stopAllXdsServers());
 const time = (e: LastcallEvent) => Date.parse(e.ts);
 
 /** lastcall on an ADS bootstrap whose only listener comes from the control plane, answering. */
-async function overAds(variant: XdsVariant, args: string[]): Promise<{ lc: TestLastcall; port: number }> {
+async function overAds(
+  variant: XdsVariant,
+  args: string[],
+): Promise<{ lc: TestLastcall; port: number }> {
   const cp = await startXdsServer();
   const port = await freePort();
-  await cp.push(basicSnapshot({ version: "1", listenerPort: port, appPort: app.port, service: "ads", variant }));
+  await cp.push(
+    basicSnapshot({ version: "1", listenerPort: port, appPort: app.port, service: "ads", variant }),
+  );
   const lc = startLastcall(xdsBootstrap({ xdsPort: cp.port, service: "ads", variant }), { args });
   await lc.event("ready");
   const listeners = await lc.event("xds_listeners");
   expect(listeners.filtered).toEqual(["ingress"]);
   // Read from the Listener's protobuf as the control plane sent it: its address is TCP.
-  expect(listeners.counted).toEqual([{ name: "ingress", direction: "INBOUND", counted: "filter", delivery: "tcp_queue" }]);
-  await waitFor(async () => (await get(port, "/delay?ms=1").catch(() => undefined)), { what: "the LDS listener to answer" });
+  expect(listeners.counted).toEqual([{
+    name: "ingress",
+    direction: "INBOUND",
+    counted: "filter",
+    delivery: "tcp_queue",
+  }]);
+  await waitFor(async () => (await get(port, "/delay?ms=1").catch(() => undefined)), {
+    what: "the LDS listener to answer",
+  });
   return { lc, port };
 }
 
@@ -64,7 +81,10 @@ describe.each<XdsVariant>(["sotw", "delta"])("over ADS (%s)", (variant) => {
     expect(lc.events.some((e) => e.event === "drain_wait_done")).toBe(false);
     app.release();
     expect((await held).status).toBe(200);
-    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+    expect(await lc.event("terminated")).toMatchObject({
+      reason: "inflight_zero",
+      inflight_at_stop: 0,
+    });
     expect(await lc.exited).toEqual({ code: 0, signal: null });
   });
 });

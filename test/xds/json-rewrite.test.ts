@@ -10,34 +10,78 @@ import type { Json } from "../support/json.ts";
 
 const filter = { wasmPath: "/x/filter.wasm", pluginConfig: { instance: "7-1-0", token: "t" } };
 const filters = { http: wasmFilter(filter), tcp: wasmFilter(filter, true) };
-const encoded = encodeFilters({ socketPath: "", token: "", files: [], relayed: [], unseen: [], filters });
+const encoded = encodeFilters({
+  socketPath: "",
+  token: "",
+  files: [],
+  relayed: [],
+  unseen: [],
+  filters,
+});
 const LISTENER = "type.googleapis.com/envoy.config.listener.v3.Listener";
 const hcm = (prefix: string) => ({
   name: "envoy.filters.network.http_connection_manager",
   typed_config: {
-    "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+    "@type":
+      "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
     stat_prefix: prefix,
     http_filters: [{ name: "envoy.filters.http.router" }],
   },
 });
-const tcpProxy = { name: "envoy.filters.network.tcp_proxy", typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy", cluster: "app" } };
+const tcpProxy = {
+  name: "envoy.filters.network.tcp_proxy",
+  typed_config: {
+    "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+    cluster: "app",
+  },
+};
 const listener = (name: string, direction: string | undefined, filter: Json): Json => ({
-  "@type": LISTENER, name, ...(direction ? { traffic_direction: direction } : {}), filter_chains: [{ filters: [filter] }],
+  "@type": LISTENER,
+  name,
+  ...(direction ? { traffic_direction: direction } : {}),
+  filter_chains: [{ filters: [filter] }],
 });
 
 describe("insertIntoListener", () => {
   it("gives an unmarked listener the filter and marks it INBOUND; keeps OUTBOUND counted, not drained", () => {
     const plain = listener("plain", undefined, hcm("plain"));
-    expect(insertIntoListener(plain, filters)).toEqual({ name: "plain", direction: "unmarked", marked: true, counted: "filter", delivery: "tcp_queue", http: 1, tcp: 0 });
+    expect(insertIntoListener(plain, filters)).toEqual({
+      name: "plain",
+      direction: "unmarked",
+      marked: true,
+      counted: "filter",
+      delivery: "tcp_queue",
+      http: 1,
+      tcp: 0,
+    });
     expect(plain.traffic_direction).toBe("INBOUND");
-    expect(plain.filter_chains[0].filters[0].typed_config.http_filters[0].name).toBe("lastcall_inflight");
+    expect(plain.filter_chains[0].filters[0].typed_config.http_filters[0].name).toBe(
+      "lastcall_inflight",
+    );
     const out = listener("out", "OUTBOUND", tcpProxy);
-    expect(insertIntoListener(out, filters)).toMatchObject({ direction: "OUTBOUND", marked: false, counted: "not_counted", tcp: 0 });
+    expect(insertIntoListener(out, filters)).toMatchObject({
+      direction: "OUTBOUND",
+      marked: false,
+      counted: "not_counted",
+      tcp: 0,
+    });
     expect(out.traffic_direction).toBe("OUTBOUND");
     const tcp = listener("tcp", undefined, tcpProxy);
-    expect(insertIntoListener(tcp, filters)).toMatchObject({ counted: "filter_tcp", tcp: 1, marked: true });
+    expect(insertIntoListener(tcp, filters)).toMatchObject({
+      counted: "filter_tcp",
+      tcp: 1,
+      marked: true,
+    });
     // A second pass finds both there: nothing inserted, still counted.
-    expect(insertIntoListener(plain, filters)).toEqual({ name: "plain", direction: "INBOUND", marked: false, counted: "filter", delivery: "tcp_queue", http: 0, tcp: 0 });
+    expect(insertIntoListener(plain, filters)).toEqual({
+      name: "plain",
+      direction: "INBOUND",
+      marked: false,
+      counted: "filter",
+      delivery: "tcp_queue",
+      http: 0,
+      tcp: 0,
+    });
   });
 });
 
@@ -47,8 +91,18 @@ describe("rewriteFile", () => {
     already.filter_chains[0].filters[0].typed_config.http_filters.unshift(filters.http);
     const content = new TextEncoder().encode(YAML.stringify({ resources: [already] }));
     const out = rewriteFile(content, "yaml", { filters, encoded });
-    expect(out.listeners).toEqual([{ name: "plain", direction: "unmarked", marked: true, counted: "filter", delivery: "tcp_queue", http: 0, tcp: 0 }]);
-    expect(JSON.parse(new TextDecoder().decode(out.content)).resources[0].traffic_direction).toBe("INBOUND");
+    expect(out.listeners).toEqual([{
+      name: "plain",
+      direction: "unmarked",
+      marked: true,
+      counted: "filter",
+      delivery: "tcp_queue",
+      http: 0,
+      tcp: 0,
+    }]);
+    expect(JSON.parse(new TextDecoder().decode(out.content)).resources[0].traffic_direction).toBe(
+      "INBOUND",
+    );
   });
 
   it("leaves a file alone when every listener is marked and already has the filter", () => {

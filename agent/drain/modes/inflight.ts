@@ -12,13 +12,22 @@ export const waitInflight: DrainWait = async function waitInflight(context, sign
   const instances = context.instances();
   const unheard = () => instances.filter((id) => context.tracker.status(id) === "never");
   // An Envoy that started a moment ago may not have sent its first heartbeat yet.
-  const firstReport = AbortSignal.any([signal, AbortSignal.timeout(Math.ceil(2 * context.heartbeatMs))]);
-  await pollUntil(() => Promise.resolve(unheard().length === 0 ? true : undefined), 20, firstReport).catch(() => {
-    signal.throwIfAborted();
-  });
+  const firstReport = AbortSignal.any([
+    signal,
+    AbortSignal.timeout(Math.ceil(2 * context.heartbeatMs)),
+  ]);
+  await pollUntil(() => Promise.resolve(unheard().length === 0 ? true : undefined), 20, firstReport)
+    .catch(() => {
+      signal.throwIfAborted();
+    });
   const silent = unheard();
   if (instances.length === 0 || silent.length > 0) {
-    context.log("drain_fallback", { from: "inflight", to: "requests", reason: "filter never reported", instances: silent });
+    context.log("drain_fallback", {
+      from: "inflight",
+      to: "requests",
+      reason: "filter never reported",
+      instances: silent,
+    });
     const reason = await waitRequests({ ...context, statPrefixes: undefined }, signal);
     return reason === "requests_zero" ? "requests_zero_fallback" : reason;
   }

@@ -5,7 +5,12 @@ import type { FilterVm } from "./vm.ts";
 
 /** proxy-wasm `WasmResult` codes. */
 export const WasmResult = {
-  Ok: 0, NotFound: 1, BadArgument: 2, InvalidMemoryAccess: 6, CasMismatch: 8, InternalFailure: 10,
+  Ok: 0,
+  NotFound: 1,
+  BadArgument: 2,
+  InvalidMemoryAccess: 6,
+  CasMismatch: 8,
+  InternalFailure: 10,
 } as const;
 
 /** Default module: the filter built by `npm run build:filter`. */
@@ -111,7 +116,12 @@ export interface HostCallPoint {
   /** The calling VM. */
   readonly vm: FilterVm;
   /** The import called. */
-  readonly call: "proxy_get_shared_data" | "proxy_set_shared_data" | "proxy_increment_metric" | "proxy_get_metric" | "proxy_http_call";
+  readonly call:
+    | "proxy_get_shared_data"
+    | "proxy_set_shared_data"
+    | "proxy_increment_metric"
+    | "proxy_get_metric"
+    | "proxy_http_call";
   /** Shared-data key, metric name (`wasmcustom.…`) or cluster. */
   readonly key: string;
   /** The export of the VM that is running (e.g. `proxy_on_context_create`). */

@@ -1,7 +1,16 @@
 // One Envoy process of the in-process proxy-wasm host: the compiled module, its VMs, and the
 // process-wide state they share (metrics, shared data, http calls, logs).
 import { readFileSync } from "node:fs";
-import { FILTER_WASM, type HostCallPoint, type HostOptions, type HttpCall, type LogLine, type SharedEntry, type VmOptions, WasmResult } from "./abi.ts";
+import {
+  FILTER_WASM,
+  type HostCallPoint,
+  type HostOptions,
+  type HttpCall,
+  type LogLine,
+  type SharedEntry,
+  type VmOptions,
+  WasmResult,
+} from "./abi.ts";
 import { FilterVm } from "./vm.ts";
 
 /** One Envoy process: the shared-data store, the metrics, and every VM loaded into it. */
@@ -38,12 +47,15 @@ export class ProxyWasmHost {
 
   /** Compiles the module once for every VM of this "process". */
   constructor(options: HostOptions = {}) {
-    const bytes = typeof options.wasm === "object" ? options.wasm : readFileSync(options.wasm ?? FILTER_WASM);
+    const bytes = typeof options.wasm === "object"
+      ? options.wasm
+      : readFileSync(options.wasm ?? FILTER_WASM);
     this.#module = new WebAssembly.Module(new Uint8Array(bytes));
     this.#clusters = new Set(options.clusters ?? ["lastcall_agent"]);
     this.logLevel = options.logLevel ?? 0;
     this.keepRequestHeaders = options.keepRequestHeaders ?? false;
-    this.clock = options.clock ?? (() => BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e3)) * 1000n);
+    this.clock = options.clock ??
+      (() => BigInt(Math.round((performance.timeOrigin + performance.now()) * 1e3)) * 1000n);
   }
 
   /** Imports the module declares, as `module.name`. */
@@ -78,7 +90,7 @@ export class ProxyWasmHost {
   /** @internal shared-data set, as cpp-host SharedData::set. */
   setShared(vmId: string, key: string, value: Uint8Array, cas: number): number {
     let map = this.#shared.get(vmId);
-    if (!map) this.#shared.set(vmId, (map = new Map()));
+    if (!map) this.#shared.set(vmId, map = new Map());
     const existing = map.get(key);
     if (existing && cas !== 0 && cas !== existing.cas) return WasmResult.CasMismatch;
     map.set(key, { value: value.slice(), cas: this.#takeCas() });
@@ -94,7 +106,9 @@ export class ProxyWasmHost {
   /** @internal finds or creates the process-wide stat behind a metric name. */
   defineStat(type: number, name: string): void {
     const existing = this.#metrics.get(name);
-    if (existing && existing.type !== type) throw new Error(`proxy-wasm host: metric ${name} redefined with another type`);
+    if (existing && existing.type !== type) {
+      throw new Error(`proxy-wasm host: metric ${name} redefined with another type`);
+    }
     if (!existing) this.#metrics.set(name, { type, value: 0n });
   }
 

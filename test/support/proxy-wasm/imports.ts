@@ -1,8 +1,16 @@
 // The host functions a VM imports (`env.proxy_*`), as proxy-wasm-cpp-host's exports.cc and
 // Envoy's context.cc implement them; each acts on one VM through its VmSide.
 import {
-  BUFFER_HTTP_CALL_RESPONSE_BODY, BUFFER_PLUGIN_CONFIGURATION, BUFFER_VM_CONFIGURATION, HEADERS_HTTP_CALL_RESPONSE, HEADERS_REQUEST,
-  type HostCallPoint, METRIC_COUNTER, METRIC_HISTOGRAM, type StreamState, WasmResult,
+  BUFFER_HTTP_CALL_RESPONSE_BODY,
+  BUFFER_PLUGIN_CONFIGURATION,
+  BUFFER_VM_CONFIGURATION,
+  HEADERS_HTTP_CALL_RESPONSE,
+  HEADERS_REQUEST,
+  type HostCallPoint,
+  METRIC_COUNTER,
+  METRIC_HISTOGRAM,
+  type StreamState,
+  WasmResult,
 } from "./abi.ts";
 import type { ProxyWasmHost } from "./host.ts";
 import type { VmMemory } from "./memory.ts";
@@ -29,7 +37,13 @@ export interface VmSide {
   /** Runs a host call that touches process-wide state between the race hooks. */
   hooked(call: HostCallPoint["call"], key: string, body: () => number, offset?: bigint): number;
   /** proxy_http_call once its arguments are read. */
-  dispatch(cluster: string, headers: [string, string][], body: string, timeoutMs: number, tokenPtr: number): number;
+  dispatch(
+    cluster: string,
+    headers: [string, string][],
+    body: string,
+    timeoutMs: number,
+    tokenPtr: number,
+  ): number;
 }
 
 /** The `env` imports of one VM, by name. */
@@ -57,7 +71,13 @@ export function hostImports(vm: VmSide): Record<string, (...args: never[]) => un
       memory.setU64(resultPtr, host.clock());
       return WasmResult.Ok;
     },
-    proxy_get_buffer_bytes: (type: number, start: number, length: number, ptrPtr: number, sizePtr: number) => {
+    proxy_get_buffer_bytes: (
+      type: number,
+      start: number,
+      length: number,
+      ptrPtr: number,
+      sizePtr: number,
+    ) => {
       let buffer: Uint8Array | undefined;
       if (type === BUFFER_PLUGIN_CONFIGURATION) buffer = Buffer.from(vm.configuration);
       else if (type === BUFFER_VM_CONFIGURATION) buffer = new Uint8Array(0);
@@ -66,10 +86,18 @@ export function hostImports(vm: VmSide): Record<string, (...args: never[]) => un
       if (!buffer) return WasmResult.NotFound;
       if (start > start + length) return WasmResult.BadArgument;
       if (start + length > buffer.length) length = buffer.length - start; // don't overread
-      if (length > 0) return memory.copyOut(buffer.subarray(start, start + length), ptrPtr, sizePtr);
+      if (length > 0) {
+        return memory.copyOut(buffer.subarray(start, start + length), ptrPtr, sizePtr);
+      }
       return WasmResult.Ok;
     },
-    proxy_get_header_map_value: (type: number, keyPtr: number, keySize: number, ptrPtr: number, sizePtr: number) => {
+    proxy_get_header_map_value: (
+      type: number,
+      keyPtr: number,
+      keySize: number,
+      ptrPtr: number,
+      sizePtr: number,
+    ) => {
       if (type > 7) return WasmResult.BadArgument;
       let map: [string, string][] | undefined;
       if (type === HEADERS_REQUEST) map = vm.streams.get(vm.context())?.requestHeaders;
@@ -79,9 +107,19 @@ export function hostImports(vm: VmSide): Record<string, (...args: never[]) => un
       const key = memory.string(keyPtr, keySize).toLowerCase();
       const found = map.filter(([k]) => k === key).map(([, v]) => v);
       if (found.length === 0) return WasmResult.NotFound;
-      return memory.copyOut(Buffer.from(found.join(","), type === HEADERS_REQUEST ? "latin1" : "utf8"), ptrPtr, sizePtr);
+      return memory.copyOut(
+        Buffer.from(found.join(","), type === HEADERS_REQUEST ? "latin1" : "utf8"),
+        ptrPtr,
+        sizePtr,
+      );
     },
-    proxy_get_shared_data: (keyPtr: number, keySize: number, ptrPtr: number, sizePtr: number, casPtr: number) => {
+    proxy_get_shared_data: (
+      keyPtr: number,
+      keySize: number,
+      ptrPtr: number,
+      sizePtr: number,
+      casPtr: number,
+    ) => {
       const key = memory.string(keyPtr, keySize);
       return vm.hooked("proxy_get_shared_data", key, () => {
         const entry = host.getShared(vm.vmId, key);
@@ -92,10 +130,20 @@ export function hostImports(vm: VmSide): Record<string, (...args: never[]) => un
         return WasmResult.Ok;
       });
     },
-    proxy_set_shared_data: (keyPtr: number, keySize: number, valuePtr: number, valueSize: number, cas: number) => {
+    proxy_set_shared_data: (
+      keyPtr: number,
+      keySize: number,
+      valuePtr: number,
+      valueSize: number,
+      cas: number,
+    ) => {
       const key = memory.string(keyPtr, keySize);
       const value = memory.bytes(valuePtr, valueSize).slice();
-      return vm.hooked("proxy_set_shared_data", key, () => host.setShared(vm.vmId, key, value, cas >>> 0));
+      return vm.hooked(
+        "proxy_set_shared_data",
+        key,
+        () => host.setShared(vm.vmId, key, value, cas >>> 0),
+      );
     },
     proxy_define_metric: (type: number, namePtr: number, nameSize: number, idPtr: number) => {
       if (type > METRIC_HISTOGRAM) return WasmResult.BadArgument;
@@ -132,15 +180,27 @@ export function hostImports(vm: VmSide): Record<string, (...args: never[]) => un
       return WasmResult.Ok;
     },
     proxy_http_call: (
-      uriPtr: number, uriSize: number, headersPtr: number, headersSize: number, bodyPtr: number, bodySize: number,
-      trailersPtr: number, trailersSize: number, timeoutMs: number, tokenPtr: number,
+      uriPtr: number,
+      uriSize: number,
+      headersPtr: number,
+      headersSize: number,
+      bodyPtr: number,
+      bodySize: number,
+      trailersPtr: number,
+      trailersSize: number,
+      timeoutMs: number,
+      tokenPtr: number,
     ) => {
       const cluster = memory.string(uriPtr, uriSize);
       const headers = memory.pairs(headersPtr, headersSize);
       const body = memory.string(bodyPtr, bodySize);
       memory.pairs(trailersPtr, trailersSize);
       memory.setU32(tokenPtr, 0);
-      return vm.hooked("proxy_http_call", cluster, () => vm.dispatch(cluster, headers, body, timeoutMs, tokenPtr));
+      return vm.hooked(
+        "proxy_http_call",
+        cluster,
+        () => vm.dispatch(cluster, headers, body, timeoutMs, tokenPtr),
+      );
     },
   } as Record<string, (...args: never[]) => unknown>;
 }

@@ -20,11 +20,16 @@ export interface PropertyScope {
  */
 export function propertyValue(path: string, scope: PropertyScope): Uint8Array | undefined {
   const { stream } = scope;
-  const header = (name: string) => (scope.headersReadable ? stream?.requestHeaders?.find(([k]) => k === name)?.[1] : undefined);
+  const header = (
+    name: string,
+  ) => (scope.headersReadable ? stream?.requestHeaders?.find(([k]) => k === name)?.[1] : undefined);
   switch (path) {
-    case "plugin_root_id": return Buffer.from(scope.rootId);
-    case "plugin_name": return Buffer.from("lastcall");
-    case "plugin_vm_id": return Buffer.from(scope.vmId);
+    case "plugin_root_id":
+      return Buffer.from(scope.rootId);
+    case "plugin_name":
+      return Buffer.from("lastcall");
+    case "plugin_vm_id":
+      return Buffer.from(scope.vmId);
     case "request.time": {
       if (!stream?.http) return undefined;
       const bytes = Buffer.alloc(8);
@@ -39,10 +44,15 @@ export function propertyValue(path: string, scope: PropertyScope): Uint8Array | 
       const path = header(":path");
       return path === undefined ? undefined : Buffer.from(path.split("?")[0]!, "latin1");
     }
-    case "destination.address": return stream === undefined ? undefined : Buffer.from(stream.address);
-    case "request.protocol": return stream?.http ? Buffer.from(stream.protocol) : undefined;
-    case "xds.cluster_name": return stream === undefined ? undefined : Buffer.from(stream.cluster);
-    case "xds.route_name": return stream === undefined ? undefined : Buffer.from(stream.route);
-    default: throw new Error(`proxy-wasm host: property ${path} is not modelled`);
+    case "destination.address":
+      return stream === undefined ? undefined : Buffer.from(stream.address);
+    case "request.protocol":
+      return stream?.http ? Buffer.from(stream.protocol) : undefined;
+    case "xds.cluster_name":
+      return stream === undefined ? undefined : Buffer.from(stream.cluster);
+    case "xds.route_name":
+      return stream === undefined ? undefined : Buffer.from(stream.route);
+    default:
+      throw new Error(`proxy-wasm host: property ${path} is not modelled`);
   }
 }

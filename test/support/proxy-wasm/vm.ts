@@ -1,6 +1,16 @@
 // One VM ("worker thread") of the in-process proxy-wasm host: its root and stream contexts, and
 // the callbacks in Envoy's order (create → headers → log → done → delete).
-import { type HostCallPoint, type HttpCall, METRIC_COUNTER, METRIC_GAUGE, METRIC_HISTOGRAM, type StreamOptions, type StreamState, type VmOptions, WasmResult } from "./abi.ts";
+import {
+  type HostCallPoint,
+  type HttpCall,
+  METRIC_COUNTER,
+  METRIC_GAUGE,
+  METRIC_HISTOGRAM,
+  type StreamOptions,
+  type StreamState,
+  type VmOptions,
+  WasmResult,
+} from "./abi.ts";
 import type { ProxyWasmHost } from "./host.ts";
 import { hostImports, type VmSide } from "./imports.ts";
 import { VmMemory } from "./memory.ts";
@@ -44,13 +54,18 @@ export class FilterVm {
       vmId: options.vmId ?? "lastcall_inflight",
     };
     // Both read the instance's exports, which exist only once the imports below are built.
-    this.#memory = new VmMemory(() => this.#exports.memory as unknown as WebAssembly.Memory, (size) => this.#exports.malloc(size));
+    this.#memory = new VmMemory(
+      () => this.#exports.memory as unknown as WebAssembly.Memory,
+      (size) => this.#exports.malloc(size),
+    );
     const implemented = hostImports(this.#side());
     const env: Record<string, WebAssembly.ImportValue> = {};
     const imports: WebAssembly.Imports = { env };
     for (const entry of WebAssembly.Module.imports(module)) {
       const fn = entry.module === "env" ? implemented[entry.name] : undefined;
-      const missing = () => { throw new Error(`proxy-wasm host: import ${entry.module}.${entry.name} is not implemented`); };
+      const missing = () => {
+        throw new Error(`proxy-wasm host: import ${entry.module}.${entry.name} is not implemented`);
+      };
       const run = (fn ?? missing) as (...args: unknown[]) => unknown;
       (imports[entry.module] ??= {})[entry.name] = (...args: unknown[]) => {
         host.onImport?.(this, entry.name);
@@ -66,7 +81,8 @@ export class FilterVm {
     this.#call("proxy_on_context_create", this.rootContextId, this.rootContextId, 0);
     this.#call("proxy_on_vm_start", this.rootContextId, this.rootContextId, 0);
     const size = Buffer.byteLength(this.#options.configuration);
-    this.configured = this.#call("proxy_on_configure", this.rootContextId, this.rootContextId, size) === 1;
+    this.configured =
+      this.#call("proxy_on_configure", this.rootContextId, this.rootContextId, size) === 1;
   }
 
   /** Fires the root context's timer once (as Envoy does every `tickPeriodMs`). */
@@ -77,14 +93,21 @@ export class FilterVm {
   /** Creates a stream (or connection) context; returns its id. */
   createStream(options: StreamOptions = {}): number {
     const id = options.id ?? this.#nextContextId;
-    if (!Number.isInteger(id) || id <= 0 || id > 0xffffffff || id === this.rootContextId || this.#streams.has(id)) {
+    if (
+      !Number.isInteger(id) || id <= 0 || id > 0xffffffff || id === this.rootContextId ||
+      this.#streams.has(id)
+    ) {
       throw new Error(`proxy-wasm host: context id ${id} is not free in VM ${this.index}`);
     }
     this.#nextContextId = Math.max(this.#nextContextId, id + 1);
     this.#streams.set(id, {
-      root: this.rootContextId, startNs: options.startNs ?? this.#host.clock(),
-      address: options.address ?? "127.0.0.1:10000", http: options.http ?? true,
-      protocol: options.protocol ?? "HTTP/1.1", cluster: options.cluster ?? "app", route: options.route ?? "",
+      root: this.rootContextId,
+      startNs: options.startNs ?? this.#host.clock(),
+      address: options.address ?? "127.0.0.1:10000",
+      http: options.http ?? true,
+      protocol: options.protocol ?? "HTTP/1.1",
+      cluster: options.cluster ?? "app",
+      route: options.route ?? "",
     });
     this.#call("proxy_on_context_create", id, id, this.rootContextId);
     return id;
@@ -94,7 +117,13 @@ export class FilterVm {
   requestHeaders(id: number, headers: Record<string, string>, endOfStream = true): number {
     const state = this.#stream(id);
     state.requestHeaders = Object.entries(headers).map(([k, v]) => [k.toLowerCase(), v]);
-    return this.#call("proxy_on_request_headers", id, id, state.requestHeaders.length, endOfStream ? 1 : 0);
+    return this.#call(
+      "proxy_on_request_headers",
+      id,
+      id,
+      state.requestHeaders.length,
+      endOfStream ? 1 : 0,
+    );
   }
 
   /** Delivers response headers; returns the filter status. */
@@ -157,9 +186,13 @@ export class FilterVm {
 
   // Runs one export as `context`; a trap marks the VM failed (Envoy stops calling it) and rethrows.
   #call(name: string, context: number, ...args: number[]): number {
-    if (this.failed) throw new Error(`proxy-wasm host: VM ${this.index} failed earlier`, { cause: this.failed });
+    if (this.failed) {
+      throw new Error(`proxy-wasm host: VM ${this.index} failed earlier`, { cause: this.failed });
+    }
     if (this.#callback !== undefined) {
-      throw new Error(`proxy-wasm host: VM ${this.index} is inside ${this.#callback}: a VM runs one callback at a time`);
+      throw new Error(
+        `proxy-wasm host: VM ${this.index} is inside ${this.#callback}: a VM runs one callback at a time`,
+      );
     }
     const fn = this.#exports[name];
     if (typeof fn !== "function") return 0; // Envoy skips callbacks the module does not export
@@ -181,18 +214,35 @@ export class FilterVm {
   // Runs one host call that touches process-wide state between the race hooks.
   #hooked(call: HostCallPoint["call"], key: string, body: () => number, offset?: bigint): number {
     const host = this.#host;
-    const point: HostCallPoint = { vm: this, call, key, callback: this.#callback ?? "", context: this.#context(), offset };
+    const point: HostCallPoint = {
+      vm: this,
+      call,
+      key,
+      callback: this.#callback ?? "",
+      context: this.#context(),
+      offset,
+    };
     const injected = host.beforeHostCall?.(point);
     const result = typeof injected === "number" ? injected : body();
     host.afterHostCall?.(point, result);
     return result;
   }
 
-  #deliverCallResponse(token: number, response: { headers: [string, string][]; body: Uint8Array } | undefined): void {
+  #deliverCallResponse(
+    token: number,
+    response: { headers: [string, string][]; body: Uint8Array } | undefined,
+  ): void {
     this.#callResponse = response;
     try {
-      this.#call("proxy_on_http_call_response", this.rootContextId, this.rootContextId, token,
-        response?.headers.length ?? 0, response?.body.length ?? 0, 0);
+      this.#call(
+        "proxy_on_http_call_response",
+        this.rootContextId,
+        this.rootContextId,
+        token,
+        response?.headers.length ?? 0,
+        response?.body.length ?? 0,
+        0,
+      );
     } finally {
       this.#callResponse = undefined;
     }
@@ -201,7 +251,9 @@ export class FilterVm {
   /** The context host calls act for: the effective one if set (and still alive), else the running one. */
   #context(): number {
     const effective = this.#effective;
-    return effective !== 0 && (effective === this.rootContextId || this.#streams.has(effective)) ? effective : this.#current;
+    return effective !== 0 && (effective === this.rootContextId || this.#streams.has(effective))
+      ? effective
+      : this.#current;
   }
 
   // What this VM's imports act on (imports.ts).
@@ -223,7 +275,8 @@ export class FilterVm {
           rootId: this.#options.rootId,
           vmId: this.#options.vmId,
           stream: this.#streams.get(context),
-          headersReadable: this.#host.keepRequestHeaders || (this.#callback === "proxy_on_request_headers" && this.#current === context),
+          headersReadable: this.#host.keepRequestHeaders ||
+            (this.#callback === "proxy_on_request_headers" && this.#current === context),
         });
       },
       setTickPeriod: (periodMs) => (this.tickPeriodMs = periodMs),
@@ -235,17 +288,26 @@ export class FilterVm {
       },
       metricName: (id) => this.#metricIds.get(id),
       hooked: (call, key, body, offset) => this.#hooked(call, key, body, offset),
-      dispatch: (cluster, headers, body, timeoutMs, tokenPtr) => this.#dispatch(cluster, headers, body, timeoutMs, tokenPtr),
+      dispatch: (cluster, headers, body, timeoutMs, tokenPtr) =>
+        this.#dispatch(cluster, headers, body, timeoutMs, tokenPtr),
     };
     return side;
   }
 
   // proxy_http_call once its arguments are read: Envoy's checks, then a call for the test to settle.
-  #dispatch(cluster: string, headers: [string, string][], body: string, timeoutMs: number, tokenPtr: number): number {
+  #dispatch(
+    cluster: string,
+    headers: [string, string][],
+    body: string,
+    timeoutMs: number,
+    tokenPtr: number,
+  ): number {
     const host = this.#host;
     if ((timeoutMs | 0) < 0 || !host.hasCluster(cluster)) return WasmResult.BadArgument;
     const names = new Set(headers.map(([k]) => k));
-    if (!names.has(":path") || !names.has(":method") || !names.has(":authority")) return WasmResult.BadArgument;
+    if (!names.has(":path") || !names.has(":method") || !names.has(":authority")) {
+      return WasmResult.BadArgument;
+    }
     const token = this.#nextToken++;
     const settle = (response: { headers: [string, string][]; body: Uint8Array } | undefined) => {
       if (call.settled) throw new Error(`proxy-wasm host: call ${token} already settled`);
@@ -253,9 +315,19 @@ export class FilterVm {
       this.#deliverCallResponse(token, response);
     };
     const call: HttpCall = {
-      vm: this, token, effectiveContext: this.#context(), cluster, headers, body, timeoutMs: timeoutMs >>> 0, settled: false,
+      vm: this,
+      token,
+      effectiveContext: this.#context(),
+      cluster,
+      headers,
+      body,
+      timeoutMs: timeoutMs >>> 0,
+      settled: false,
       respond: (status, responseBody = "", extra = []) =>
-        settle({ headers: [[":status", String(status)], ...extra], body: Buffer.from(responseBody) }),
+        settle({
+          headers: [[":status", String(status)], ...extra],
+          body: Buffer.from(responseBody),
+        }),
       fail: () => settle(undefined),
     };
     host.calls.push(call);

@@ -19,15 +19,23 @@ export function buildXdsServer(): string {
   try {
     execFileSync("go", ["version"], { stdio: "ignore" });
   } catch {
-    throw new Error("The xDS tests need Go (https://go.dev) on PATH to build test/support/xds-server: `go` was not found");
+    throw new Error(
+      "The xDS tests need Go (https://go.dev) on PATH to build test/support/xds-server: `go` was not found",
+    );
   }
   mkdirSync(cacheDir, { recursive: true });
   const temporary = `${binary}.${process.pid}.tmp`;
   try {
-    execFileSync("go", ["build", "-o", temporary, "."], { cwd: source, stdio: ["ignore", "pipe", "pipe"], env: { ...process.env, CGO_ENABLED: "0" } });
+    execFileSync("go", ["build", "-o", temporary, "."], {
+      cwd: source,
+      stdio: ["ignore", "pipe", "pipe"],
+      env: { ...process.env, CGO_ENABLED: "0" },
+    });
   } catch (error) {
     const e = error as { stderr?: Buffer; message: string };
-    throw new Error(`Building test/support/xds-server failed: ${e.stderr?.toString() || e.message}`);
+    throw new Error(
+      `Building test/support/xds-server failed: ${e.stderr?.toString() || e.message}`,
+    );
   }
   renameSync(temporary, binary);
   return binary;
@@ -105,11 +113,20 @@ export async function startXdsServer(options: XdsServerOptions = {}): Promise<Xd
   const server: XdsServer = {
     port: ports.xds_port,
     async push(snapshot) {
-      const response = await fetch(`${control}/snapshot`, { method: "POST", body: JSON.stringify(snapshot) });
-      if (response.status !== 204) throw new Error(`xds-server refused the snapshot: ${response.status} ${await response.text()}`);
+      const response = await fetch(`${control}/snapshot`, {
+        method: "POST",
+        body: JSON.stringify(snapshot),
+      });
+      if (response.status !== 204) {
+        throw new Error(
+          `xds-server refused the snapshot: ${response.status} ${await response.text()}`,
+        );
+      }
     },
-    requests: async () => (await fetch(`${control}/requests`).then((r) => r.json())) as SeenRequest[],
-    streams: async () => ((await fetch(`${control}/streams`).then((r) => r.json())) as { streams: number }).streams,
+    requests: async () =>
+      (await fetch(`${control}/requests`).then((r) => r.json())) as SeenRequest[],
+    streams: async () =>
+      ((await fetch(`${control}/streams`).then((r) => r.json())) as { streams: number }).streams,
     async kill() {
       child.kill("SIGKILL");
       await exited;
@@ -127,14 +144,66 @@ export async function stopAllXdsServers(): Promise<void> {
 }
 
 /** Writes a CA, a server certificate for 127.0.0.1 and a client certificate (openssl). */
-export function makeCertificates(dir: string): { ca: string; serverCert: string; serverKey: string; clientCert: string; clientKey: string } {
-  const run = (...args: string[]) => execFileSync("openssl", args, { cwd: dir, stdio: ["ignore", "pipe", "pipe"] });
-  run("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
-    "-subj", "/CN=lastcall test CA", "-keyout", "ca.key", "-out", "ca.crt");
-  for (const [name, san] of [["server", "IP:127.0.0.1,DNS:xds.test"], ["client", "URI:spiffe://test/envoy"]]) {
-    run("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-subj", `/CN=${name}`, "-keyout", `${name}.key`, "-out", `${name}.csr`);
+export function makeCertificates(
+  dir: string,
+): { ca: string; serverCert: string; serverKey: string; clientCert: string; clientKey: string } {
+  const run = (...args: string[]) =>
+    execFileSync("openssl", args, { cwd: dir, stdio: ["ignore", "pipe", "pipe"] });
+  run(
+    "req",
+    "-x509",
+    "-newkey",
+    "ec",
+    "-pkeyopt",
+    "ec_paramgen_curve:prime256v1",
+    "-nodes",
+    "-days",
+    "2",
+    "-subj",
+    "/CN=lastcall test CA",
+    "-keyout",
+    "ca.key",
+    "-out",
+    "ca.crt",
+  );
+  for (
+    const [name, san] of [["server", "IP:127.0.0.1,DNS:xds.test"], [
+      "client",
+      "URI:spiffe://test/envoy",
+    ]]
+  ) {
+    run(
+      "req",
+      "-newkey",
+      "ec",
+      "-pkeyopt",
+      "ec_paramgen_curve:prime256v1",
+      "-nodes",
+      "-subj",
+      `/CN=${name}`,
+      "-keyout",
+      `${name}.key`,
+      "-out",
+      `${name}.csr`,
+    );
     writeFileSync(join(dir, `${name}.ext`), `subjectAltName=${san}\n`);
-    run("x509", "-req", "-in", `${name}.csr`, "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2", "-extfile", `${name}.ext`, "-out", `${name}.crt`);
+    run(
+      "x509",
+      "-req",
+      "-in",
+      `${name}.csr`,
+      "-CA",
+      "ca.crt",
+      "-CAkey",
+      "ca.key",
+      "-CAcreateserial",
+      "-days",
+      "2",
+      "-extfile",
+      `${name}.ext`,
+      "-out",
+      `${name}.crt`,
+    );
   }
   return {
     ca: join(dir, "ca.crt"),
