@@ -1,6 +1,5 @@
-// Entry point (SIGTERM path 1/4): parse the command line, run the command, map the result to
-// an exit code. Signals become calls on the agent in commands/run.ts.
-// First of all: loading runtime/process.ts gives every signal a listener (see there).
+// Entry point: parse the command line, run the command, map the result to an exit code.
+// Loading runtime/process.ts first gives every signal a listener (docs/architecture.md).
 import {
   commandArguments,
   environment,

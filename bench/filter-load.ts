@@ -45,7 +45,7 @@ const VARIANTS: Variant[] = [
       // `npm run bench -- --before <commit>` builds it from another commit (build/bench.mjs).
       label: process.env.LASTCALL_BENCH_BEFORE
         ? `lastcall filter at ${process.env.LASTCALL_BENCH_BEFORE}`
-        : "lastcall filter before issue 15 (shared-data counter)",
+        : "lastcall filter at ed4e6f7, before the per-VM count (shared-data counter)",
       filter: lastcallFilter(before),
       saturatedOnly: true,
     }]
@@ -209,7 +209,7 @@ try {
   );
   writeResult("filter-load", {
     what:
-      "Envoy 200 direct responses through no wasm filter, a no-op module, the lastcall filter (now, without proxy_on_request_headers, before issue 15)",
+      "Envoy 200 direct responses through no wasm filter, a no-op module, the lastcall filter (now, without proxy_on_request_headers, before the per-VM count)",
     rounds: ROUNDS,
     seconds_per_run: { saturated: SECONDS, fixed: FIXED_SECONDS },
     fixed_rate_rps: FIXED_CLIENTS * FIXED_RPS_PER_CLIENT,

@@ -49,8 +49,8 @@ function filterLoadSection({ filterLoad, line, chart, goals, quickNote }) {
   if (label("before")) {
     line(
       `- \`before\` (saturated loads only): ${
-        label("before").includes("issue 15")
-          ? "the filter before issue 15 (commit ed4e6f7: one process-wide counter in shared data, a compare-and-swap per +1 and −1), built by the harness"
+        label("before").includes("shared-data counter")
+          ? "the filter before its per-VM count (commit ed4e6f7: one process-wide counter in shared data, a compare-and-swap per +1 and −1), built by the harness"
           : label("before")
       }.`,
     );
@@ -218,7 +218,7 @@ function filterLoadGoals({ filterLoad, line, goals }) {
     }),
   );
   line(
-    "**Issue 15's goals for the filter, from this run** (paired medians; the comparison in each row is from the same rounds):",
+    "**The filter's goals, from this run** (paired medians; the comparison in each row is from the same rounds):",
   );
   line();
   line("| goal | cell | measured: lastcall vs the reference | met |");
@@ -266,7 +266,7 @@ function beforeAfter({ sat, of, line }) {
   const cells = sat.filter((c) => of(c, "before"));
   if (cells.length === 0) return;
   line(
-    "Before and after issue 15 (saturated, this run): rps ÷ no filter, ÷ no-op module, Envoy CPU per request.",
+    "Before and after the per-VM count (saturated, this run): rps ÷ no filter, ÷ no-op module, Envoy CPU per request.",
   );
   line();
   line(

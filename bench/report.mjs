@@ -47,7 +47,7 @@ line(
   "`npm run bench` builds what it needs (the filter, the agent, the no-op module, the filter as it was before",
 );
 line(
-  "issue 15 and without `proxy_on_request_headers` (measurement only), and the incumbents' real code with Go into",
+  "its per-VM count (ed4e6f7) and without `proxy_on_request_headers` (measurement only), and the incumbents' real code with Go into",
 );
 line(
   "`.cache/anchors/`: Contour v1.33.8's `cmd/contour` and `bench/anchors/istio-agent`, a small main around Istio's",
