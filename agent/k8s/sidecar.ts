@@ -41,7 +41,9 @@ export const SIDECAR_NAME = "lastcall";
 /** The status server's port: probes and `lastcall wait` / `exec` talk to it. */
 export const STATUS_PORT = 15020;
 /** How long the sidecar's readiness probe lets a starting Envoy take (`/healthz/ready?wait_ms=`). */
-export const READY_PROBE_WAIT_MS = 900;
+export const READY_PROBE_WAIT_MS = 2900;
+/** The readiness probe's `timeoutSeconds`: above its wait, so the kubelet hears the answer. */
+export const READY_PROBE_TIMEOUT_SECONDS = 3;
 /** Kubernetes' `terminationGracePeriodSeconds` when a pod does not set it. */
 export const DEFAULT_GRACE_SECONDS = 30;
 /** Where the Envoy config volume is mounted, and the config file inside it. */
@@ -121,9 +123,12 @@ export function sidecarContainer(
 ): Record<string, unknown> {
   const port = options.statusPort ?? STATUS_PORT;
   const probe = (path: string) => ({ httpGet: { path, port } });
-  // A starting Envoy: the answer waits for it (up to 0.9 s, in the kubelet's 1 s timeout), so
-  // the pod is Ready as soon as Envoy is, not a probe period later.
-  const ready = probe(`/healthz/ready?wait_ms=${READY_PROBE_WAIT_MS}`);
+  // lastcall's first start: the answer waits for Envoy (up to 2.9 s, in the probe's 3 s timeout),
+  // so the pod is Ready as soon as Envoy is, not a probe period later.
+  const ready = {
+    ...probe(`/healthz/ready?wait_ms=${READY_PROBE_WAIT_MS}`),
+    timeoutSeconds: READY_PROBE_TIMEOUT_SECONDS,
+  };
   const common = {
     name: SIDECAR_NAME,
     image: options.image,

@@ -101,11 +101,14 @@ export function createStatusApp(controls: StatusControls): Hono {
   const control = () =>
     [loopbackOnly(), notThroughEnvoy((ports) => controls.connectionMaker(ports))] as const;
   const capped = bodyCap({ maxBytes: REQUEST_MAX_BYTES });
+  let served = false;
   app.use("*", (c, next) => (c.req.path === REPORT_PATH ? next() : capped(c, next)));
   app.get("/healthz/ready", async function ready(c) {
     const wait = readyWaitMs(c.req.query("wait_ms"));
     if (typeof wait === "string") return c.json({ error: wait }, 400);
-    const answer = await readyWithin(controls, wait);
+    // Only lastcall's first start is waited for: once ready, a restarting Envoy is said at once.
+    const answer = await readyWithin(controls, served ? 0 : wait);
+    served ||= answer.ready;
     return c.json(answer, answer.ready ? 200 : 503);
   });
   app.get("/healthz/live", (c) => c.json({ live: true }));
@@ -182,7 +185,7 @@ export function createStatusApp(controls: StatusControls): Hono {
   return app;
 }
 
-/** The most `/healthz/ready?wait_ms=N` waits (inject's probes ask 900, under the kubelet's 1 s timeout). */
+/** The most `/healthz/ready?wait_ms=N` waits (inject's probes ask 2900, under their 3 s timeout). */
 export const READY_WAIT_MAX_MS = 5000;
 
 /** `wait_ms` of `/healthz/ready`: 0 when absent, or why it is refused. */
@@ -197,7 +200,7 @@ function readyWaitMs(text: string | undefined): number | string {
 /**
  * Readiness, waiting up to `waitMs` for a starting Envoy to become ready (asked every 50 ms), so
  * the kubelet's first probe passes the moment it can instead of a probe period later. A drain
- * answers at once.
+ * answers at once, and so does every probe once lastcall was ready (the route's caller).
  */
 async function readyWithin(controls: StatusControls, waitMs: number): Promise<ReadinessAnswer> {
   const until = Date.now() + waitMs;

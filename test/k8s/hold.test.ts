@@ -113,7 +113,8 @@ describe("--hold-app auto (the default)", () => {
       ownConfigMap((c) => c.static_resources.listeners.push(OUTBOUND));
     const { result, spec } = injected(text, native);
     expect(sidecarOf(spec).startupProbe).toEqual({
-      httpGet: { path: "/healthz/ready?wait_ms=900", port: 15020 },
+      httpGet: { path: "/healthz/ready?wait_ms=2900", port: 15020 },
+      timeoutSeconds: 3,
       periodSeconds: 1,
       failureThreshold: 60,
     });

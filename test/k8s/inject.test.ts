@@ -10,7 +10,10 @@ const native: SidecarOptions = SIDECAR_DEFAULTS;
 const classic: SidecarOptions = { ...SIDECAR_DEFAULTS, mode: "classic" };
 const heldClassic: InjectOptions = { ...classic, holdApp: "always" };
 const inject = (text: string, options: InjectOptions = native) => injectManifest(text, options);
-const ready = { httpGet: { path: "/healthz/ready?wait_ms=900", port: 15020 } };
+const ready = {
+  httpGet: { path: "/healthz/ready?wait_ms=2900", port: 15020 },
+  timeoutSeconds: 3,
+};
 const live = { httpGet: { path: "/healthz/live", port: 15020 } };
 const appStop = { httpGet: { path: "/v1/app-stop", port: 15020 } };
 /** An app container as inject leaves it without a preStop of its own: with lastcall's. */

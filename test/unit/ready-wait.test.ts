@@ -49,6 +49,15 @@ describe("GET /healthz/ready?wait_ms", () => {
     expect(controls.readiness).toHaveBeenCalledTimes(1);
   });
 
+  it("once ready, a restarting Envoy is said at once: only lastcall's first start is waited for", async () => {
+    const controls = controlsAnswering(live, starting, live);
+    const app = createStatusApp(controls);
+    expect((await app.request("/healthz/ready?wait_ms=2900")).status).toBe(200);
+    const res = await app.request("/healthz/ready?wait_ms=2900");
+    expect({ status: res.status, body: await res.json() }).toEqual({ status: 503, body: starting });
+    expect(controls.readiness).toHaveBeenCalledTimes(2);
+  });
+
   it("an Envoy that never gets ready: 503 with the last reason once the wait is over", async () => {
     const controls = controlsAnswering(starting);
     const res = await createStatusApp(controls).request("/healthz/ready?wait_ms=120");
