@@ -1,10 +1,9 @@
 // `GET /v1/app-stop`, an app container's preStop: holds the app's SIGTERM until the proxy's inbound
 // side is quiet (the floor passed, nothing in flight inbound) or the deadline, then stops taking
 // new inbound requests. It only waits: no caller can start or end a drain with it.
-import { readdir, readFile } from "node:fs/promises";
+import { readdir, readFile, readlink } from "node:fs/promises";
 import { basename } from "node:path";
 import { delay } from "../lib/async.ts";
-import { ownPid } from "../runtime/process.ts";
 import type { EventLog } from "../lib/log.ts";
 import { type DrainPlan, floorAt } from "./plan.ts";
 
@@ -61,9 +60,12 @@ export interface AppStopDeps {
  * ```
  */
 export async function drainHookRunning(proc = "/proc"): Promise<boolean> {
-  const pids = await readdir(proc).catch(() => [] as string[]);
+  const [pids, self] = await Promise.all([
+    readdir(proc).catch(() => [] as string[]),
+    readlink(`${proc}/self`).catch(() => ""),
+  ]);
   for (const pid of pids) {
-    if (!/^\d+$/.test(pid) || Number(pid) === ownPid()) continue;
+    if (!/^\d+$/.test(pid) || pid === self) continue;
     const argv = (await readFile(`${proc}/${pid}/cmdline`, "utf8").catch(() => "")).split("\0");
     if (basename(argv[0] ?? "") === "lastcall" && argv[1] === "drain") return true;
   }
