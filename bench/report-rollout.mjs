@@ -141,7 +141,13 @@ export function rolloutSection({ rollout, line, chart, notAhead, goals, quickNot
     "incumbents' own readiness endpoints (Contour's :8002, Envoy Gateway's :19003 listeners, Istio's :15021) are",
   );
   line(
-    "not in the shared bootstrap: every pod is Ready when the app answers through Envoy (the app's probe on :10000).",
+    "not in the shared bootstrap: an incumbent's pod is Ready when the app answers through Envoy (the app's probe on",
+  );
+  line(
+    ":10000), with no readiness probe of the proxy's own. lastcall's pods have inject's: the sidecar's readiness",
+  );
+  line(
+    "(`/healthz/ready`, Envoy LIVE) and the app's own probe (to the app), both must pass: its share of the Ready gap.",
   );
   line(
     "Each run's `first_failures` in the JSON has, per failed request, the pod it reached and when.",
