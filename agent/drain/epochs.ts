@@ -58,6 +58,44 @@ export function noteUnaskedExits(epochs: DrainedEpochs): { list: DiedDraining[];
   return { list, note };
 }
 
+/**
+ * Epochs that never served (the first still INITIALIZING, a crash restart starting) are stopped
+ * at once: they took no traffic. A hot-restart child that is not ready is left alone until its
+ * parent is drained: stopping it makes the parent exit too (Envoy's hot-restart shutdown).
+ *
+ * @example
+ * ```ts
+ * await stopUnready(log, epochs, plan); // the termination's step 2
+ * ```
+ */
+export async function stopUnready(
+  log: EventLog,
+  epochs: DrainedEpochs,
+  plan: DrainPlan,
+): Promise<void> {
+  const all = epochs.running();
+  await Promise.all(
+    all.filter((l) => !l.ready && l.admin).map(async (l) => {
+      if ((await l.admin!.readiness(250)).live) l.ready = true; // it became ready just now
+    }),
+  );
+  epochs.drainListeners(plan, all);
+  const unready = all.filter((l) => !l.ready);
+  if (unready.length === 0) return;
+  if (all.some((l) => l.ready)) {
+    log("unready_epoch_kept", {
+      epochs: unready.map((l) => l.info.epoch),
+      why: "stopping it would stop the serving parent; it stops after the drain",
+    });
+    return;
+  }
+  log("stopping_unready", {
+    epochs: unready.map((l) => l.info.epoch),
+    pids: unready.map((l) => l.info.pid),
+  });
+  await epochs.stop(unready, 1000, { byAdmin: false });
+}
+
 /** What {@linkcode LiveEpochs} reads. */
 export interface LiveEpochsDeps {
   options: RunOptions;

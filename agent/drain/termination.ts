@@ -5,7 +5,13 @@ import type { EventLog } from "../lib/log.ts";
 import type { AgentState } from "../state.ts";
 import { deliveryReading } from "./delivery-reading.ts";
 import { DrainEnded, type Drainer, freshReading } from "./drainer.ts";
-import { countNow, type DiedDraining, type DrainedEpochs, noteUnaskedExits } from "./epochs.ts";
+import {
+  countNow,
+  type DiedDraining,
+  type DrainedEpochs,
+  noteUnaskedExits,
+  stopUnready,
+} from "./epochs.ts";
 import type { DrainPlan } from "./plan.ts";
 
 /** How the termination went: the `terminated` line, `/v1/state`'s `termination`, `/metrics`, the exit code. */
@@ -66,7 +72,7 @@ export async function terminate(
   await options.preempted;
   died.note(); // an epoch the pre-empted task had just started
   const hadEpoch = epochs.running().length > 0;
-  await stopUnready(c, plan);
+  await stopUnready(log, epochs, plan);
   let reason = hadEpoch ? "envoy_not_ready" : "envoy_not_running";
   let cut: Cut = { inflightAtStop: 0 };
   if (epochs.running().length > 0) {
@@ -110,35 +116,6 @@ type Cut = Pick<
   TerminationOutcome,
   "inflightAtStop" | "bytesUnsentAtStop" | "deliveryUnchecked" | "lastZeroToStopMs"
 >;
-
-/**
- * Epochs that never served (the first still INITIALIZING, a crash restart starting) are stopped
- * at once: they took no traffic. A hot-restart child that is not ready is left alone until its
- * parent is drained: stopping it makes the parent exit too (Envoy's hot-restart shutdown).
- */
-async function stopUnready({ log, epochs }: TerminationContext, plan: DrainPlan): Promise<void> {
-  const all = epochs.running();
-  await Promise.all(
-    all.filter((l) => !l.ready && l.admin).map(async (l) => {
-      if ((await l.admin!.readiness(250)).live) l.ready = true; // it became ready just now
-    }),
-  );
-  epochs.drainListeners(plan, all);
-  const unready = all.filter((l) => !l.ready);
-  if (unready.length === 0) return;
-  if (all.some((l) => l.ready)) {
-    log("unready_epoch_kept", {
-      epochs: unready.map((l) => l.info.epoch),
-      why: "stopping it would stop the serving parent; it stops after the drain",
-    });
-    return;
-  }
-  log("stopping_unready", {
-    epochs: unready.map((l) => l.info.epoch),
-    pids: unready.map((l) => l.info.pid),
-  });
-  await epochs.stop(unready, 1000, { byAdmin: false });
-}
 
 /** Step 5: reads what is in flight and undelivered (`inflight_at_stop`), then stops every epoch. */
 async function stopAll({ drain, epochs }: TerminationContext, plan: DrainPlan): Promise<Cut> {
