@@ -5,7 +5,8 @@ import { type Document, isMap, isSeq, parse, stringify, type YAMLMap } from "yam
 import { containerName, type ContainerSpec } from "./containers.ts";
 import { envoyConfig, planWires, type PortWire, readWires } from "./envoy-wiring.ts";
 import { ownIn, ownItem, ownValue, valueOf } from "./own-node.ts";
-import { portTargets, selects, type ServiceObject } from "./services.ts";
+import { portTargets, selects, type ServiceObject, serviceOf } from "./services.ts";
+import type { ManifestDocument } from "./manifest.ts";
 import { getPath, isRecord, type PodTemplate } from "./workloads.ts";
 
 /** The key of the Envoy config in the ConfigMap (mounted as /etc/envoy/envoy.yaml). */
@@ -25,6 +26,72 @@ export interface WiringContext {
   services: ManifestObject<ServiceObject>[];
   /** The ConfigMaps inject writes in this run, by `namespace/name`. */
   generated: Set<string>;
+  /** How many objects of the manifest have each `namespace/Kind/name`. */
+  objects: Map<string, number>;
+}
+
+/**
+ * The ConfigMaps, Services and object names of the manifest, for the pods' wiring.
+ *
+ * @example
+ * ```ts
+ * const context = contextOf(readManifest(text)); // context.configMaps.get("/web-lastcall-envoy")
+ * ```
+ */
+export function contextOf(documents: readonly ManifestDocument[]): WiringContext {
+  const context: WiringContext = {
+    configMaps: new Map(),
+    services: [],
+    generated: new Set(),
+    objects: new Map(),
+  };
+  for (const { doc } of documents) {
+    for (const node of objectsOf(doc)) {
+      const value = valueOf(doc, node) as Record<string, unknown>;
+      const id = objectKey(value);
+      context.objects.set(id, (context.objects.get(id) ?? 0) + 1);
+      const service = serviceOf(value);
+      if (service) context.services.push({ value: service, node, doc });
+      const metadata = getPath(value, ["metadata"]) as Record<string, unknown> | undefined;
+      if (value.kind === "ConfigMap" && typeof metadata?.name === "string") {
+        context.configMaps.set(
+          `${typeof metadata.namespace === "string" ? metadata.namespace : ""}/${metadata.name}`,
+          value,
+        );
+      }
+    }
+  }
+  return context;
+}
+
+/**
+ * An object's `namespace/Kind/name`: two objects of one key are one object to the API.
+ *
+ * @example
+ * ```ts
+ * objectKey({ kind: "Job", metadata: { name: "web", namespace: "a" } }); // "a/Job/web"
+ * ```
+ */
+export function objectKey(value: Record<string, unknown>): string {
+  const namespace = getPath(value, ["metadata", "namespace"]);
+  return `${typeof namespace === "string" ? namespace : ""}/${workloadRef(value)}`;
+}
+
+/**
+ * The objects of a document: the document itself, or the items of a `kind: List`.
+ *
+ * @example
+ * ```ts
+ * for (const node of objectsOf(doc)) console.log(valueOf(doc, node));
+ * ```
+ */
+export function objectsOf(doc: Document): YAMLMap[] {
+  const root = doc.contents;
+  if (!isMap(root)) return [];
+  const kind = (valueOf(doc, root) as { kind?: unknown }).kind;
+  if (typeof kind !== "string" || !/List$/.test(kind)) return [root];
+  const items = ownValue(doc, root, "items");
+  return isSeq(items) ? items.items.map((_, i) => ownItem(doc, items, i)).filter(isMap) : [];
 }
 
 /** How a pod's traffic reaches Envoy. */
@@ -51,6 +118,26 @@ export function generatedName(object: Record<string, unknown>): string {
   return `${typeof name === "string" && name ? name : "workload"}-lastcall-envoy`;
 }
 
+/**
+ * The annotation on a ConfigMap inject wrote: the workload it was written for, `Kind/name`.
+ * Another workload of the same name never takes that ConfigMap as its own.
+ */
+export const WORKLOAD_ANNOTATION = "lastcall/workload";
+
+/**
+ * A workload's `Kind/name` (`generateName` when it has no name).
+ *
+ * @example
+ * ```ts
+ * workloadRef({ kind: "Deployment", metadata: { name: "web" } }); // "Deployment/web"
+ * ```
+ */
+export function workloadRef(object: Record<string, unknown>): string {
+  const name = getPath(object, ["metadata", "name"]) ??
+    getPath(object, ["metadata", "generateName"]);
+  return `${String(object.kind)}/${typeof name === "string" ? name : ""}`;
+}
+
 const key = (namespace: unknown, name: string) =>
   `${typeof namespace === "string" ? namespace : ""}/${name}`;
 
@@ -75,7 +162,11 @@ export function wiringOf(
 ): Wiring | string {
   const namespace = getPath(object, ["metadata", "namespace"]);
   const generated = generatedName(object);
-  const own = given ?? (context.configMaps.has(key(namespace, generated)) ? generated : undefined);
+  const found = context.configMaps.get(key(namespace, generated));
+  const writtenFor = getPath(found ?? {}, ["metadata", "annotations", WORKLOAD_ANNOTATION]);
+  const ours = found !== undefined &&
+    (writtenFor === undefined || writtenFor === workloadRef(object));
+  const own = given ?? (ours ? generated : undefined);
   const { apps, others } = splitContainers(template.spec!);
   if (own !== undefined) {
     const data = context.configMaps.get(key(namespace, own))?.data;
@@ -88,7 +179,8 @@ export function wiringOf(
   }
   const wires = planWires(apps, others, statusPort);
   // Two workloads of one name (a Deployment and a Job `web`): the second's name has its kind.
-  const name = context.generated.has(key(namespace, generated))
+  const taken = context.generated.has(key(namespace, generated)) || found !== undefined;
+  const name = taken
     ? generated.replace(/-lastcall-envoy$/, `-${template.kind.toLowerCase()}-lastcall-envoy`)
     : generated;
   if (wires.length > 0) {
@@ -159,7 +251,11 @@ export function configMapObject(
   return {
     apiVersion: "v1",
     kind: "ConfigMap",
-    metadata: { name, ...(typeof namespace === "string" ? { namespace } : {}) },
+    metadata: {
+      name,
+      ...(typeof namespace === "string" ? { namespace } : {}),
+      annotations: { [WORKLOAD_ANNOTATION]: workloadRef(object) },
+    },
     data: { [CONFIG_KEY]: header + stringify(envoyConfig(wires), { lineWidth: 0 }) },
   };
 }

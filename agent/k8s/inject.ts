@@ -3,7 +3,7 @@
 // and documents it does not touch are printed back byte for byte.
 import { Document, isMap, isSeq, type YAMLMap } from "yaml";
 import { MANIFEST_YAML, type ManifestDocument, readManifest, renderManifest } from "./manifest.ts";
-import { ownIn, ownItem, ownValue, valueOf } from "./own-node.ts";
+import { ownIn, ownValue, valueOf } from "./own-node.ts";
 import { findPodTemplate, getPath, isRecord, type PodTemplate } from "./workloads.ts";
 import { podContainers } from "./containers.ts";
 import { otherProxies } from "./other-proxies.ts";
@@ -11,12 +11,16 @@ import { lastcallArgs } from "./proxy-lastcall.ts";
 import { renderJson } from "./json-out.ts";
 import {
   configMapObject,
+  contextOf,
+  objectKey,
+  objectsOf,
   renameAppPorts,
   rewireServices,
   sidecarPorts,
   type Wiring,
   type WiringContext,
   wiringOf,
+  workloadRef,
 } from "./inject-wiring.ts";
 import { bypasses, selects, serviceOf } from "./services.ts";
 import { configSource, seenConfig } from "./check-wiring.ts";
@@ -120,26 +124,6 @@ export function injectManifest(text: string, options: InjectOptions): InjectResu
   return { text: out, warnings, notes, injected, refused };
 }
 
-/** The ConfigMaps and Services of the manifest, for the pods' wiring. */
-function contextOf(documents: readonly ManifestDocument[]): WiringContext {
-  const context: WiringContext = { configMaps: new Map(), services: [], generated: new Set() };
-  for (const { doc } of documents) {
-    for (const node of objectsOf(doc)) {
-      const value = valueOf(doc, node) as Record<string, unknown>;
-      const service = serviceOf(value);
-      if (service) context.services.push({ value: service, node, doc });
-      const metadata = getPath(value, ["metadata"]) as Record<string, unknown> | undefined;
-      if (value.kind === "ConfigMap" && typeof metadata?.name === "string") {
-        context.configMaps.set(
-          `${typeof metadata.namespace === "string" ? metadata.namespace : ""}/${metadata.name}`,
-          value,
-        );
-      }
-    }
-  }
-  return context;
-}
-
 /**
  * Puts the generated ConfigMap right after its workload: as the next item of a List, else as
  * a new document after the workload's.
@@ -189,16 +173,6 @@ function bypassesOf(doc: Document, object: YAMLMap, context: WiringContext): str
     );
 }
 
-/** The objects of a document: the document itself, or the items of a `kind: List`. */
-function objectsOf(doc: Document): YAMLMap[] {
-  const root = doc.contents;
-  if (!isMap(root)) return [];
-  const kind = (valueOf(doc, root) as { kind?: unknown }).kind;
-  if (typeof kind !== "string" || !/List$/.test(kind)) return [root];
-  const items = ownValue(doc, root, "items");
-  return isSeq(items) ? items.items.map((_, i) => ownItem(doc, items, i)).filter(isMap) : [];
-}
-
 /** What injecting one object did. */
 interface Injected {
   notes: string[];
@@ -230,6 +204,18 @@ function injectObject(
     return undefined;
   }
   if (hasSidecar(template.spec) || optedOut(value, template)) return undefined;
+  const copies = getPath(value, ["metadata", "name"]) === undefined
+    ? 1
+    : context.objects.get(objectKey(value)) ?? 1;
+  if (copies > 1) {
+    warn(
+      `${template.ref}: ${
+        workloadRef(value)
+      } is ${copies} times in this manifest (the API keeps one): left as is`,
+      true,
+    );
+    return undefined;
+  }
   const statusPort = freeStatusPort(template.spec);
   const wiring = refusalOf(template, options) ??
     wiringOf(value, template, options.configMap, statusPort, context);

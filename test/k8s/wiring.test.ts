@@ -7,7 +7,7 @@ import { checkReport } from "../../agent/k8s/check.ts";
 import { planWires, readWires } from "../../agent/k8s/envoy-wiring.ts";
 import { injectManifest } from "../../agent/k8s/inject.ts";
 import { SIDECAR_DEFAULTS } from "../../agent/k8s/sidecar.ts";
-import { manifest, objects, specOf, workload } from "./workloads.ts";
+import { manifest, objects, podSpec, specOf, workload } from "./workloads.ts";
 import type { Json } from "../support/json.ts";
 
 const inject = (text: string, options = SIDECAR_DEFAULTS) => injectManifest(text, options);
@@ -232,7 +232,58 @@ describe("what inject cannot wire", () => {
       // No namespace: `kubectl apply -n shop` puts it beside the pods.
       ["unset", [{ port: 8080, targetPort: 18080 }]],
     ]);
-    expect(out[1].metadata).toEqual({ name: "shop-lastcall-envoy", namespace: "shop" });
+    expect(out[1].metadata).toEqual({
+      name: "shop-lastcall-envoy",
+      namespace: "shop",
+      annotations: { "lastcall/workload": "Deployment/shop" },
+    });
+  });
+});
+
+describe("workloads of one name", () => {
+  const portless = podSpec({ containers: [{ name: "app", image: "example/app:1" }] });
+
+  it("a Deployment and a Job `web` each get their own ConfigMap", () => {
+    const out = objects(inject(manifest(workload("Deployment"), workload("Job"))).text);
+    expect(out.map((o) => `${o.kind}/${o.metadata.name}`)).toEqual([
+      "Deployment/web",
+      "ConfigMap/web-lastcall-envoy",
+      "Job/web",
+      "ConfigMap/web-job-lastcall-envoy",
+    ]);
+  });
+
+  it("one without ports does not take the other's ConfigMap on a second inject", () => {
+    for (const [first, second] of [["Job", "Deployment"], ["Deployment", "Job"]]) {
+      const text = manifest(workload(first, portless), workload(second));
+      const once = inject(text);
+      expect(once.refused).toBe(1);
+      const twice = inject(once.text);
+      expect(twice.text).toBe(once.text);
+      expect(twice.warnings[0]).toMatch(/no container declares a TCP containerPort/);
+    }
+  });
+
+  it("a ConfigMap written for another workload is not mistaken for the user's", () => {
+    const deployment = inject(manifest(workload("Deployment"))).text;
+    const out = objects(inject(`${deployment}---\n${YAML.stringify(workload("Job"))}`).text);
+    expect(out.map((o) => `${o.kind}/${o.metadata.name}`)).toEqual([
+      "Deployment/web",
+      "ConfigMap/web-lastcall-envoy",
+      "Job/web",
+      "ConfigMap/web-job-lastcall-envoy",
+    ]);
+  });
+
+  it("two objects of one kind and name are refused, each named", () => {
+    const text = manifest(workload("Pod", portless), workload("Pod"));
+    const result = inject(text);
+    expect(result.text).toBe(text);
+    expect(result.refused).toBe(2);
+    expect(result.warnings).toEqual([
+      "pod/web: Pod/web is 2 times in this manifest (the API keeps one): left as is",
+      "pod/web: Pod/web is 2 times in this manifest (the API keeps one): left as is",
+    ]);
   });
 });
 
