@@ -75,8 +75,9 @@ writeFileSync(
     main: join(dist, "lastcall.cjs"),
     output: join(dist, "lastcall.blob"),
     disableExperimentalSEAWarning: true,
-    // No `useCodeCache` (~25 ms less per start): with it, import() fails inside the executable,
-    // and filter-asset.ts reads the embedded filter through import("node:sea").
+    // The code cache saves compiling the bundle at each start; import() fails with it, so the
+    // embedded assets are read through require("node:sea").
+    useCodeCache: true,
     assets: { "filter.wasm": wasm, "xds-proxy.cjs": join(dist, "xds-proxy.cjs") },
   }),
 );

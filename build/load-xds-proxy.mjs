@@ -10,7 +10,8 @@ export async function loadXdsProxy() {
   if (loaded) return loaded;
   let sea;
   try {
-    sea = await import("node:sea");
+    // The bundles' require(): import() fails in the single executable, whose code is cached.
+    sea = typeof require === "function" ? require("node:sea") : undefined;
   } catch {
     // Node without single-executable support: not one
   }

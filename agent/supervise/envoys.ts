@@ -4,6 +4,7 @@
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { pollUntil } from "../lib/async.ts";
+import { delay } from "../lib/delay.ts";
 import { checkBootstrap, writeBootstrap } from "./bootstrap-file.ts";
 import { AdminClient, readAdminAddress } from "../envoy/admin.ts";
 import { envoyArgs } from "../envoy/args.ts";
@@ -16,6 +17,37 @@ import type { EpochInfo } from "../state.ts";
 import { startProxyFor, type XdsHooks, xdsRedirectFor } from "../xds/per-envoy.ts";
 import type { XdsProxy } from "../xds/proxy.ts";
 import { XdsStats } from "../xds/stats.ts";
+
+/** How long a cold start waits for Envoy to go LIVE before it validates the config beside it. */
+export const VALIDATE_AFTER_MS = 1000;
+
+/**
+ * Resolves once a cold-started Envoy took its config: it went LIVE, or the validation passed.
+ * The validation runs only when Envoy is gone before LIVE (it says whether the config was the
+ * cause) or still starting after {@linkcode VALIDATE_AFTER_MS} (its output is held until then).
+ */
+async function accepted(
+  live: Epoch,
+  validate: () => Promise<void>,
+  signal: AbortSignal,
+): Promise<void> {
+  const waited = new AbortController();
+  const slow = delay(VALIDATE_AFTER_MS, AbortSignal.any([signal, waited.signal])).then(
+    () => undefined,
+    () => undefined,
+  );
+  const early = await Promise.race([live.whenReady, slow]);
+  waited.abort();
+  if (early === true) return;
+  signal.throwIfAborted();
+  const validation = validate();
+  if (early === false) return validation;
+  // Whichever comes first: the validation passed, or Envoy went LIVE. Envoy gone before either:
+  // the validation says whether the config was the cause.
+  validation.catch(() => {});
+  const servedOrChecked = live.whenReady.then((ready) => (ready ? undefined : validation));
+  await Promise.race([validation, servedOrChecked]);
+}
 
 /** One epoch: one Envoy process lastcall started, while it lives (`info` is what `/v1/state` shows of it). */
 export interface Epoch {
@@ -208,18 +240,16 @@ export class Envoys {
     request.signal.throwIfAborted();
     // A refused config is said before anything starts. A hot restart's child starts only once
     // its config passed (it would take the serving parent's listeners); a cold start, with
-    // nothing serving, starts Envoy beside the validation, its output held until one of them
-    // accepts the config.
+    // nothing serving, starts Envoy at once, its output held until it goes LIVE or a validation
+    // (only when it is gone or slow) accepts the config.
     const validating = new AbortController();
     const checkSignal = AbortSignal.any([request.signal, validating.signal]);
-    const validation = checkBootstrap(this.#binary, o, prepared.path, checkSignal).catch(
-      async (error) => {
+    const validate = () =>
+      checkBootstrap(this.#binary, o, prepared.path, checkSignal).catch(async (error) => {
         await identified;
         throw error;
-      },
-    );
-    if (parent) await validation;
-    else validation.catch(() => {}); // awaited below, once Envoy was spawned
+      });
+    if (parent) await validate();
     if (epoch > 0 && generation.baseId === undefined) {
       generation.baseId = Number((await readFile(generation.baseIdPath, "utf8")).trim());
     }
@@ -276,11 +306,8 @@ export class Envoys {
     };
     live.whenReady = this.#awaitReady(live, adminAddressPath);
     if (!parent) {
-      // Whichever comes first: the validation passed, or Envoy went LIVE (it took the config).
-      // Envoy gone before either: the validation says whether the config was the cause.
       try {
-        const servedOrChecked = live.whenReady.then((ready) => (ready ? undefined : validation));
-        await Promise.race([validation, servedOrChecked]);
+        await accepted(live, validate, checkSignal);
       } catch (error) {
         await stopEnvoy(process, 1000);
         await xds?.close();

@@ -6,10 +6,16 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { writePrivateFile } from "./run-dir.ts";
 
-async function embedded(): Promise<ArrayBuffer | undefined> {
+// The bundles' require() (the single executable's knows the built-in modules only); import()
+// fails in the executable, whose code is cached. Undefined in the sources' ESM and under Deno.
+declare const require: ((id: string) => unknown) | undefined;
+
+function embedded(): ArrayBuffer | undefined {
   try {
-    const sea = await import("node:sea");
-    return sea.isSea() ? sea.getAsset("filter.wasm") : undefined;
+    const sea = typeof require === "function"
+      ? require("node:sea") as typeof import("node:sea")
+      : undefined;
+    return sea?.isSea() ? sea.getAsset("filter.wasm") : undefined;
   } catch {
     return undefined; // not Node's single executable (or not Node at all)
   }
@@ -52,7 +58,7 @@ export async function filterWasmPath(
     if (!existsSync(explicit)) throw new Error(`Filter module not found: ${explicit}`);
     return explicit;
   }
-  const asset = await embedded();
+  const asset = embedded();
   if (asset) {
     const path = join(runDir, "filter.wasm");
     await writePrivateFile(path, new Uint8Array(asset));
@@ -72,6 +78,6 @@ export async function filterWasmPath(
  * @throws when no filter module can be found, naming the places looked at
  */
 export async function filterWasmBytes(): Promise<Uint8Array> {
-  const asset = await embedded();
+  const asset = embedded();
   return asset ? new Uint8Array(asset) : new Uint8Array(await readFile(besideCode()));
 }

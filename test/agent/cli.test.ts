@@ -323,8 +323,8 @@ describe("configs lastcall cannot run exit 2 before Envoy starts", () => {
     // Envoy's own words, indented under lastcall's line.
     expect(lines.slice(1).join("\n")).toMatch(/^ {2}.*no_such_cluster/m);
     expect(result.stdout).not.toContain('"event":"start"');
-    // Envoy starts beside the validation: its own output stays held, so stderr is lastcall's
-    // line and Envoy's lines quoted under it, nothing else.
+    // Envoy starts at once, its own output held; gone before LIVE, the validation explains:
+    // stderr is lastcall's line and Envoy's lines quoted under it, nothing else.
     const raw = result.stderr.split("\n").filter(Boolean);
     expect(raw.filter((l) => !l.startsWith("lastcall: ") && !l.startsWith("  "))).toEqual([]);
   });

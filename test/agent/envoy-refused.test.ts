@@ -123,8 +123,8 @@ describe("an --envoy that is not Envoy is refused at start", () => {
   });
 
   it("a wrapper that is not Envoy and hangs on everything but --version: refused, nothing left running", async () => {
-    // `--version` is asked while the config is validated: a validation that never ends must not
-    // hold the refusal, and the validating process must not outlive lastcall.
+    // `--version` is asked while the bootstrap is written: nothing else of the binary runs, and
+    // nothing it started outlives lastcall.
     const script = join(dir, "hangs");
     const marker = `sleep ${60_000 + (process.pid % 1000)}`;
     writeFileSync(
