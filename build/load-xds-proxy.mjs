@@ -6,8 +6,8 @@ import { runInThisContext } from "node:vm";
 
 let loaded;
 
-export async function loadXdsProxy() {
-  if (loaded) return loaded;
+export function loadXdsProxy() {
+  if (loaded) return Promise.resolve(loaded);
   let sea;
   try {
     // The bundles' require(): import() fails in the single executable, whose code is cached.
@@ -27,5 +27,5 @@ export async function loadXdsProxy() {
   } else {
     loaded = createRequire(import.meta.url)("./xds-proxy.cjs");
   }
-  return loaded;
+  return Promise.resolve(loaded);
 }
