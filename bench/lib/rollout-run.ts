@@ -104,6 +104,27 @@ export interface RolloutOnceOptions {
 }
 
 /**
+ * Where kube-proxy's rules send a ClusterIP: the nat chain's DNAT targets, and the filter
+ * table's rules naming it (a REJECT there: no endpoints in kube-proxy's view).
+ */
+async function kubeProxyRoute(ip: string): Promise<string> {
+  const nat = (await runCommand("iptables-save", ["-t", "nat"])).stdout.split("\n");
+  const filter = (await runCommand("iptables-save", ["-t", "filter"])).stdout.split("\n");
+  const chains = nat.filter((l) => l.includes(`${ip}/32`)).map((l) =>
+    / -j (KUBE-SVC-\S+)/.exec(l)?.[1]
+  )
+    .filter((c): c is string => c !== undefined);
+  const endpoints = nat.filter((l) => chains.some((c) => l.startsWith(`-A ${c} `)))
+    .map((l) => / -j (KUBE-SEP-\S+)/.exec(l)?.[1]).filter((c): c is string => c !== undefined);
+  const targets = nat.filter((l) => endpoints.some((e) => l.startsWith(`-A ${e} `)))
+    .map((l) => /--to-destination (\S+)/.exec(l)?.[1]).filter((t) => t !== undefined);
+  const rejects = filter.filter((l) => l.includes(ip));
+  return `nat: ${chains.join(",") || "no service chain"} → DNAT ${
+    targets.join(", ") || "none"
+  }; filter rules naming ${ip}: ${rejects.join(" | ") || "none"}`;
+}
+
+/**
  * Deploys, rolls out under load, measures, and deletes what it applied (also on failure).
  *
  * @example
@@ -147,16 +168,12 @@ export async function rolloutOnce(options: RolloutOnceOptions): Promise<RolloutR
           "-l",
           "kubernetes.io/service-name=demo",
           "-o",
-          "jsonpath={range .items[*].endpoints[*]}{.addresses[0]} ready={.conditions.ready};{end}",
+          "jsonpath={range .items[*]}{.metadata.name} ports={.ports[*].port}: {range .endpoints[*]}{.addresses[0]} ready={.conditions.ready};{end} {end}",
         ]).catch((e) => String(e));
-        const rules =
-          (await runCommand("iptables-save", ["-t", "nat"])).stdout.split("\n").filter((l) =>
-            l.includes(ip)
-          ).length;
         throw new Error(
           `${
             (error as Error).message
-          } (last: ${lastError}); endpoints: ${slices}; ${rules} nat rules name ${ip}`,
+          } (last: ${lastError}); endpoints: ${slices}; ${await kubeProxyRoute(ip)}`,
         );
       },
     );
