@@ -242,15 +242,16 @@ describe("what inject cannot wire", () => {
 
 describe("workloads of one name", () => {
   const portless = podSpec({ containers: [{ name: "app", image: "example/app:1" }] });
+  const eachOwn = [
+    "Deployment/web",
+    "ConfigMap/web-lastcall-envoy",
+    "Job/web",
+    "ConfigMap/web-job-lastcall-envoy",
+  ];
 
   it("a Deployment and a Job `web` each get their own ConfigMap", () => {
     const out = objects(inject(manifest(workload("Deployment"), workload("Job"))).text);
-    expect(out.map((o) => `${o.kind}/${o.metadata.name}`)).toEqual([
-      "Deployment/web",
-      "ConfigMap/web-lastcall-envoy",
-      "Job/web",
-      "ConfigMap/web-job-lastcall-envoy",
-    ]);
+    expect(out.map((o) => `${o.kind}/${o.metadata.name}`)).toEqual(eachOwn);
   });
 
   it("one without ports does not take the other's ConfigMap on a second inject", () => {
@@ -267,12 +268,7 @@ describe("workloads of one name", () => {
   it("a ConfigMap written for another workload is not mistaken for the user's", () => {
     const deployment = inject(manifest(workload("Deployment"))).text;
     const out = objects(inject(`${deployment}---\n${YAML.stringify(workload("Job"))}`).text);
-    expect(out.map((o) => `${o.kind}/${o.metadata.name}`)).toEqual([
-      "Deployment/web",
-      "ConfigMap/web-lastcall-envoy",
-      "Job/web",
-      "ConfigMap/web-job-lastcall-envoy",
-    ]);
+    expect(out.map((o) => `${o.kind}/${o.metadata.name}`)).toEqual(eachOwn);
   });
 
   it("two objects of one kind and name are refused, each named", () => {
