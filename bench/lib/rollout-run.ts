@@ -8,6 +8,7 @@ import { runCommand } from "../../test/support/kube-process.ts";
 import type { KubeCluster } from "../../test/support/kube.ts";
 import { type LoadOptions, type LoadSummary, startLoad } from "../../test/support/kube-load.ts";
 import { followLogs, watchApi, type Watched } from "../../test/support/kube-workload.ts";
+import { serviceAnswers } from "../../test/support/kube-service.ts";
 import { ANCHORS } from "./context.ts";
 import type { PodOptions, RolloutContender, RolloutImages } from "./rollout-pods.ts";
 
@@ -104,27 +105,6 @@ export interface RolloutOnceOptions {
 }
 
 /**
- * Where kube-proxy's rules send a ClusterIP: the nat chain's DNAT targets, and the filter
- * table's rules naming it (a REJECT there: no endpoints in kube-proxy's view).
- */
-async function kubeProxyRoute(ip: string): Promise<string> {
-  const nat = (await runCommand("iptables-save", ["-t", "nat"])).stdout.split("\n");
-  const filter = (await runCommand("iptables-save", ["-t", "filter"])).stdout.split("\n");
-  const chains = nat.filter((l) => l.includes(`${ip}/32`)).map((l) =>
-    / -j (KUBE-SVC-\S+)/.exec(l)?.[1]
-  )
-    .filter((c): c is string => c !== undefined);
-  const endpoints = nat.filter((l) => chains.some((c) => l.startsWith(`-A ${c} `)))
-    .map((l) => / -j (KUBE-SEP-\S+)/.exec(l)?.[1]).filter((c): c is string => c !== undefined);
-  const targets = nat.filter((l) => endpoints.some((e) => l.startsWith(`-A ${e} `)))
-    .map((l) => /--to-destination (\S+)/.exec(l)?.[1]).filter((t) => t !== undefined);
-  const rejects = filter.filter((l) => l.includes(ip));
-  return `nat: ${chains.join(",") || "no service chain"} → DNAT ${
-    targets.join(", ") || "none"
-  }; filter rules naming ${ip}: ${rejects.join(" | ") || "none"}`;
-}
-
-/**
  * Deploys, rolls out under load, measures, and deletes what it applied (also on failure).
  *
  * @example
@@ -149,34 +129,7 @@ export async function rolloutOnce(options: RolloutOnceOptions): Promise<RolloutR
       .trim();
     const url = `http://${ip}`;
     // kube-proxy programs the rules a moment after the slice: wait for the ClusterIP itself.
-    let lastError = "";
-    const answers = async () => {
-      const response = await fetch(`${url}/`, { signal: AbortSignal.timeout(2000) }).catch(
-        (e: Error & { cause?: { code?: string } }) => {
-          lastError = `${e.message} ${e.cause?.code ?? ""}`;
-          throw e;
-        },
-      );
-      return response.status === 200 ? true : undefined;
-    };
-    await waitFor(answers, { timeoutMs: 60_000, intervalMs: 100, what: `${url} to answer` }).catch(
-      async (error) => {
-        // Say what the Service looked like: its endpoints and kube-proxy's rules for it.
-        const slices = await kubectl([
-          "get",
-          "endpointslices",
-          "-l",
-          "kubernetes.io/service-name=demo",
-          "-o",
-          "jsonpath={range .items[*]}{.metadata.name} ports={.ports[*].port}: {range .endpoints[*]}{.addresses[0]} ready={.conditions.ready};{end} {end}",
-        ]).catch((e) => String(e));
-        throw new Error(
-          `${
-            (error as Error).message
-          } (last: ${lastError}); endpoints: ${slices}; ${await kubeProxyRoute(ip)}`,
-        );
-      },
-    );
+    await serviceAnswers(options.cluster, url);
     const oldPods = names(
       await kubectl(["get", "pods", "-l", "app=demo", "-o", "jsonpath={.items[*].metadata.name}"]),
     );

@@ -16,11 +16,11 @@ import {
   followLogs,
   inject,
   kubeletRows,
-  serviceAnswers,
   startDemoCluster,
   type TimelineRow,
   watchApi,
 } from "../support/kube-workload.ts";
+import { serviceAnswers } from "../support/kube-service.ts";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const NS = "projectcontour";

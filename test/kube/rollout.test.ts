@@ -17,11 +17,11 @@ import {
   inject,
   kubeletRows,
   plainDeployment,
-  serviceAnswers,
   startDemoCluster,
   type TimelineRow,
   watchApi,
 } from "../support/kube-workload.ts";
+import { serviceAnswers } from "../support/kube-service.ts";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const GRACE_S = 30;
@@ -61,13 +61,11 @@ if (skip) {
         ["--image", built.lastcall, ...modeArgs(mode)],
       );
       await cluster.kubectl(["apply", "-f", "-"], manifest);
-      await cluster.kubectl(["rollout", "status", "deployment/demo", "--timeout=180s"]);
-      const ip =
-        (await cluster.kubectl(["get", "service", "demo", "-o", "jsonpath={.spec.clusterIP}"]))
-          .trim();
+      const ip = await serving().catch(async (error) => {
+        await removeDemo();
+        throw error;
+      });
       const url = `http://${ip}`;
-      // kube-proxy programs the rules a moment after the slice: wait for the ClusterIP itself.
-      await serviceAnswers(cluster, `http://${ip}`);
       const oldPods = (await cluster.kubectl([
         "get",
         "pods",
@@ -141,21 +139,38 @@ if (skip) {
         pods.stop();
         slices.stop();
         await load.stop();
-        await cluster.kubectl([
-          "delete",
-          "deployment/demo",
-          "service/demo",
-          "--wait=true",
-          "--timeout=90s",
-        ]).catch(() => "");
-        await waitFor(
-          async () => ((await cluster.kubectl(["get", "pods", "-l", "app=demo", "-o", "name"]))
-              .trim() === ""
-            ? true
-            : undefined),
-          { timeoutMs: 90_000, intervalMs: 250, what: "demo pods gone" },
-        ).catch(() => {});
+        await removeDemo();
       }
+    }
+
+    /** The applied Deployment rolled out and its Service's ClusterIP answering; the IP. */
+    async function serving(): Promise<string> {
+      await cluster.kubectl(["rollout", "status", "deployment/demo", "--timeout=180s"]);
+      const ip =
+        (await cluster.kubectl(["get", "service", "demo", "-o", "jsonpath={.spec.clusterIP}"]))
+          .trim();
+      // kube-proxy programs the rules a moment after the slice: wait for the ClusterIP itself.
+      await serviceAnswers(cluster, `http://${ip}`);
+      return ip;
+    }
+
+    /** Deletes the demo and waits for its pods to be gone, so the next test starts clean. */
+    async function removeDemo(): Promise<void> {
+      await cluster.kubectl([
+        "delete",
+        "deployment/demo",
+        "service/demo",
+        "--ignore-not-found",
+        "--wait=true",
+        "--timeout=90s",
+      ]).catch(() => "");
+      await waitFor(
+        async () => ((await cluster.kubectl(["get", "pods", "-l", "app=demo", "-o", "name"]))
+            .trim() === ""
+          ? true
+          : undefined),
+        { timeoutMs: 90_000, intervalMs: 250, what: "demo pods gone" },
+      ).catch(() => {});
     }
 
     for (const mode of ["native", "classic"] as const) {

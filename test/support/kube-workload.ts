@@ -10,8 +10,7 @@ import { parseAllDocuments } from "yaml";
 import { kubePaths } from "../../build/kube.mjs";
 import { buildImages } from "../../build/image.mjs";
 import { type KubeCluster, kubeClusterSkipReason, startKubeCluster } from "./kube.ts";
-import { mustRun, runCommand } from "./kube-process.ts";
-import { waitFor } from "./envoy.ts";
+import { mustRun } from "./kube-process.ts";
 import { containerToolsMissing, podman } from "./podman.ts";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
@@ -353,35 +352,4 @@ export async function eventRows(
       e.involvedObject?.fieldPath ? ` ${e.involvedObject.fieldPath}` : ""
     }: ${e.message}`,
   }));
-}
-
-/**
- * Waits for a Service's ClusterIP `url` to answer 200, as kube-proxy programs it a moment after
- * the EndpointSlice. Once in a few runs it refused for up to a minute with every endpoint ready
- * (cause not found): the wait is long, and its failure says what kube-proxy had programmed for
- * the address and what the EndpointSlices held.
- *
- * @example
- * ```ts
- * await serviceAnswers(cluster, "http://10.246.128.10");
- * ```
- */
-export async function serviceAnswers(cluster: KubeCluster, url: string): Promise<void> {
-  const askedAt = Date.now();
-  const ip = new URL(url).hostname;
-  try {
-    const ok = async () => ((await fetch(`${url}/`)).status === 200 ? true : undefined);
-    await waitFor(ok, { timeoutMs: 120_000, intervalMs: 100, what: `${url} to answer` });
-  } catch (error) {
-    const nat = await runCommand("iptables-save", ["-t", "nat"]);
-    const rules = nat.stdout.split("\n").filter((line) => line.includes(ip)).join("\n");
-    const slices = await cluster.kubectl(["get", "endpointslices", "-A", "-o", "wide"]).catch(
-      String,
-    );
-    throw new Error(
-      `${(error as Error).message}\nnat rules naming ${ip}:\n${rules}\nEndpointSlices:\n${slices}`,
-    );
-  }
-  const waited = Date.now() - askedAt;
-  if (waited > 30_000) console.log(`the Service at ${url} answered only after ${waited} ms`);
 }

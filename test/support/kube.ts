@@ -77,6 +77,8 @@ export interface KubeCluster
   importImage(archive: string): Promise<void>;
   /** The last lines of every component's log (for a failure report). */
   logs(lines?: number): string;
+  /** Stops kube-proxy and starts it again (it lists every Service and EndpointSlice anew). */
+  restartKubeProxy(): Promise<void>;
   /** Tears everything down; resolves with how long it took in ms. */
   stop(): Promise<number>;
 }
@@ -107,6 +109,7 @@ export async function startKubeCluster(): Promise<KubeCluster> {
   };
   const daemons: Daemon[] = [];
   let plane: ControlPlane | undefined;
+  let kubeProxyArgs: string[] = [];
   const ctr = (args: string[]) =>
     mustRun("ctr", ["-a", join(dir, "containerd", "containerd.sock"), "-n", "k8s.io", ...args], {
       timeoutMs: 300_000,
@@ -196,7 +199,7 @@ export async function startKubeCluster(): Promise<KubeCluster> {
       // -v=2: "Killing container with a grace period" and the hooks, with µs timestamps, for timelines.
       "--v=2",
     ], { logDir }));
-    daemons.push(startDaemon("kube-proxy", bin["kube-proxy"], [
+    kubeProxyArgs = [
       kc,
       "--proxy-mode=iptables",
       `--hostname-override=${NODE}`,
@@ -207,7 +210,8 @@ export async function startKubeCluster(): Promise<KubeCluster> {
       `--nodeport-addresses=${POD_CIDR}`,
       `--metrics-bind-address=127.0.0.1:${await freePort()}`,
       `--healthz-bind-address=127.0.0.1:${await freePort()}`,
-    ], { logDir }));
+    ];
+    daemons.push(startDaemon("kube-proxy", bin["kube-proxy"], kubeProxyArgs, { logDir }));
     const died = Promise.race(daemons.map((d) => d.exited.then(() => d.name)));
     const ready = async () => {
       const out = await plane!.kubectl([
@@ -245,6 +249,13 @@ export async function startKubeCluster(): Promise<KubeCluster> {
     timings,
     importImage: (archive) => ctr(["images", "import", "--all-platforms", archive]).then(() => {}),
     logs: (lines = 20) => daemons.map((d) => `--- ${d.name}:\n${d.tail(lines)}`).join("\n"),
+    async restartKubeProxy() {
+      const i = daemons.findIndex((d) => d.name === "kube-proxy");
+      await daemons[i]?.stop();
+      daemons[i] = startDaemon("kube-proxy", kubePaths().bin["kube-proxy"], kubeProxyArgs, {
+        logDir,
+      });
+    },
     stop,
   };
 }

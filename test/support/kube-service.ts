@@ -1,0 +1,100 @@
+// A Service's ClusterIP from the node: waiting for it to answer, and what kube-proxy programmed
+// for it when it does not.
+import type { KubeCluster } from "./kube.ts";
+import { runCommand } from "./kube-process.ts";
+import { waitFor } from "./envoy.ts";
+
+/** How long the ClusterIP may refuse before kube-proxy is restarted (it answers within ~1 s). */
+const BEFORE_RESTART_MS = 30_000;
+/** How long it may refuse after the restart. */
+const AFTER_RESTART_MS = 90_000;
+
+/**
+ * Waits for a Service's ClusterIP `url` to answer 200, as kube-proxy programs it a moment after
+ * the EndpointSlice. Once in a few runs it refused for minutes with every endpoint ready (cause
+ * not found): after 30 s this prints what kube-proxy had programmed and its log, restarts it
+ * (it lists everything anew), and waits again; a failure says the same.
+ *
+ * @example
+ * ```ts
+ * await serviceAnswers(cluster, "http://10.246.128.10");
+ * ```
+ */
+export async function serviceAnswers(cluster: KubeCluster, url: string): Promise<void> {
+  const ip = new URL(url).hostname;
+  let last = "";
+  const ok = async () => {
+    const response = await fetch(`${url}/`, { signal: AbortSignal.timeout(2000) }).catch(
+      (e: Error & { cause?: { code?: string } }) => {
+        last = `${e.message} ${e.cause?.code ?? ""}`.trim();
+        throw e;
+      },
+    );
+    last = `status ${response.status}`;
+    return response.status === 200 ? true : undefined;
+  };
+  const what = `${url} to answer`;
+  try {
+    await waitFor(ok, { timeoutMs: BEFORE_RESTART_MS, intervalMs: 100, what });
+    return;
+  } catch (error) {
+    console.log(
+      `${(error as Error).message} (last: ${last}): restarting kube-proxy\n${await serviceState(
+        cluster,
+        ip,
+      )}`,
+    );
+  }
+  await cluster.restartKubeProxy();
+  try {
+    await waitFor(ok, { timeoutMs: AFTER_RESTART_MS, intervalMs: 100, what });
+    console.log(`${url} answered after kube-proxy was restarted`);
+  } catch (error) {
+    throw new Error(
+      `${(error as Error).message}, kube-proxy restarted once (last: ${last})\n${await serviceState(
+        cluster,
+        ip,
+      )}`,
+    );
+  }
+}
+
+/**
+ * What the node does with a ClusterIP: the EndpointSlices of every Service, kube-proxy's nat
+ * chain for the address and its DNAT targets, filter rules naming it (a REJECT: no endpoints in
+ * kube-proxy's view), and the end of kube-proxy's log.
+ *
+ * @example
+ * ```ts
+ * console.log(await serviceState(cluster, "10.246.128.10"));
+ * ```
+ */
+export async function serviceState(cluster: KubeCluster, ip: string): Promise<string> {
+  const nat = (await runCommand("iptables-save", ["-t", "nat"])).stdout.split("\n");
+  const filter = (await runCommand("iptables-save", ["-t", "filter"])).stdout.split("\n");
+  const chainsOf = (lines: string[], pattern: RegExp) =>
+    lines.map((l) => pattern.exec(l)?.[1]).filter((c): c is string => c !== undefined);
+  const services = chainsOf(nat.filter((l) => l.includes(`${ip}/32`)), / -j (KUBE-SVC-\S+)/);
+  const rulesOf = (chains: string[]) =>
+    nat.filter((l) => chains.some((c) => l.startsWith(`-A ${c} `)));
+  const endpoints = chainsOf(rulesOf(services), / -j (KUBE-SEP-\S+)/);
+  const slices = await cluster.kubectl([
+    "get",
+    "endpointslices",
+    "-A",
+    "-o",
+    "jsonpath={range .items[*]}{.metadata.name} ports={.ports[*].port}: {range .endpoints[*]}{.addresses[0]} ready={.conditions.ready} {end}\n{end}",
+  ]).catch(String);
+  return [
+    `EndpointSlices:\n${slices.trimEnd()}`,
+    `nat rules naming ${ip} and its service chain:`,
+    ...nat.filter((l) => l.includes(ip)),
+    ...rulesOf([...services, ...endpoints]),
+    `filter rules naming ${ip}: ${filter.filter((l) => l.includes(ip)).join("\n") || "none"}`,
+    `kube-proxy log, last lines:\n${
+      cluster.logs(400).split("--- ").find((d) => d.startsWith("kube-proxy:"))?.split("\n").slice(
+        -25,
+      ).join("\n") ?? ""
+    }`,
+  ].join("\n");
+}
