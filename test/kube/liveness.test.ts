@@ -13,6 +13,7 @@ import {
   inject,
   kubeletRows,
   plainDeployment,
+  removeDemo,
   startDemoCluster,
 } from "../support/kube-workload.ts";
 
@@ -128,20 +129,7 @@ if (skip) {
             );
             logs.ended.catch(() => {});
           } finally {
-            await cluster.kubectl([
-              "delete",
-              "deployment/demo",
-              "service/demo",
-              "--wait=true",
-              "--timeout=90s",
-            ]).catch(() => "");
-            await waitFor(
-              async () => ((await cluster.kubectl(["get", "pods", "-l", "app=demo", "-o", "name"]))
-                  .trim() === ""
-                ? true
-                : undefined),
-              { timeoutMs: 90_000, intervalMs: 250, what: "demo pods gone" },
-            ).catch(() => {});
+            await removeDemo(cluster);
           }
         },
         5 * 60_000,

@@ -17,6 +17,7 @@ import {
   inject,
   kubeletRows,
   plainDeployment,
+  removeDemo,
   startDemoCluster,
   type TimelineRow,
   watchApi,
@@ -62,7 +63,7 @@ if (skip) {
       );
       await cluster.kubectl(["apply", "-f", "-"], manifest);
       const ip = await serving().catch(async (error) => {
-        await removeDemo();
+        await removeDemo(cluster);
         throw error;
       });
       const url = `http://${ip}`;
@@ -139,7 +140,7 @@ if (skip) {
         pods.stop();
         slices.stop();
         await load.stop();
-        await removeDemo();
+        await removeDemo(cluster);
       }
     }
 
@@ -152,25 +153,6 @@ if (skip) {
       // kube-proxy programs the rules a moment after the slice: wait for the ClusterIP itself.
       await serviceAnswers(cluster, `http://${ip}`);
       return ip;
-    }
-
-    /** Deletes the demo and waits for its pods to be gone, so the next test starts clean. */
-    async function removeDemo(): Promise<void> {
-      await cluster.kubectl([
-        "delete",
-        "deployment/demo",
-        "service/demo",
-        "--ignore-not-found",
-        "--wait=true",
-        "--timeout=90s",
-      ]).catch(() => "");
-      await waitFor(
-        async () => ((await cluster.kubectl(["get", "pods", "-l", "app=demo", "-o", "name"]))
-            .trim() === ""
-          ? true
-          : undefined),
-        { timeoutMs: 90_000, intervalMs: 250, what: "demo pods gone" },
-      ).catch(() => {});
     }
 
     for (const mode of ["native", "classic"] as const) {

@@ -11,6 +11,7 @@ import { kubePaths } from "../../build/kube.mjs";
 import { buildImages } from "../../build/image.mjs";
 import { type KubeCluster, kubeClusterSkipReason, startKubeCluster } from "./kube.ts";
 import { mustRun } from "./kube-process.ts";
+import { waitFor } from "./envoy.ts";
 import { containerToolsMissing, podman } from "./podman.ts";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
@@ -352,4 +353,31 @@ export async function eventRows(
       e.involvedObject?.fieldPath ? ` ${e.involvedObject.fieldPath}` : ""
     }: ${e.message}`,
   }));
+}
+
+/**
+ * Deletes the demo Deployment and Service and waits (at most 90 s each) for its pods to be
+ * gone, so the next test starts clean; never throws.
+ *
+ * @example
+ * ```ts
+ * await removeDemo(cluster);
+ * ```
+ */
+export async function removeDemo(cluster: KubeCluster): Promise<void> {
+  await cluster.kubectl([
+    "delete",
+    "deployment/demo",
+    "service/demo",
+    "--ignore-not-found",
+    "--wait=true",
+    "--timeout=90s",
+  ]).catch(() => "");
+  await waitFor(
+    async () => ((await cluster.kubectl(["get", "pods", "-l", "app=demo", "-o", "name"]))
+        .trim() === ""
+      ? true
+      : undefined),
+    { timeoutMs: 90_000, intervalMs: 250, what: "demo pods gone" },
+  ).catch(() => {});
 }
