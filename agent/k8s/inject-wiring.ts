@@ -54,10 +54,7 @@ export function contextOf(documents: readonly ManifestDocument[]): WiringContext
       if (service) context.services.push({ value: service, node, doc });
       const metadata = getPath(value, ["metadata"]) as Record<string, unknown> | undefined;
       if (value.kind === "ConfigMap" && typeof metadata?.name === "string") {
-        context.configMaps.set(
-          `${typeof metadata.namespace === "string" ? metadata.namespace : ""}/${metadata.name}`,
-          value,
-        );
+        context.configMaps.set(key(metadata.namespace, metadata.name), value);
       }
     }
   }
@@ -73,8 +70,7 @@ export function contextOf(documents: readonly ManifestDocument[]): WiringContext
  * ```
  */
 export function objectKey(value: Record<string, unknown>): string {
-  const namespace = getPath(value, ["metadata", "namespace"]);
-  return `${typeof namespace === "string" ? namespace : ""}/${workloadRef(value)}`;
+  return key(getPath(value, ["metadata", "namespace"]), workloadRef(value));
 }
 
 /**

@@ -1,5 +1,7 @@
 // A Service's ClusterIP from the node: waiting for it to answer, and what kube-proxy programmed
 // for it when it does not.
+import { existsSync, readFileSync } from "node:fs";
+import { join } from "node:path";
 import type { KubeCluster } from "./kube.ts";
 import { runCommand } from "./kube-process.ts";
 import { waitFor } from "./envoy.ts";
@@ -91,10 +93,14 @@ export async function serviceState(cluster: KubeCluster, ip: string): Promise<st
     ...nat.filter((l) => l.includes(ip)),
     ...rulesOf([...services, ...endpoints]),
     `filter rules naming ${ip}: ${filter.filter((l) => l.includes(ip)).join("\n") || "none"}`,
-    `kube-proxy log, last lines:\n${
-      cluster.logs(400).split("--- ").find((d) => d.startsWith("kube-proxy:"))?.split("\n").slice(
-        -25,
-      ).join("\n") ?? ""
-    }`,
+    `kube-proxy log, last lines:\n${kubeProxyLog(cluster)}`,
   ].join("\n");
+}
+
+/** The last 25 lines of kube-proxy's log file in the cluster's folder. */
+function kubeProxyLog(cluster: KubeCluster): string {
+  const log = join(cluster.dir, "log", "kube-proxy.log");
+  return existsSync(log)
+    ? readFileSync(log, "utf8").trimEnd().split("\n").slice(-25).join("\n")
+    : "";
 }
