@@ -349,10 +349,10 @@ export class Agent {
 
   /** Runs the termination (drain/termination.ts), pre-empting a reload or crash restart, and applies its outcome. */
   #terminate(run: Running, source: string): void {
-    const { drainer, epochs, drainMetrics } = run;
+    const { drainer, epochs, drainMetrics, appStop } = run;
     const metered = drainMetrics.started("termination", () => drainer.plan?.deadline ?? Date.now());
     const preempted = this.#tasks.preempt(new Error("terminating"));
-    const context = { log: this.#log, state: this.#state, drain: drainer, epochs };
+    const context = { log: this.#log, state: this.#state, drain: drainer, epochs, appStop };
     terminate(context, source, { preempted, stopNow: this.#termination.stopNow.signal }).then(
       (outcome: TerminationOutcome) => {
         const { reason, drainMs, inflightAtStop, bytesUnsentAtStop, lastZeroToStopMs } = outcome;

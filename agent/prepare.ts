@@ -42,6 +42,8 @@ export interface Running {
   old: OldEpochs;
   /** How drains ended, for `/metrics`. */
   drainMetrics: DrainMetrics;
+  /** Answers the apps' preStop hooks. */
+  appStop: AppStopGate;
   server: StatusServer;
   unwatch?: () => void;
 }
@@ -155,6 +157,7 @@ export async function prepareRun(a: AgentParts, controls: AgentControls): Promis
       drainer,
       old,
       drainMetrics,
+      appStop,
       server,
     };
     try {

@@ -126,6 +126,19 @@ export class AppStopGate {
     return await this.#wait;
   }
 
+  /**
+   * Settles once the hooks' wait under way (if any) has been answered: the termination stops
+   * Envoy only after, so the kubelet's `httpGet` gets its answer from a running lastcall.
+   *
+   * @example
+   * ```ts
+   * await gate.settled(); // at once when no hook waits
+   * ```
+   */
+  async settled(): Promise<void> {
+    await this.#wait;
+  }
+
   /** Waits for the floor and an inbound zero (or the deadline), then closes inbound. */
   async #quiet(plan: DrainPlan): Promise<AppStopAnswer> {
     const started = Date.now();

@@ -1,5 +1,6 @@
 // The termination as one script, from the agent's loop to Envoy's exit: its six steps are
 // numbered here and nowhere else. It returns what happened; the agent records it and exits.
+import { unlessAborted } from "../lib/async.ts";
 import { EXIT } from "../lib/errors.ts";
 import type { EventLog } from "../lib/log.ts";
 import type { AgentState } from "../state.ts";
@@ -12,6 +13,7 @@ import {
   noteUnaskedExits,
   stopUnready,
 } from "./epochs.ts";
+import type { AppStopGate } from "./app-stop.ts";
 import type { DrainPlan } from "./plan.ts";
 
 /** How the termination went: the `terminated` line, `/v1/state`'s `termination`, `/metrics`, the exit code. */
@@ -39,6 +41,8 @@ export interface TerminationContext {
   /** The drain: its plan begins, it waits, and it says what its wait read last. */
   drain: Pick<Drainer, "begin" | "wait" | "settled">;
   epochs: DrainedEpochs;
+  /** The apps' preStop hooks (`GET /v1/app-stop`): Envoy stops once those held are answered. */
+  appStop?: Pick<AppStopGate, "settled">;
 }
 
 /** Options of {@linkcode terminate}. */
@@ -78,6 +82,9 @@ export async function terminate(
   if (epochs.running().length > 0) {
     // 3. Wait by mode, 4. then for delivery, until the deadline (drainer.ts: waitDrained).
     reason = await drain.wait(plan, options.stopNow);
+    // An app's held preStop ends on the same quiet: its answer goes out before Envoy stops.
+    const answered = c.appStop?.settled() ?? Promise.resolve();
+    await (options.stopNow ? unlessAborted(answered, options.stopNow) : answered).catch(() => {});
     // 5. Stop Envoy within what is left of the grace period.
     c.state.phase = "stopping";
     cut = await stopAll(c, plan);

@@ -1,6 +1,9 @@
 import { serve } from "@hono/node-server";
 import type { Hono } from "hono";
 
+/** How long a closing server lets the answers under way finish before it cuts their connections. */
+const CLOSE_GRACE_MS = 500;
+
 /** A listening status server. */
 export interface StatusServer {
   /** The port actually bound (useful with port 0). */
@@ -20,8 +23,16 @@ export function listen(app: Hono, address: string, port: number): Promise<Status
         port: info.port,
         close: () =>
           new Promise((done) => {
-            (server as unknown as { closeAllConnections?: () => void }).closeAllConnections?.();
-            server.close(() => done());
+            // Answers being written (a preStop hook's, as lastcall closes) get a moment to finish.
+            const http = server as unknown as Partial<
+              Record<"closeAllConnections" | "closeIdleConnections", () => void>
+            >;
+            const cut = setTimeout(() => http.closeAllConnections?.(), CLOSE_GRACE_MS);
+            server.close(() => {
+              clearTimeout(cut);
+              done();
+            });
+            http.closeIdleConnections?.();
           }),
       });
     });

@@ -147,6 +147,8 @@ describe("the app's preStop (GET /v1/app-stop)", () => {
       reason: "inflight_zero",
       inflight_at_stop: 0,
     });
+    // Both ended on the same quiet: the hook was answered before Envoy was asked to quit.
+    expect(order(lc, "app_stop")).toBeLessThan(order(lc, "envoy_quit_requested"));
   });
 });
 

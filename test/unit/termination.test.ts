@@ -231,4 +231,37 @@ describe("terminate", () => {
     expect(epochs.stops).toEqual([{ epochs: [0], byAdmin: true }]);
     expect(outcome).toMatchObject({ reason: "inflight_zero", code: 0 });
   });
+
+  it("an app's preStop hook still being answered: Envoy stops only once it is (the kubelet gets its answer)", async () => {
+    const { log } = logged();
+    const epochs = new FakeEpochs([fakeEpoch(0)]);
+    const { drain } = fakeDrain(() => Promise.resolve("inflight_zero"));
+    let answer!: () => void;
+    const appStop = { settled: () => new Promise<void>((resolve) => (answer = resolve)) };
+    const ended = terminate(
+      { log, state: { phase: "draining" }, drain, epochs, appStop },
+      "SIGTERM",
+    );
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(epochs.stops).toEqual([]);
+    answer();
+    expect(await ended).toMatchObject({ reason: "inflight_zero", code: 0 });
+    expect(epochs.stops).toEqual([{ epochs: [0], byAdmin: true }]);
+  });
+
+  it("the operator insists (stopNow): a hook still held does not keep Envoy up", async () => {
+    const { log } = logged();
+    const epochs = new FakeEpochs([fakeEpoch(0)]);
+    const { drain } = fakeDrain(() => Promise.resolve("stopped_now"));
+    const stopNow = new AbortController();
+    stopNow.abort();
+    const appStop = { settled: () => new Promise<void>(() => {}) };
+    const outcome = await terminate(
+      { log, state: { phase: "draining" }, drain, epochs, appStop },
+      "SIGTERM",
+      { stopNow: stopNow.signal },
+    );
+    expect(outcome.reason).toBe("stopped_now");
+    expect(epochs.stops).toEqual([{ epochs: [0], byAdmin: true }]);
+  });
 });
