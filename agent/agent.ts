@@ -7,6 +7,7 @@ import { CrashRestarts } from "./supervise/crash-restarts.ts";
 import { prepareBootstrap } from "./supervise/bootstrap-file.ts";
 import { InflightTracker } from "./drain/in-flight.ts";
 import { undeliveredBy } from "./drain/delivery.ts";
+import type { DrainRequest } from "./drain/plan.ts";
 import { terminate, type TerminationOutcome } from "./drain/termination.ts";
 import { reload, type ReloadContext } from "./supervise/reload.ts";
 import { bindFailure, describeExit, type EnvoyExit, stopEnvoy } from "./envoy/process.ts";
@@ -27,7 +28,7 @@ type AgentEvent =
   | { type: "exited"; instance: string; exit: EnvoyExit }
   | { type: "restart_due" }
   | { type: "reload"; reason: string }
-  | { type: "drain"; nativeSidecar: boolean }
+  | { type: "drain"; request: DrainRequest }
   | { type: "terminate"; source: string }
   | { type: "done"; code: number }
   | { type: "fatal"; error: unknown };
@@ -112,8 +113,8 @@ export class Agent {
    * `POST /drain`: the termination's drain (drain/termination.ts) without the stop. `nativeSidecar`: the caller
    * is a native sidecar's preStop, so a SIGTERM later means every app container exited.
    */
-  drainInPlace(options: { nativeSidecar: boolean } = { nativeSidecar: false }): void {
-    this.#events.push({ type: "drain", nativeSidecar: options.nativeSidecar });
+  drainInPlace(request: DrainRequest = { nativeSidecar: false }): void {
+    this.#events.push({ type: "drain", request });
   }
 
   /** Runs until terminated or Envoy gives up; returns the process exit code. */
@@ -171,7 +172,7 @@ export class Agent {
             }
             break;
           case "drain":
-            if (!terminating) this.#drainInPlace(run, event.nativeSidecar);
+            if (!terminating) this.#drainInPlace(run, event.request);
             break;
           case "terminate":
             this.#termination.began = true;
@@ -335,8 +336,8 @@ export class Agent {
   }
 
   /** `POST /drain`: the drain begins and waits; Envoy runs on (nothing is stopped: nothing is cut). */
-  #drainInPlace(run: Running, nativeSidecar: boolean): void {
-    const waiting = run.drainer.drainInPlace(nativeSidecar, this.#termination.stopNow.signal);
+  #drainInPlace(run: Running, request: DrainRequest): void {
+    const waiting = run.drainer.drainInPlace(request, this.#termination.stopNow.signal);
     if (!waiting) return;
     const { plan, ended } = waiting;
     const metered = run.drainMetrics.started("drain", () => plan.deadline);

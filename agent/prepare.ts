@@ -10,6 +10,7 @@ import { LiveEpochs } from "./drain/epochs.ts";
 import { HolderBook } from "./drain/holders.ts";
 import type { InflightTracker } from "./drain/in-flight.ts";
 import { OldEpochs } from "./drain/old-epochs.ts";
+import type { DrainRequest } from "./drain/plan.ts";
 import { DrainWatch } from "./drain/waiting.ts";
 import { identifyEnvoy } from "./envoy/identify.ts";
 import type { EventLog } from "./lib/log.ts";
@@ -66,7 +67,7 @@ export interface AgentParts {
 export interface AgentControls {
   terminate(source: string): void;
   reload(reason: string): void;
-  drainInPlace(options?: { nativeSidecar: boolean }): void;
+  drainInPlace(request?: DrainRequest): void;
 }
 
 /**

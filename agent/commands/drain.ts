@@ -20,10 +20,12 @@ export interface DrainOptions {
  */
 export async function requestDrain(options: DrainOptions): Promise<number> {
   // `sidecar=native`: the sidecar's SIGTERM, which the kubelet sends once every app container has
-  // exited, then also means that nothing is left to forward inbound requests to.
+  // exited, then also means that nothing is left to forward inbound requests to. `asked_at`: this
+  // process's start, as the pod's deletion set it going (the floor runs from it, not from now).
   const url = new URL("/drain?sidecar=native", options.statusUrl);
+  const asked = new URL(`${url}&asked_at=${Math.floor(performance.timeOrigin)}`);
   try {
-    const response = await fetch(url, {
+    const response = await fetch(asked, {
       method: "POST",
       signal: AbortSignal.timeout(options.timeoutMs),
     });

@@ -75,7 +75,7 @@ export function addKubernetesCommands(
 
   program.command("drain")
     .description(
-      "ask the agent to drain without exiting (POST /drain): a native sidecar's preStop hook",
+      "ask the agent to drain without exiting (POST /drain): a native sidecar's preStop hook; the floor (--min-drain) runs from this command's start",
     )
     .addOption(statusUrlOption())
     .addOption(

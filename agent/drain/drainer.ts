@@ -11,7 +11,7 @@ import type { Undelivered } from "../envoy/sockets.ts";
 import type { LiveEpochs } from "./epochs.ts";
 import type { ModeContext } from "./modes/context.ts";
 import { DRAIN_WAITS } from "./modes/index.ts";
-import { type DrainPlan, floorAt } from "./plan.ts";
+import { ASKED_AT_MAX_AGE_MS, type DrainPlan, type DrainRequest, floorAt } from "./plan.ts";
 import type { DrainView, DrainWatch } from "./waiting.ts";
 
 /**
@@ -237,9 +237,10 @@ export class Drainer {
   /**
    * Begins the drain, once: readiness fails at once (`began`), and every epoch that can be asked
    * drains its listeners. A termination (`terminating`) after a `POST /drain` keeps that drain
-   * and takes its deadline from now: the grace period runs from the signal.
+   * and takes its deadline from now: the grace period runs from the signal. `askedAt`: when the
+   * caller started (within the last {@linkcode ASKED_AT_MAX_AGE_MS}): the floor runs from it.
    */
-  begin(source: string, terminating = false): DrainPlan {
+  begin(source: string, terminating = false, askedAt?: number): DrainPlan {
     const { options: o, log, epochs } = this.#deps;
     const now = Date.now();
     if (this.#plan) {
@@ -265,6 +266,9 @@ export class Drainer {
       drainDelayMs: o.drainDelayMs,
       minDrainMs: o.minDrainMs,
       startedAt: now,
+      ...(askedAt !== undefined && askedAt < now
+        ? { floorFrom: Math.max(askedAt, now - ASKED_AT_MAX_AGE_MS) }
+        : {}),
       ...(terminating ? { terminatedAt: now, graceEndsAt: now + o.graceMs } : {}),
       deadline: now + o.graceMs - o.stopMarginMs,
       floorCut: this.#floorCut.signal,
@@ -278,6 +282,7 @@ export class Drainer {
       scope: plan.scope,
       deadline_ms: plan.deadline - now,
       min_drain_ms: plan.minDrainMs,
+      ...(plan.floorFrom !== undefined ? { floor_from_ms_before: now - plan.floorFrom } : {}),
       ...(context.statsCounted.length ? { counted_by_stats: context.statsCounted } : {}),
     });
     void drainBegins(epochs.running()); // learns the listening ports before Envoy closes them
@@ -292,12 +297,12 @@ export class Drainer {
    * Returns the plan and the wait, or undefined when a drain began already.
    */
   drainInPlace(
-    nativeSidecar: boolean,
+    request: DrainRequest,
     stopNow?: AbortSignal,
   ): { plan: DrainPlan; ended: Promise<string> } | undefined {
-    this.#nativeSidecar ||= nativeSidecar;
+    this.#nativeSidecar ||= request.nativeSidecar;
     if (this.#plan) return undefined;
-    const plan = this.begin("POST /drain");
+    const plan = this.begin("POST /drain", false, request.askedAt);
     const ended = this.wait(plan, stopNow);
     ended.then(
       // An end the wait did not log itself (the deadline): said, so /drain's caller knows.
@@ -327,7 +332,7 @@ export class Drainer {
     const plan = this.#plan;
     if (!plan || this.#floorCut.signal.aborted) return;
     const now = Date.now();
-    const floorLeftMs = Math.max(0, plan.startedAt + plan.minDrainMs - now);
+    const floorLeftMs = Math.max(0, floorAt(plan) - now);
     this.#deps.log("apps_gone", {
       via,
       drain_ms: now - plan.startedAt,

@@ -11,8 +11,13 @@ export interface DrainPlan {
   failHealthcheck: boolean;
   drainDelayMs: number;
   minDrainMs: number;
-  /** When the drain began (the signal, or `/drain`), ms since the epoch; the floor runs from it. */
+  /** When the drain began (the signal, or `/drain`), ms since the epoch. */
   startedAt: number;
+  /**
+   * When the floor runs from, when earlier than `startedAt`: the start of the native sidecar's
+   * preStop (`lastcall drain`), as the pod's deletion set it going.
+   */
+  floorFrom?: number;
   /**
    * When the termination signal came, once one did: the grace period runs from it (a drain
    * begun by `POST /drain` gets its deadline from the later signal).
@@ -28,7 +33,26 @@ export interface DrainPlan {
   floorCut?: AbortSignal;
 }
 
-/** When the drain's floor ends (`--min-drain` from its start), or now if every app has gone. */
+/** The oldest `asked_at` a `POST /drain` may give: older ones count from this long ago. */
+export const ASKED_AT_MAX_AGE_MS = 3000;
+
+/** What `POST /drain` asks for. */
+export interface DrainRequest {
+  /** The caller is a native sidecar's preStop (`?sidecar=native`): its SIGTERM means the apps exited. */
+  nativeSidecar: boolean;
+  /** When the caller started (`?asked_at=`, ms since the epoch): the floor runs from it. */
+  askedAt?: number;
+}
+
+/**
+ * When the drain's floor ends (`--min-drain` from its start, or from `floorFrom`), or now if
+ * every app has gone.
+ *
+ * @example
+ * ```ts
+ * floorAt({ ...plan, startedAt: 10_000, minDrainMs: 5000 }); // 15000
+ * ```
+ */
 export function floorAt(plan: DrainPlan): number {
-  return plan.floorCut?.aborted ? 0 : plan.startedAt + plan.minDrainMs;
+  return plan.floorCut?.aborted ? 0 : (plan.floorFrom ?? plan.startedAt) + plan.minDrainMs;
 }

@@ -2,6 +2,7 @@
 // the agent through a small interface, so tests call `app.request(url)` without a server.
 import { Hono } from "hono";
 import { type InflightReport, parseReport } from "../drain/in-flight.ts";
+import type { DrainRequest } from "../drain/plan.ts";
 import type { DrainView } from "../drain/waiting.ts";
 import type { AgentState } from "../state.ts";
 import type { AppReport } from "../supervise/app-watch.ts";
@@ -69,9 +70,10 @@ export interface StatusControls {
   /**
    * `POST /drain` from loopback: drain without exiting. `?sidecar=native` (what `lastcall drain`
    * sends): the caller is a native sidecar's preStop, so the sidecar's SIGTERM will mean that
-   * every app container has exited.
+   * every app container has exited; `&asked_at=` (ms since the epoch): when it started, so the
+   * floor runs from the pod's deletion rather than from the hook's arrival.
    */
-  drain(options?: { nativeSidecar: boolean }): void;
+  drain(request?: DrainRequest): void;
   /**
    * `GET /v1/app-stop` from anyone (the kubelet runs an httpGet preStop from the node): waits,
    * never starts or ends a drain; see agent/drain/app-stop.ts.
@@ -179,7 +181,12 @@ export function createStatusApp(controls: StatusControls): Hono {
       : c.json({ ok: true });
   });
   app.post("/drain", ...control(), function drain(c) {
-    controls.drain({ nativeSidecar: c.req.query("sidecar") === "native" });
+    const askedAt = askedAtMs(c.req.query("asked_at"));
+    if (typeof askedAt === "string") return c.json({ error: askedAt }, 400);
+    controls.drain({
+      nativeSidecar: c.req.query("sidecar") === "native",
+      ...(askedAt !== undefined ? { askedAt } : {}),
+    });
     return c.json({ draining: true });
   });
   return app;
@@ -187,6 +194,14 @@ export function createStatusApp(controls: StatusControls): Hono {
 
 /** The most `/healthz/ready?wait_ms=N` waits (inject's probes ask 2900, under their 3 s timeout). */
 export const READY_WAIT_MAX_MS = 5000;
+
+/** `asked_at` of `POST /drain`: ms since the epoch, undefined when absent, or why it is refused. */
+function askedAtMs(text: string | undefined): number | undefined | string {
+  if (text === undefined) return undefined;
+  return /^\d{1,15}$/.test(text)
+    ? Number(text)
+    : `asked_at "${text}" is not a time in whole milliseconds since the epoch`;
+}
 
 /** `wait_ms` of `/healthz/ready`: 0 when absent, or why it is refused. */
 function readyWaitMs(text: string | undefined): number | string {

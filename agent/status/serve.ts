@@ -3,6 +3,7 @@
 // the server itself, wired to the agent.
 import type { AppWatch } from "../supervise/app-watch.ts";
 import type { InflightTracker } from "../drain/in-flight.ts";
+import type { DrainRequest } from "../drain/plan.ts";
 import type { DrainView } from "../drain/waiting.ts";
 import type { Envoys, Epoch } from "../supervise/envoys.ts";
 import { StartError } from "../lib/errors.ts";
@@ -116,7 +117,7 @@ export interface StatusWiring {
   /** `POST /quitquitquit`. */
   quit(): void;
   /** `POST /drain` (`?sidecar=native`: the sidecar's SIGTERM will mean every app has exited). */
-  drain(options?: { nativeSidecar: boolean }): void;
+  drain(request?: DrainRequest): void;
   /** `GET /v1/app-stop`: an app container's preStop, answered once the inbound side is quiet. */
   appStop?(): Promise<AppStopAnswer>;
   /** How drains ended, for `/metrics`. */

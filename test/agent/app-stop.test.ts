@@ -19,6 +19,7 @@ import {
 } from "../support/lastcall.ts";
 import { agentSees, serving, upstreamForFile } from "../support/serving.ts";
 import { tempDir } from "../support/temp.ts";
+import { ASKED_AT_MAX_AGE_MS } from "../../agent/drain/plan.ts";
 
 const app = upstreamForFile();
 
@@ -126,6 +127,25 @@ describe("the app's preStop (GET /v1/app-stop)", () => {
     const answer = await appStop(status);
     expect(answer).toMatchObject({ reason: "quiet", inbound_closed: true });
     expect(order(lc, "drain_start")).toBeLessThan(order(lc, "app_stop_wait"));
+    lc.signal("SIGTERM");
+    expect(await lc.event("terminated")).toMatchObject({ inflight_at_stop: 0 });
+  });
+
+  it("native: the floor runs from the preStop's start (`lastcall drain` sends asked_at), not from its POST's late arrival; from at most 3 s before", async () => {
+    const { lc, status } = await serving(app.port, []);
+    // A loaded node: the hook's process started long before its POST came.
+    const asked = Date.now() - 60_000;
+    const drain = await fetch(`${status}/drain?sidecar=native&asked_at=${asked}`, {
+      method: "POST",
+    });
+    expect(drain.status).toBe(200);
+    const start = await lc.event("drain_start");
+    expect(start.floor_from_ms_before).toBe(ASKED_AT_MAX_AGE_MS);
+    expect(await appStop(status)).toMatchObject({ reason: "quiet", inbound_closed: true });
+    const answered = Date.parse((await lc.event("app_stop")).ts);
+    const floorFromStart = Date.parse(start.ts) + Number(start.min_drain_ms);
+    expect(answered).toBeGreaterThanOrEqual(floorFromStart - ASKED_AT_MAX_AGE_MS);
+    expect(answered).toBeLessThan(floorFromStart);
     lc.signal("SIGTERM");
     expect(await lc.event("terminated")).toMatchObject({ inflight_at_stop: 0 });
   });

@@ -176,9 +176,11 @@ describe("lastcall check", () => {
 });
 
 describe("lastcall drain", () => {
-  it("POSTs /drain?sidecar=native to the status server and exits 0", async () => {
+  it("POSTs /drain?sidecar=native with its own start (asked_at) to the status server and exits 0", async () => {
     const requests: string[] = [];
+    let arrived = 0;
     const server = createServer((req, res) => {
+      arrived = Date.now();
       requests.push(`${req.method} ${req.url}`);
       res.setHeader("content-type", "application/json");
       res.end('{"draining":true}');
@@ -186,12 +188,17 @@ describe("lastcall drain", () => {
     await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
     try {
       const port = (server.address() as { port: number }).port;
+      const spawned = Date.now();
       expect(await lastcall(["drain", "--status-url", `http://127.0.0.1:${port}`])).toEqual({
         code: 0,
         stdout: "",
         stderr: "",
       });
-      expect(requests).toEqual(["POST /drain?sidecar=native"]);
+      expect(requests).toHaveLength(1);
+      const [, askedAt] = /^POST \/drain\?sidecar=native&asked_at=(\d+)$/.exec(requests[0]) ?? [];
+      // The process's own start: after the test spawned it, before its request arrived.
+      expect(Number(askedAt)).toBeGreaterThanOrEqual(spawned - 1);
+      expect(Number(askedAt)).toBeLessThan(arrived);
     } finally {
       server.close();
     }

@@ -185,6 +185,24 @@ describe("control routes refuse connections an Envoy of the agent made", () => {
       nativeSidecar: false,
     }]]);
   });
+
+  it("POST /drain?asked_at=N passes when its caller started; anything but whole milliseconds is refused (400, naming it), no drain", async () => {
+    const controls = fakeControls();
+    const app = createStatusApp(controls);
+    const post = (query: string) => app.request(`/drain?${query}`, { method: "POST" }, loopback);
+    expect((await post("sidecar=native&asked_at=1795791665709")).status).toBe(200);
+    expect(controls.drain.mock.calls).toEqual([[{
+      nativeSidecar: true,
+      askedAt: 1795791665709,
+    }]]);
+    for (const bad of ["", "-5", "1.5", "soon", "1e12", "9".repeat(16)]) {
+      const res = await post(`sidecar=native&asked_at=${bad}`);
+      expect([res.status, await res.json()]).toEqual([400, {
+        error: `asked_at "${bad}" is not a time in whole milliseconds since the epoch`,
+      }]);
+    }
+    expect(controls.drain).toHaveBeenCalledOnce();
+  });
 });
 
 describe("connectionMaker reads /proc", () => {
