@@ -3,7 +3,7 @@
 import { accessSync, constants } from "node:fs";
 import { delimiter, join } from "node:path";
 import type { Command } from "commander";
-import { Agent, EXIT, StartError } from "../agent.ts";
+import { EXIT, StartError } from "../lib/errors.ts";
 import {
   DurationTooLongError,
   formatDuration,
@@ -263,7 +263,11 @@ export function resolveRunOptions(command: Command, envoyArgs: string[]): RunOpt
 /** `lastcall run`: supervise Envoy until terminated; resolves with the exit code. */
 export async function runCommand(options: RunOptions): Promise<number> {
   const log = createEventLog(options.logFormat);
-  const agent = new Agent(options, log, findEnvoy(options.envoy));
+  const envoy = findEnvoy(options.envoy);
+  // Loaded here, not with the command line: the other commands (a preStop's `lastcall drain`)
+  // start without the agent's modules.
+  const { Agent } = await import("../agent.ts");
+  const agent = new Agent(options, log, envoy);
   try {
     const code = await agent.run();
     // The event line is for log pipelines; this one is for whoever reads the container's exit.

@@ -1,4 +1,3 @@
-import { serve } from "@hono/node-server";
 import type { Hono } from "hono";
 
 /** How long a closing server lets the answers under way finish before it cuts their connections. */
@@ -16,7 +15,9 @@ export interface StatusServer {
  *
  * @throws when the port cannot be bound, naming the address
  */
-export function listen(app: Hono, address: string, port: number): Promise<StatusServer> {
+export async function listen(app: Hono, address: string, port: number): Promise<StatusServer> {
+  // Loaded by the commands that serve: it reads the fetch globals, which cost a start ~25 ms.
+  const { serve } = await import("@hono/node-server");
   return new Promise((resolve, reject) => {
     const server = serve({ fetch: app.fetch, hostname: address, port }, (info) => {
       resolve({
