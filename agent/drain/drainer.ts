@@ -11,7 +11,7 @@ import type { Undelivered } from "../envoy/sockets.ts";
 import type { LiveEpochs } from "./epochs.ts";
 import type { ModeContext } from "./modes/context.ts";
 import { DRAIN_WAITS } from "./modes/index.ts";
-import { ASKED_AT_MAX_AGE_MS, type DrainPlan, type DrainRequest, floorAt } from "./plan.ts";
+import { type DrainPlan, type DrainRequest, floorAt, floorFromAsked } from "./plan.ts";
 import type { DrainView, DrainWatch } from "./waiting.ts";
 
 /**
@@ -238,11 +238,12 @@ export class Drainer {
    * Begins the drain, once: readiness fails at once (`began`), and every epoch that can be asked
    * drains its listeners. A termination (`terminating`) after a `POST /drain` keeps that drain
    * and takes its deadline from now: the grace period runs from the signal. `askedAt`: when the
-   * caller started (within the last {@linkcode ASKED_AT_MAX_AGE_MS}): the floor runs from it.
+   * caller started: the floor runs from it (see {@linkcode floorFromAsked}).
    */
   begin(source: string, terminating = false, askedAt?: number): DrainPlan {
     const { options: o, log, epochs } = this.#deps;
     const now = Date.now();
+    const floorFrom = floorFromAsked(askedAt, now);
     if (this.#plan) {
       if (terminating && this.#plan.terminatedAt === undefined) {
         this.#plan.terminatedAt = now;
@@ -266,9 +267,7 @@ export class Drainer {
       drainDelayMs: o.drainDelayMs,
       minDrainMs: o.minDrainMs,
       startedAt: now,
-      ...(askedAt !== undefined && askedAt < now
-        ? { floorFrom: Math.max(askedAt, now - ASKED_AT_MAX_AGE_MS) }
-        : {}),
+      ...(floorFrom !== undefined ? { floorFrom } : {}),
       ...(terminating ? { terminatedAt: now, graceEndsAt: now + o.graceMs } : {}),
       deadline: now + o.graceMs - o.stopMarginMs,
       floorCut: this.#floorCut.signal,

@@ -36,6 +36,22 @@ export interface DrainPlan {
 /** The oldest `asked_at` a `POST /drain` may give: older ones count from this long ago. */
 export const ASKED_AT_MAX_AGE_MS = 3000;
 
+/**
+ * When a drain's floor runs from, given when its caller started: `askedAt`, at most
+ * {@linkcode ASKED_AT_MAX_AGE_MS} before `now`; undefined when it is not earlier than `now`.
+ *
+ * @example
+ * ```ts
+ * floorFromAsked(9_000, 10_000); // 9000
+ * floorFromAsked(1_000, 10_000); // 7000
+ * ```
+ */
+export function floorFromAsked(askedAt: number | undefined, now: number): number | undefined {
+  return askedAt !== undefined && askedAt < now
+    ? Math.max(askedAt, now - ASKED_AT_MAX_AGE_MS)
+    : undefined;
+}
+
 /** What `POST /drain` asks for. */
 export interface DrainRequest {
   /** The caller is a native sidecar's preStop (`?sidecar=native`): its SIGTERM means the apps exited. */

@@ -80,9 +80,9 @@ export async function terminate(
   let reason = hadEpoch ? "envoy_not_ready" : "envoy_not_running";
   let cut: Cut = { inflightAtStop: 0 };
   if (epochs.running().length > 0) {
-    // 3. Wait by mode, 4. then for delivery, until the deadline (drainer.ts: waitDrained).
+    // 3. Wait by mode, 4. then for delivery, until the deadline (drainer.ts: waitDrained), and
+    // for the answer to an app's held preStop, which ends on the same quiet.
     reason = await drain.wait(plan, options.stopNow);
-    // An app's held preStop ends on the same quiet: its answer goes out before Envoy stops.
     const answered = c.appStop?.settled() ?? Promise.resolve();
     await (options.stopNow ? unlessAborted(answered, options.stopNow) : answered).catch(() => {});
     // 5. Stop Envoy within what is left of the grace period.
