@@ -126,7 +126,8 @@ export class Agent {
       onSignal("SIGHUP", () => this.reload("SIGHUP")),
       // Said, and nothing else: no inspector, no exit (docs/operations.md, "Signals").
       onSignal("SIGUSR1", () => this.#log("signal_ignored", { signal: "SIGUSR1" })),
-      onSignal("SIGUSR2", () => this.#log("signal_ignored", { signal: "SIGUSR2" })),
+      // The native sidecar's preStop (`kill -USR2 1`): as `lastcall drain`, without a process.
+      onSignal("SIGUSR2", () => this.drainInPlace({ nativeSidecar: true, source: "SIGUSR2" })),
     ];
     try {
       const run = this.#run = await prepareRun({

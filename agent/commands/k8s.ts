@@ -25,7 +25,7 @@ export function addKubernetesCommands(
     .addOption(
       option(
         "--mode <mode>",
-        "native: init container with restartPolicy Always (Kubernetes ≥ 1.29), stopped after the app; classic: the first container, stopped beside the app",
+        "native: init container with restartPolicy Always (Kubernetes ≥ 1.29), stopped after the app; classic: a container after the apps (first when held), stopped beside them",
       )
         .default(SIDECAR_DEFAULTS.mode).argParser(choiceArg(["native", "classic"] as const)),
     )
@@ -75,7 +75,7 @@ export function addKubernetesCommands(
 
   program.command("drain")
     .description(
-      "ask the agent to drain without exiting (POST /drain): a native sidecar's preStop hook; the floor (--min-drain) runs from this command's start",
+      "ask the agent to drain without exiting (POST /drain): a native sidecar's preStop hook (inject's sends SIGUSR2 instead where lastcall is the container's PID 1, and runs this where not); the floor (--min-drain) runs from this command's start",
     )
     .addOption(statusUrlOption())
     .addOption(

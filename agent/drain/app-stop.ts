@@ -2,17 +2,17 @@
 // side is quiet (the floor passed, nothing in flight inbound) or the deadline, then stops taking
 // new inbound requests. It only waits: no caller can start or end a drain with it.
 import { readdir, readFile, readlink } from "node:fs/promises";
-import { basename } from "node:path";
 import { delay } from "../lib/async.ts";
 import type { EventLog } from "../lib/log.ts";
+import { isDrainHook } from "./hook.ts";
 import { type DrainPlan, floorAt } from "./plan.ts";
 
 /** How long a hook waits for a drain: none by then is a container's restart, not the pod's end. */
 export const APP_STOP_NO_DRAIN_MS = 1000;
 
 /**
- * How long a hook waits for a drain while a `lastcall drain` process runs beside lastcall (the
- * native sidecar's exec preStop, slower to start than the app's httpGet under a loaded kubelet).
+ * How long a hook waits for a drain while the native sidecar's drain hook runs beside lastcall
+ * (an exec preStop, slower to start than the app's httpGet under a loaded kubelet).
  */
 export const APP_STOP_HOOK_SEEN_MS = 10_000;
 
@@ -45,18 +45,18 @@ export interface AppStopDeps {
   log: EventLog;
   /** Aborts when lastcall closes: held hooks are answered. */
   closing: AbortSignal;
-  /** Whether a `lastcall drain` process is running now. @default {@linkcode drainHookRunning} */
+  /** Whether a drain hook's process is running now. @default {@linkcode drainHookRunning} */
   drainHookRunning?: () => Promise<boolean>;
 }
 
 /**
- * Whether a `lastcall drain` process (other than this one) is running, as /proc shows the
- * processes of lastcall's PID namespace: in a pod, the sidecar's exec preStop. False where /proc
- * cannot be read.
+ * Whether a drain hook's process (`lastcall drain`, or the shell that sends SIGUSR2; see
+ * drain/hook.ts) other than this one is running, as /proc shows the processes of lastcall's PID
+ * namespace: in a pod, the sidecar's exec preStop. False where /proc cannot be read.
  *
  * @example
  * ```ts
- * await drainHookRunning(); // true while the kubelet's `lastcall drain` has not yet posted
+ * await drainHookRunning(); // true while the kubelet's drain hook has not yet asked
  * ```
  */
 export async function drainHookRunning(proc = "/proc"): Promise<boolean> {
@@ -67,7 +67,7 @@ export async function drainHookRunning(proc = "/proc"): Promise<boolean> {
   for (const pid of pids) {
     if (!/^\d+$/.test(pid) || pid === self) continue;
     const argv = (await readFile(`${proc}/${pid}/cmdline`, "utf8").catch(() => "")).split("\0");
-    if (basename(argv[0] ?? "") === "lastcall" && argv[1] === "drain") return true;
+    if (isDrainHook(argv)) return true;
   }
   return false;
 }

@@ -301,7 +301,7 @@ export class Drainer {
   ): { plan: DrainPlan; ended: Promise<string> } | undefined {
     this.#nativeSidecar ||= request.nativeSidecar;
     if (this.#plan) return undefined;
-    const plan = this.begin("POST /drain", false, request.askedAt);
+    const plan = this.begin(request.source ?? "POST /drain", false, request.askedAt);
     const ended = this.wait(plan, stopNow);
     ended.then(
       // An end the wait did not log itself (the deadline): said, so /drain's caller knows.

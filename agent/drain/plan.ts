@@ -52,10 +52,12 @@ export function floorFromAsked(askedAt: number | undefined, now: number): number
     : undefined;
 }
 
-/** What `POST /drain` asks for. */
+/** What a drain in place (`POST /drain`, SIGUSR2) asks for. */
 export interface DrainRequest {
   /** The caller is a native sidecar's preStop (`?sidecar=native`): its SIGTERM means the apps exited. */
   nativeSidecar: boolean;
+  /** Who asked, as `drain_start` says it. @default "POST /drain" */
+  source?: string;
   /** When the caller started (`?asked_at=`, ms since the epoch): the floor runs from it. */
   askedAt?: number;
 }

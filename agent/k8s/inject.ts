@@ -250,8 +250,13 @@ function injectObject(
     // Last among the init containers: the pod's own init steps run as before, and the app
     // containers start once the proxy's startup probe passes.
     sequence(doc, spec, "initContainers").items.push(container);
-  } else {
+  } else if (hold !== undefined) {
+    // First: its postStart hook (`lastcall wait`) holds the containers after it.
     sequence(doc, spec, "containers").items.unshift(container);
+  } else {
+    // Last: the kubelet starts the apps' containers before lastcall's start takes the CPU, so
+    // the pod's first sync ends sooner (docs/kubernetes.md, on the pods' second).
+    sequence(doc, spec, "containers").items.push(container);
   }
   addVolume(doc, spec, CONFIG_VOLUME, configVolume(wiring.configMap));
   addAppStopHooks(doc, spec, statusPort);

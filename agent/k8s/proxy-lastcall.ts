@@ -1,5 +1,6 @@
 // lastcall's own sidecar: `lastcall run` flags, then LASTCALL_* variables, then the Istio
 // variables lastcall honours (commands/run.ts), then lastcall's defaults.
+import { isDrainHook } from "../drain/hook.ts";
 import { RUN_DEFAULTS } from "../options.ts";
 import {
   argv,
@@ -68,7 +69,7 @@ export function lastcallProxy(
   }
   const native = isNative(c, init);
   const problems: string[] = [];
-  const drainsEarly = !native || isDrainHook(c);
+  const drainsEarly = !native || drainsAtPreStop(c);
   if (!drainsEarly && servesRequests) {
     problems.push(
       `${name} is a native sidecar without a preStop \`lastcall drain\`: it starts draining only after the app has exited, so keep-alive clients keep sending requests the stopping app cannot answer; add lifecycle.preStop.exec.command: [lastcall, drain]`,
@@ -109,9 +110,12 @@ export function lastcallProxy(
   };
 }
 
-/** Whether the container's preStop asks lastcall to drain (`lastcall drain`, or a POST to /drain). */
-function isDrainHook(c: ContainerSpec): boolean {
-  const words = handlerArgv(isRecord(c.lifecycle) ? c.lifecycle.preStop : undefined) ?? [];
-  return (isProgram(words[0], "lastcall") && words[1] === "drain") ||
-    words.some((w) => /\/drain\/?$/.test(w));
+/** Whether the container's preStop asks lastcall to drain (inject's hook, or a POST to /drain). */
+function drainsAtPreStop(c: ContainerSpec): boolean {
+  const preStop = isRecord(c.lifecycle) ? c.lifecycle.preStop : undefined;
+  const command = isRecord(preStop) && isRecord(preStop.exec) && Array.isArray(preStop.exec.command)
+    ? preStop.exec.command.map(String)
+    : [];
+  const words = handlerArgv(preStop) ?? []; // a shell line's words
+  return isDrainHook(command) || isDrainHook(words) || words.some((w) => /\/drain\/?$/.test(w));
 }

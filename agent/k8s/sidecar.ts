@@ -1,6 +1,7 @@
 // What `lastcall inject` adds to a pod, as plain objects: the sidecar container in its two
 // shapes, the Envoy config volume, and (classic mode) the copy of the binary that lets the app
 // container run `lastcall exec`.
+import { drainHookCommand } from "../drain/hook.ts";
 import { VERSION } from "../version.ts";
 
 /** How the sidecar is attached to the pod. */
@@ -152,7 +153,7 @@ export function sidecarContainer(
       // A native sidecar's preStop runs when the pod starts terminating, its SIGTERM only after
       // the app has exited: draining at the start tells keep-alive clients to go elsewhere
       // while the app still answers, and Envoy keeps serving the app until it is gone.
-      lifecycle: { preStop: { exec: { command: ["lastcall", "drain", ...statusUrl(port)] } } },
+      lifecycle: { preStop: { exec: { command: drainHookCommand(statusUrl(port)) } } },
       ...mounts,
     };
   }

@@ -9,6 +9,10 @@ import { KINDS, manifest, objects, podSpec, specOf, workload } from "./workloads
 const native: SidecarOptions = SIDECAR_DEFAULTS;
 const classic: SidecarOptions = { ...SIDECAR_DEFAULTS, mode: "classic" };
 const heldClassic: InjectOptions = { ...classic, holdApp: "always" };
+/** The app containers of an injected pod spec, in order (without lastcall's). */
+// deno-lint-ignore no-explicit-any
+const appsIn = (spec: any) =>
+  spec.containers.filter((c: { name: string }) => c.name !== "lastcall");
 const inject = (text: string, options: InjectOptions = native) => injectManifest(text, options);
 const ready = {
   httpGet: { path: "/healthz/ready?wait_ms=2900", port: 15020 },
@@ -46,7 +50,17 @@ describe("native mode: an init container with restartPolicy Always", () => {
       restartPolicy: "Always",
       readinessProbe: { ...ready, periodSeconds: 1 },
       livenessProbe: live,
-      lifecycle: { preStop: { exec: { command: ["lastcall", "drain"] } } },
+      lifecycle: {
+        preStop: {
+          exec: {
+            command: [
+              "sh",
+              "-c",
+              'read -r pid1 </proc/1/comm; if [ "$pid1" = lastcall ]; then kill -USR2 1; else exec lastcall drain; fi',
+            ],
+          },
+        },
+      },
       volumeMounts: [{ name: "lastcall-config", mountPath: "/etc/envoy", readOnly: true }],
     }]);
     expect(spec.containers).toEqual(podSpec().containers.map(withAppStop));
@@ -97,12 +111,14 @@ describe("native mode: an init container with restartPolicy Always", () => {
   });
 });
 
-describe("classic mode: the first container", () => {
+describe("classic mode: a container after the apps (first when held)", () => {
   it.each(KINDS)("%s", (kind) => {
     const result = inject(manifest(workload(kind)), classic);
     const [out] = objects(result.text);
     const spec = specOf(out);
-    expect(spec.containers[0]).toEqual({
+    // Not held: after the app, whose container the kubelet then starts first.
+    expect(spec.containers.map((c: { name: string }) => c.name)).toEqual(["app", "lastcall"]);
+    expect(spec.containers[1]).toEqual({
       name: "lastcall",
       image: `lastcall:${VERSION}`,
       args: argsFor("30s"),
@@ -111,9 +127,9 @@ describe("classic mode: the first container", () => {
       livenessProbe: live,
       volumeMounts: [{ name: "lastcall-config", mountPath: "/etc/envoy", readOnly: true }],
     });
-    expect(spec.containers[1].lifecycle).toEqual({ preStop: appStop });
+    expect(spec.containers[0].lifecycle).toEqual({ preStop: appStop });
     expect(() => validateWorkload(out)).not.toThrow();
-    expect(unknownContainerFields(spec.containers[0])).toEqual([]);
+    expect(unknownContainerFields(spec.containers[1])).toEqual([]);
   });
 
   it.each([
@@ -138,7 +154,10 @@ describe("classic mode: the first container", () => {
       const [out] = objects(result.text);
       const spec = specOf(out);
       expect(result.warnings).toEqual([]);
-      expect(spec.containers[1]).toEqual({
+      // Held: first, its postStart hook holding the app's start; not held (a Job's): last.
+      const order = options.holdApp === "always" ? ["lastcall", "app"] : ["app", "lastcall"];
+      expect(spec.containers.map((c: { name: string }) => c.name)).toEqual(order);
+      expect(appsIn(spec)[0]).toEqual({
         name: "app",
         image: "example/app:1",
         command: ["/lastcall/bin/lastcall", "exec", ...flags, "--", "./server"],
@@ -166,7 +185,7 @@ describe("classic mode: the first container", () => {
       containers: [{ name: "web", image: "example/web:1", ports: [{ containerPort: 80 }] }],
     });
     const result = inject(manifest(workload("Deployment", spec, "shop")), heldClassic);
-    expect(specOf(objects(result.text)[0]).containers[1]).toEqual(
+    expect(appsIn(specOf(objects(result.text)[0]))[0]).toEqual(
       withAppStop({ name: "web", image: "example/web:1", ports: [{ containerPort: 80 }] }),
     );
     expect(result.warnings).toEqual([
@@ -185,9 +204,7 @@ describe("classic mode: the first container", () => {
     const result = inject(manifest(workload("Deployment", spec, "pair")), heldClassic);
     expect(result.warnings).toEqual([]);
     expect(
-      specOf(objects(result.text)[0]).containers.slice(1).map((c: { command: string[] }) =>
-        c.command
-      ),
+      appsIn(specOf(objects(result.text)[0])).map((c: { command: string[] }) => c.command),
     ).toEqual([
       ["/lastcall/bin/lastcall", "exec", "--no-quit", "--", "a"],
       ["/lastcall/bin/lastcall", "exec", "--no-quit", "--", "b"],
@@ -200,7 +217,7 @@ describe("classic mode: the first container", () => {
     });
     const result = inject(manifest(workload("Job", spec, "nightly")), classic);
     const out = specOf(objects(result.text)[0]);
-    expect(out.containers[1]).toEqual(withAppStop(spec.containers[0]));
+    expect(appsIn(out)[0]).toEqual(withAppStop(spec.containers[0]));
     expect(out.initContainers).toBeUndefined();
     expect(result.warnings).toEqual([
       'job/nightly: container "report" has no command: not wrapped with lastcall exec, so the sidecar keeps running after it ends (set its command, or use --mode native)',
@@ -217,7 +234,7 @@ describe("classic mode: the first container", () => {
       }],
     });
     const out = specOf(objects(inject(manifest(workload("Job", spec)), classic).text)[0]);
-    expect(out.containers[1]).toEqual(withAppStop(spec.containers[0]));
+    expect(appsIn(out)[0]).toEqual(withAppStop(spec.containers[0]));
     expect(out.initContainers).toBeUndefined();
     expect(out.volumes).toEqual([{
       name: "lastcall-config",
@@ -331,9 +348,8 @@ describe("the documents inject changes keep their author's layout", () => {
     const text =
       "kind: Pod\nmetadata: {name: web}\nspec:\n  containers: [{name: app, image: x, ports: [{containerPort: 80}]}]\n";
     const out = inject(text, classic).text;
-    expect(out).toMatch(/^ {2}containers:\n {4}- name: lastcall$/m);
     expect(out).toContain(
-      "    - {name: app, image: x, ports: [{containerPort: 80}], lifecycle: {preStop: {httpGet: {path: /v1/app-stop, port: 15020}}}}\n",
+      "  containers:\n    - {name: app, image: x, ports: [{containerPort: 80}], lifecycle: {preStop: {httpGet: {path: /v1/app-stop, port: 15020}}}}\n    - name: lastcall\n",
     );
   });
 

@@ -194,9 +194,9 @@ if (skip) {
           );
           expect(app("app_exit"), explain).toBeDefined();
           if (mode === "native") {
-            // The kubelet ran the preStop hook `lastcall drain` at the deletion; the sidecar's
-            // SIGTERM came only after the app had exited.
-            expect(lastcall("drain_start")!.what, explain).toContain("source=POST /drain");
+            // The kubelet ran inject's preStop at the deletion: lastcall, the container's PID 1,
+            // got SIGUSR2; the sidecar's SIGTERM came only after the app had exited.
+            expect(lastcall("drain_start")!.what, explain).toContain("source=SIGUSR2");
             expect(lastcall("terminate")!.at_ms, explain).toBeGreaterThanOrEqual(
               app("app_exit")!.at_ms,
             );
