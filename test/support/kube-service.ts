@@ -32,7 +32,12 @@ export async function serviceAnswers(cluster: KubeCluster, url: string): Promise
         throw e;
       },
     );
-    last = `status ${response.status}`;
+    // Who answered, when it is not the app through Envoy: its Server header and a bit of its body.
+    const server = response.headers.get("server");
+    const body = response.status === 200 ? "" : (await response.text()).slice(0, 80).trim();
+    last = `status ${response.status}${server ? ` from server "${server}"` : ""}${
+      body ? `: ${JSON.stringify(body)}` : ""
+    }`;
     return response.status === 200 ? true : undefined;
   };
   const what = `${url} to answer`;
@@ -62,8 +67,8 @@ export async function serviceAnswers(cluster: KubeCluster, url: string): Promise
 }
 
 /**
- * What the node does with a ClusterIP: the EndpointSlices of every Service, kube-proxy's nat
- * chain for the address and its DNAT targets, filter rules naming it (a REJECT: no endpoints in
+ * What the node does with a ClusterIP: the EndpointSlices of every Service, the nat OUTPUT and
+ * PREROUTING jumps, the route to the address, kube-proxy's nat chain for it and its DNAT targets, filter rules naming it (a REJECT: no endpoints in
  * kube-proxy's view), and the end of kube-proxy's log.
  *
  * @example
@@ -87,8 +92,16 @@ export async function serviceState(cluster: KubeCluster, ip: string): Promise<st
     "-o",
     "jsonpath={range .items[*]}{.metadata.name} ports={.ports[*].port}: {range .endpoints[*]}{.addresses[0]} ready={.conditions.ready} {end}\n{end}",
   ]).catch(String);
+  const routed = await runCommand("ip", ["route", "get", ip]);
+  const route = (routed.stdout || routed.stderr).trim();
   return [
     `EndpointSlices:\n${slices.trimEnd()}`,
+    // Without kube-proxy's jumps here a connection from the node is never DNATed: it leaves by
+    // the route below, and whatever is there answers.
+    `nat OUTPUT and PREROUTING:\n${
+      nat.filter((l) => /^-A (OUTPUT|PREROUTING) /.test(l)).join("\n") || "no rules"
+    }`,
+    `route to ${ip}: ${route}`,
     `nat rules naming ${ip} and its service chain:`,
     ...nat.filter((l) => l.includes(ip)),
     ...rulesOf([...services, ...endpoints]),
