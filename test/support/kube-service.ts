@@ -1,6 +1,7 @@
 // A Service's ClusterIP from the node: waiting for it to answer, and what kube-proxy programmed
 // for it when it does not.
 import { existsSync, readFileSync } from "node:fs";
+import http from "node:http";
 import { join } from "node:path";
 import type { KubeCluster } from "./kube.ts";
 import { runCommand } from "./kube-process.ts";
@@ -11,11 +12,46 @@ const BEFORE_RESTART_MS = 30_000;
 /** How long it may refuse after the restart. */
 const AFTER_RESTART_MS = 90_000;
 
+/** One answer to `GET /`: its status, and who sent it when it is not a 200. */
+interface Answer {
+  status: number;
+  /** The Server header and the start of the body, for a status that is not 200. */
+  who: string;
+}
+
+/**
+ * `GET url/` on a connection of its own, closed after the answer. A pooled keep-alive
+ * connection opened before kube-proxy's rules were in place was never DNATed: it goes on along
+ * the node's route, and whatever answers there keeps answering on it (this machine's egress
+ * says 404, `server: keryx`), however often the rules are written again.
+ */
+function getOnce(url: string, timeoutMs: number): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const request = http.get(`${url}/`, { agent: false, timeout: timeoutMs }, (response) => {
+      let body = "";
+      response.setEncoding("utf8");
+      response.on("data", (chunk) => (body += chunk));
+      response.on("end", () => {
+        const server = response.headers.server;
+        const who = response.statusCode === 200
+          ? ""
+          : `${server ? ` from server "${server}"` : ""}${
+            body.trim() ? `: ${JSON.stringify(body.trim().slice(0, 80))}` : ""
+          }`;
+        resolve({ status: response.statusCode ?? 0, who });
+      });
+      response.on("error", reject);
+    });
+    request.on("timeout", () => request.destroy(new Error(`no answer within ${timeoutMs} ms`)));
+    request.on("error", reject);
+  });
+}
+
 /**
  * Waits for a Service's ClusterIP `url` to answer 200, as kube-proxy programs it a moment after
- * the EndpointSlice. Once in a few runs it refused for minutes with every endpoint ready (cause
- * not found): after 30 s this prints what kube-proxy had programmed and its log, restarts it
- * (it lists everything anew), and waits again; a failure says the same.
+ * the EndpointSlice, each try on a new connection ({@linkcode getOnce}). After 30 s without it
+ * this prints what the node does with the address and kube-proxy's log, restarts kube-proxy (it
+ * lists everything anew), and waits again; a failure says the same.
  *
  * @example
  * ```ts
@@ -26,19 +62,12 @@ export async function serviceAnswers(cluster: KubeCluster, url: string): Promise
   const ip = new URL(url).hostname;
   let last = "";
   const ok = async () => {
-    const response = await fetch(`${url}/`, { signal: AbortSignal.timeout(2000) }).catch(
-      (e: Error & { cause?: { code?: string } }) => {
-        last = `${e.message} ${e.cause?.code ?? ""}`.trim();
-        throw e;
-      },
-    );
-    // Who answered, when it is not the app through Envoy: its Server header and a bit of its body.
-    const server = response.headers.get("server");
-    const body = response.status === 200 ? "" : (await response.text()).slice(0, 80).trim();
-    last = `status ${response.status}${server ? ` from server "${server}"` : ""}${
-      body ? `: ${JSON.stringify(body)}` : ""
-    }`;
-    return response.status === 200 ? true : undefined;
+    const answer = await getOnce(url, 2000).catch((e: Error & { code?: string }) => {
+      last = `${e.message} ${e.code ?? ""}`.trim();
+      throw e;
+    });
+    last = `status ${answer.status}${answer.who}`;
+    return answer.status === 200 ? true : undefined;
   };
   const what = `${url} to answer`;
   try {
