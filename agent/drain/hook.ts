@@ -1,6 +1,6 @@
 // The native sidecar's preStop hook: how `inject` writes it, and how lastcall knows it (`check`,
 // and an app's hook waiting for the drain it starts). Why a signal: docs/kubernetes.md.
-import { basename } from "node:path";
+import { isProgram, isShell } from "../k8s/containers.ts";
 
 /** What the hook runs where lastcall is the container's PID 1: SIGUSR2, a drain in place. */
 const SIGNAL_LASTCALL = "kill -USR2 1";
@@ -39,8 +39,6 @@ export function drainHookCommand(drainArgs: readonly string[] = []): string[] {
  * ```
  */
 export function isDrainHook(argv: readonly string[]): boolean {
-  const program = basename(argv[0] ?? "");
-  if (program === "lastcall") return argv[1] === "drain";
-  return /^(ba|da|a)?sh$/.test(program) && argv[1] === "-c" &&
-    (argv[2] ?? "").includes(SIGNAL_LASTCALL);
+  if (isProgram(argv[0], "lastcall")) return argv[1] === "drain";
+  return isShell(argv[0]) && argv[1] === "-c" && (argv[2] ?? "").includes(SIGNAL_LASTCALL);
 }

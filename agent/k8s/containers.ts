@@ -67,19 +67,25 @@ export function envValue(c: ContainerSpec, name: string): string | undefined {
   return String(entry.value);
 }
 
-/** What a hook or a command does, as a command line; `sh -c "…"` is split into words. */
-export function handlerArgv(handler: unknown): string[] | undefined {
+/** An exec hook's command as written; undefined for another kind of hook, or none. */
+export function handlerCommand(handler: unknown): string[] | undefined {
   if (!isRecord(handler) || !isRecord(handler.exec) || !Array.isArray(handler.exec.command)) {
     return undefined;
   }
-  const command = handler.exec.command.map(String);
-  if (command.length >= 3 && isShell(command[0]) && command[1] === "-c") {
+  return handler.exec.command.map(String);
+}
+
+/** What a hook or a command does, as a command line; `sh -c "…"` is split into words. */
+export function handlerArgv(handler: unknown): string[] | undefined {
+  const command = handlerCommand(handler);
+  if (command && command.length >= 3 && isShell(command[0]) && command[1] === "-c") {
     return command[2].split(/[\s;&|]+/).filter(Boolean);
   }
   return command;
 }
 
-const isShell = (path: string) =>
+/** Whether `path` names a POSIX shell (`sh`, `bash`, `ash`, `dash`, by any directory). */
+export const isShell = (path: string | undefined) =>
   ["sh", "bash", "ash", "dash"].some((shell) => isProgram(path, shell));
 
 /** The preStop hook, as far as its duration goes. */

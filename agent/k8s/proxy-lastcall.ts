@@ -9,6 +9,7 @@ import {
   envValue,
   flagValue,
   handlerArgv,
+  handlerCommand,
   isProgram,
 } from "./containers.ts";
 import { earlier, isNative, later, type ProxyTiming, type Setting, setting } from "./timing.ts";
@@ -113,9 +114,7 @@ export function lastcallProxy(
 /** Whether the container's preStop asks lastcall to drain (inject's hook, or a POST to /drain). */
 function drainsAtPreStop(c: ContainerSpec): boolean {
   const preStop = isRecord(c.lifecycle) ? c.lifecycle.preStop : undefined;
-  const command = isRecord(preStop) && isRecord(preStop.exec) && Array.isArray(preStop.exec.command)
-    ? preStop.exec.command.map(String)
-    : [];
   const words = handlerArgv(preStop) ?? []; // a shell line's words
-  return isDrainHook(command) || isDrainHook(words) || words.some((w) => /\/drain\/?$/.test(w));
+  return isDrainHook(handlerCommand(preStop) ?? []) || isDrainHook(words) ||
+    words.some((w) => /\/drain\/?$/.test(w));
 }

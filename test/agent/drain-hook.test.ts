@@ -21,6 +21,15 @@ async function readiness(statusUrl: string): Promise<number> {
   return (await fetch(`${statusUrl}/healthz/ready`)).status;
 }
 
+/** lastcall on its defaults with one request held at the app, counted by the filter. */
+async function servingOneHeld() {
+  const { lc, port, status } = await serving(app.port, []);
+  const held = http1(port, "/hold");
+  await app.until((a) => a.held === 1);
+  await agentSees(status, 1);
+  return { lc, status, held };
+}
+
 /** The kubelet's SIGTERM after the drain: the apps have gone, nothing is cut, exit 0. */
 async function sigtermEndsIt(lc: TestLastcall, kill = () => lc.signal("SIGTERM")): Promise<void> {
   kill();
@@ -34,10 +43,7 @@ async function sigtermEndsIt(lc: TestLastcall, kill = () => lc.signal("SIGTERM")
 
 describe("SIGUSR2", () => {
   it("(default settings): a drain in place, as `lastcall drain` asks; the held request is answered, Envoy runs on until SIGTERM", async () => {
-    const { lc, port, status } = await serving(app.port, []);
-    const held = http1(port, "/hold");
-    await app.until((a) => a.held === 1);
-    await agentSees(status, 1);
+    const { lc, status, held } = await servingOneHeld();
     lc.signal("SIGUSR2");
     expect(await lc.event("drain_start")).toMatchObject({ source: "SIGUSR2" });
     expect(await readiness(status)).toBe(503);
@@ -52,10 +58,7 @@ describe("SIGUSR2", () => {
 
 describe("inject's drain hook (the native sidecar's preStop)", () => {
   it("lastcall is not PID 1: the hook runs `lastcall drain`; the held request is answered, then SIGTERM means the apps have gone", async () => {
-    const { lc, port, status } = await serving(app.port, []);
-    const held = http1(port, "/hold");
-    await app.until((a) => a.held === 1);
-    await agentSees(status, 1);
+    const { lc, status, held } = await servingOneHeld();
     const bin = mkdtempSync(join(tmpdir(), "lastcall-test-hook-"));
     try {
       symlinkSync(join(root, "dist/lastcall"), join(bin, "lastcall"));
