@@ -34,6 +34,11 @@ async function servingOneHeld() {
 async function sigtermEndsIt(lc: TestLastcall, kill = () => lc.signal("SIGTERM")): Promise<void> {
   kill();
   expect(await lc.event("apps_gone")).toMatchObject({ via: "SIGTERM of a native sidecar" });
+  await exitsWhole(lc);
+}
+
+/** Envoy stopped with nothing in flight, lastcall exited 0. */
+async function exitsWhole(lc: TestLastcall): Promise<void> {
   expect(await lc.event("terminated")).toMatchObject({
     reason: "inflight_zero",
     inflight_at_stop: 0,
@@ -52,6 +57,30 @@ describe("SIGUSR2", () => {
     expect(await lc.event("drain_wait_done")).toMatchObject({ reason: "inflight_zero" });
     expect(isAlive(lc.pid)).toBe(true);
     expect(lc.events.map((e) => e.event)).not.toContain("terminate");
+    await sigtermEndsIt(lc);
+  });
+});
+
+describe("SIGUSR2 raced", () => {
+  it("against SIGTERM, sent together: whichever lastcall takes first starts the drain, the held request is answered, nothing is cut", async () => {
+    const { lc, held } = await servingOneHeld();
+    lc.signal("SIGUSR2");
+    lc.signal("SIGTERM");
+    // The kubelet sends SIGTERM only after the preStop; sent together, either may come first.
+    expect((await lc.event("drain_start")).source).toMatch(/^SIG(USR2|TERM)$/);
+    app.release();
+    expect(await held).toEqual({ status: 200, reset: false });
+    await exitsWhole(lc);
+  });
+
+  it("against a reload (SIGHUP, then SIGUSR2 at once): the held request is answered, every epoch drains, SIGTERM ends it whole", async () => {
+    const { lc, status, held } = await servingOneHeld();
+    lc.signal("SIGHUP");
+    lc.signal("SIGUSR2");
+    expect(await lc.event("drain_start")).toMatchObject({ source: "SIGUSR2" });
+    expect(await readiness(status)).toBe(503);
+    app.release();
+    expect(await held).toEqual({ status: 200, reset: false });
     await sigtermEndsIt(lc);
   });
 });
