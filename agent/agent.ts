@@ -206,7 +206,9 @@ export class Agent {
       filterWasm: run.filterWasm,
       reportToken: run.reportToken,
       signal,
-      identified: run.identified,
+      identify: run.identify,
+      // The status server's handler loads beside Envoy's start (a probe waits for either).
+      spawned: () => void run.server.warm(),
       xds: { log: this.#log, onReporter: (id) => this.#tracker.expect(id) },
     });
     if (configChanged) this.#crashes.refill();

@@ -33,8 +33,8 @@ export interface Running {
   /** Secret the filter sends with its reports: anything else on the status port is refused. */
   reportToken: string;
   filterWasm?: string;
-  /** `envoy --version` (identify.ts): settles before the first Envoy starts. */
-  identified: Promise<unknown>;
+  /** `envoy --version` (identify.ts), run once when first asked: only a start that fails needs it. */
+  identify(): Promise<unknown>;
   /** Answers the filters' reports. */
   desk: ReportDesk;
   envoys: Envoys;
@@ -82,10 +82,10 @@ export interface AgentControls {
  */
 export async function prepareRun(a: AgentParts, controls: AgentControls): Promise<Running> {
   const { options: o, log, envoyBinary, tracker, app, closing } = a;
-  // Asked while the bootstrap is derived and validated; Envoy starts only once it answered
-  // (Envoys.start), and a binary that is not Envoy is the error reported.
-  const identified = identifyEnvoy(envoyBinary);
-  identified.catch(() => {}); // awaited by Envoys.start; prepareRun may fail before that
+  // Asked only when a start needs explaining (Envoys.start): an Envoy that goes LIVE does not
+  // wait for a second Envoy process, nor share the CPU with it.
+  let identified: Promise<unknown> | undefined;
+  const identify = () => identified ??= identifyEnvoy(envoyBinary);
   // A given folder is made fresh (an earlier lastcall's files removed, 0700): see run-dir.ts.
   if (o.runDir !== undefined) await prepareRunDir(o.runDir);
   const runDir = {
@@ -151,7 +151,7 @@ export async function prepareRun(a: AgentParts, controls: AgentControls): Promis
       runDir,
       reportToken,
       filterWasm,
-      identified,
+      identify,
       desk,
       envoys,
       epochs,

@@ -1,6 +1,7 @@
-// Is the binary lastcall was given Envoy? `--version` asked once at start: a binary that is
-// not Envoy (`--envoy /bin/true`, a wrapper script that ignores its arguments) would otherwise
-// pass `--mode validate` (exit 0) and then exit at every start until the budget is spent.
+// Is the binary lastcall was given Envoy? `--version`, asked once a start failed or is slow: a
+// binary that is not Envoy (`--envoy /bin/true`, a wrapper script that ignores its arguments)
+// would otherwise pass `--mode validate` (exit 0) and then exit at every start until the budget
+// is spent.
 import { spawn } from "node:child_process";
 import process from "node:process";
 import { StartError } from "../lib/errors.ts";

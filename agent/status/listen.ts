@@ -1,3 +1,7 @@
+// Serves a Hono app on node:http. The port is bound at once; Hono's Node adapter, whose load
+// reads the fetch globals (Node then loads undici: ~0.1 s of CPU), loads on the first request,
+// or, held, once warmed: a start binds its port and spawns Envoy before paying for it.
+import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { Hono } from "hono";
 
 /** How long a closing server lets the answers under way finish before it cuts their connections. */
@@ -7,39 +11,72 @@ const CLOSE_GRACE_MS = 500;
 export interface StatusServer {
   /** The port actually bound (useful with port 0). */
   port: number;
+  /** Loads what answers requests (once; never rejects): held requests are answered then. */
+  warm(): Promise<void>;
   close(): Promise<void>;
+}
+
+type Handler = (incoming: IncomingMessage, outgoing: ServerResponse) => unknown;
+
+/** Options of {@linkcode listen}. */
+export interface ListenOptions {
+  /** Requests wait until {@linkcode StatusServer.warm} is called. @default false */
+  held?: boolean;
 }
 
 /**
  * Serves `app` on `address:port`; resolves once listening.
  *
+ * @example
+ * ```ts
+ * const server = await listen(new Hono().get("/", (c) => c.text("ok")), "127.0.0.1", 0);
+ * await server.warm(); // optional here: the first request would load the adapter itself
+ * await server.close();
+ * ```
  * @throws when the port cannot be bound, naming the address
  */
-export async function listen(app: Hono, address: string, port: number): Promise<StatusServer> {
-  // Loaded by the commands that serve: it reads the fetch globals, which cost a start ~25 ms.
-  const { serve } = await import("@hono/node-server");
-  return new Promise((resolve, reject) => {
-    const server = serve({ fetch: app.fetch, hostname: address, port }, (info) => {
-      resolve({
-        port: info.port,
-        close: () =>
-          new Promise((done) => {
-            // Answers being written (a preStop hook's, as lastcall closes) get a moment to finish.
-            const http = server as unknown as Partial<
-              Record<"closeAllConnections" | "closeIdleConnections", () => void>
-            >;
-            const cut = setTimeout(() => http.closeAllConnections?.(), CLOSE_GRACE_MS);
-            server.close(() => {
-              clearTimeout(cut);
-              done();
-            });
-            http.closeIdleConnections?.();
-          }),
-      });
+export function listen(
+  app: Hono,
+  address: string,
+  port: number,
+  { held = false }: ListenOptions = {},
+): Promise<StatusServer> {
+  let handler: Promise<Handler> | undefined;
+  const load = () =>
+    handler ??= import("@hono/node-server").then(({ getRequestListener }) =>
+      getRequestListener(app.fetch, { hostname: address })
+    );
+  let warm = () => {};
+  const warmed = held ? new Promise<void>((resolve) => warm = resolve) : Promise.resolve();
+  const server = createServer((incoming, outgoing) => {
+    warmed.then(load).then((answer) => answer(incoming, outgoing)).catch((error: Error) => {
+      outgoing.statusCode = 500;
+      outgoing.end(`status server: ${error.message}\n`);
     });
+  });
+  return new Promise((resolve, reject) => {
     server.once(
       "error",
       (error: Error) => reject(new Error(`Cannot listen on ${address}:${port}: ${error.message}`)),
     );
+    server.listen(port, address, () => {
+      const bound = server.address();
+      resolve({
+        port: typeof bound === "object" && bound !== null ? bound.port : port,
+        warm: () => {
+          warm();
+          return load().then(() => {}, () => {}); // a failed load answers each request
+        },
+        close: () =>
+          new Promise((done) => {
+            const cut = setTimeout(() => server.closeAllConnections(), CLOSE_GRACE_MS);
+            server.close(() => {
+              clearTimeout(cut);
+              done();
+            });
+            server.closeIdleConnections();
+          }),
+      });
+    });
   });
 }

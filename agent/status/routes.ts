@@ -213,15 +213,15 @@ function readyWaitMs(text: string | undefined): number | string {
 }
 
 /**
- * Readiness, waiting up to `waitMs` for a starting Envoy to become ready (asked every 50 ms), so
+ * Readiness, waiting up to `waitMs` for a starting Envoy to become ready (asked every 10 ms), so
  * the kubelet's first probe passes the moment it can instead of a probe period later. A drain
  * answers at once, and so does every probe once lastcall was ready (the route's caller).
  */
 async function readyWithin(controls: StatusControls, waitMs: number): Promise<ReadinessAnswer> {
   const until = Date.now() + waitMs;
   let answer = await controls.readiness();
-  while (!answer.ready && answer.reason !== "draining" && Date.now() + 50 <= until) {
-    await new Promise((done) => setTimeout(done, 50));
+  while (!answer.ready && answer.reason !== "draining" && Date.now() + 10 <= until) {
+    await new Promise((done) => setTimeout(done, 10));
     answer = await controls.readiness();
   }
   return answer;

@@ -167,7 +167,8 @@ export async function serveStatus(
     connectionMaker: (ports) =>
       connectionMaker(ports, w.view().envoys.all().map((live) => live.info.pid)),
   });
-  return await listen(app, address, port).catch((error: Error) => {
+  // Held until the agent warms it, once its first Envoy is spawned (a request waits meanwhile).
+  return await listen(app, address, port, { held: true }).catch((error: Error) => {
     throw new StartError(error.message);
   });
 }

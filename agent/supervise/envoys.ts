@@ -130,10 +130,13 @@ export interface StartRequest {
   /** Give LDS listeners the filter through an xDS proxy per Envoy (agent/xds/). */
   xds?: XdsHooks;
   /**
-   * Settles once the binary is known to be Envoy (envoy/identify.ts), asked while the bootstrap
-   * is validated: Envoy starts only after it, and its failure is the one reported.
+   * Settles once the binary is known to be Envoy (envoy/identify.ts; asked once). Asked before
+   * any validation and before a refused config is reported: a binary that is not Envoy is the
+   * error then. A start that goes LIVE never needs it.
    */
-  identified?: Promise<unknown>;
+  identify?(): Promise<unknown>;
+  /** Told once Envoy's process is spawned: work that can wait runs beside its start. */
+  spawned?(): void;
 }
 
 /**
@@ -221,7 +224,7 @@ export class Envoys {
     const xdsRedirect = request.filterWasm && request.xds
       ? xdsRedirectFor(this.#runDir, name)
       : undefined;
-    const identified = request.identified ?? Promise.resolve();
+    const identify = request.identify ?? (() => Promise.resolve());
     const written = writeBootstrap(o, {
       runDir: this.#runDir,
       name,
@@ -233,10 +236,10 @@ export class Envoys {
       reportToken: request.reportToken,
       signal: request.signal,
     }).catch(async (error) => {
-      await identified; // not Envoy: that explains the unusable config
+      await identify(); // not Envoy: that explains the unusable config
       throw error;
     });
-    const [prepared] = await Promise.all([written, identified]);
+    const prepared = await written;
     request.signal.throwIfAborted();
     // A refused config is said before anything starts. A hot restart's child starts only once
     // its config passed (it would take the serving parent's listeners); a cold start, with
@@ -244,11 +247,10 @@ export class Envoys {
     // (only when it is gone or slow) accepts the config.
     const validating = new AbortController();
     const checkSignal = AbortSignal.any([request.signal, validating.signal]);
-    const validate = () =>
-      checkBootstrap(this.#binary, o, prepared.path, checkSignal).catch(async (error) => {
-        await identified;
-        throw error;
-      });
+    const validate = async () => {
+      await identify();
+      await checkBootstrap(this.#binary, o, prepared.path, checkSignal);
+    };
     if (parent) await validate();
     if (epoch > 0 && generation.baseId === undefined) {
       generation.baseId = Number((await readFile(generation.baseIdPath, "utf8")).trim());
@@ -289,6 +291,7 @@ export class Envoys {
       throw error;
     });
     if (parent) parent.adminHandedOver = true;
+    request.spawned?.();
     const live: Epoch = {
       info: { epoch, pid: process.pid, instance, generation: generation.number },
       process,
@@ -329,12 +332,13 @@ export class Envoys {
     live.process.exited.then(() => gone.abort(new Error("Envoy exited")));
     const stop = gone.signal;
     try {
-      const url = await pollUntil(() => readAdminAddress(adminAddressPath), 25, stop);
+      // Every 10 ms: a probe held for the start (`wait_ms`) is answered within 10 ms of LIVE.
+      const url = await pollUntil(() => readAdminAddress(adminAddressPath), 10, stop);
       live.admin = new AdminClient(url);
       live.info.adminUrl = url;
       await pollUntil(
         async () => (await live.admin!.readiness(1000)).live ? true : undefined,
-        50,
+        10,
         stop,
       );
     } catch {

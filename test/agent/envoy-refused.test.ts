@@ -1,7 +1,7 @@
-// An Envoy argument after `--` that clashes with lastcall's own, or an `--envoy` that is not
-// Envoy, is refused at start: one line naming the value, exit 2, before any Envoy starts.
+// An Envoy argument after `--` that clashes with lastcall's own (before any Envoy starts), or an
+// `--envoy` that is not Envoy (once its start failed), is refused: one line naming the value, exit 2.
 import { execFile } from "node:child_process";
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -117,14 +117,16 @@ describe("an --envoy that is not Envoy is refused at start", () => {
     for (
       const result of [await run(["--envoy", script]), await run([], [], { ENVOY_BIN: script })]
     ) {
-      expect(result).toMatchObject({ code: 2, stdout: "" });
+      // `--version` is asked once the start failed: the binary first ran with Envoy's arguments
+      // (its standard output is the user's, passed through), then exited before LIVE.
+      expect(result).toMatchObject({ code: 2, stdout: expect.stringMatching(/^not envoy: -c /) });
       expect(lines(result.stderr)).toEqual([line]);
     }
   });
 
   it("a wrapper that is not Envoy and hangs on everything but --version: refused, nothing left running", async () => {
-    // `--version` is asked while the bootstrap is written: nothing else of the binary runs, and
-    // nothing it started outlives lastcall.
+    // Started with Envoy's arguments, it never goes LIVE: after a second the start is checked
+    // (`--version` first), and nothing it started outlives lastcall.
     const script = join(dir, "hangs");
     const marker = `sleep ${60_000 + (process.pid % 1000)}`;
     writeFileSync(
@@ -143,10 +145,24 @@ describe("an --envoy that is not Envoy is refused at start", () => {
     expect(left).toBe("");
   });
 
-  it("the real Envoy passes the check and serves (the default path)", async () => {
-    const lc = startLastcall(config);
+  it("the real Envoy serves without being asked --version (the default path)", async () => {
+    // A start that goes LIVE runs no second Envoy beside it: the wrapper logs every run's arguments.
+    const calls = join(dir, "calls");
+    const script = join(dir, "envoy-logged");
+    writeFileSync(
+      script,
+      `#!/bin/sh
+echo "$*" >>${calls}
+exec ${process.env.ENVOY_BIN} "$@"
+`,
+    );
+    chmodSync(script, 0o755);
+    const lc = startLastcall(config, { env: { ENVOY_BIN: script } });
     try {
       expect(await lc.event("ready")).toMatchObject({ epoch: 0 });
+      const runs = readFileSync(calls, "utf8").trim().split("\n");
+      expect(runs).toHaveLength(1);
+      expect(runs[0]).toMatch(/^-c /);
     } finally {
       await lc.stop();
     }

@@ -116,3 +116,27 @@ describe("report bodies over a real connection", () => {
     },
   );
 });
+
+describe("held until warmed (the agent's, until its first Envoy is spawned)", () => {
+  it("a request that came before warm() waits and is answered once warmed", async () => {
+    const controls = fakeControls();
+    server = await listen(createStatusApp(controls), "127.0.0.1", 0, { held: true });
+    let answered = false;
+    const early = fetch(`http://127.0.0.1:${server.port}/healthz/ready`).then((res) => {
+      answered = true;
+      return res.status;
+    });
+    // Nothing answers while held: a negative, so a bounded look (it passes only if held).
+    await new Promise((done) => setTimeout(done, 300));
+    expect(answered).toBe(false);
+    expect(controls.readiness).not.toHaveBeenCalled();
+    await server.warm();
+    expect(await early).toBe(200);
+    expect(controls.readiness).toHaveBeenCalledOnce();
+  });
+
+  it("not held (the default): the first request loads the handler itself", async () => {
+    const { url } = await serve();
+    expect((await fetch(`${url("127.0.0.1")}/healthz/live`)).status).toBe(200);
+  });
+});
