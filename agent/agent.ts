@@ -21,6 +21,7 @@ import type { RunOptions } from "./options.ts";
 import { type AgentState, initialState } from "./state.ts";
 import { onSignal } from "./runtime/process.ts";
 import { prepareRun, type Running } from "./prepare.ts";
+import type { BoundServer } from "./status/listen.ts";
 
 export { EXIT, StartError };
 
@@ -38,7 +39,8 @@ type AgentEvent =
  *
  * @example
  * ```ts
- * const agent = new Agent(options, createEventLog("json"), "/usr/bin/envoy");
+ * const status = await bindStatus(options.statusAddress, options.statusPort, { held: true });
+ * const agent = new Agent(options, createEventLog("json"), "/usr/bin/envoy", status);
  * process.exitCode = await agent.run();
  * ```
  */
@@ -46,6 +48,7 @@ export class Agent {
   readonly #options: RunOptions;
   readonly #log: EventLog;
   readonly #envoyBinary: string;
+  readonly #status: BoundServer;
   readonly #state: AgentState = initialState();
   readonly #events = new EventQueue<AgentEvent>();
   readonly #tracker: InflightTracker;
@@ -58,10 +61,11 @@ export class Agent {
   #run?: Running;
   #failure?: string;
 
-  constructor(options: RunOptions, log: EventLog, envoyBinary: string) {
+  constructor(options: RunOptions, log: EventLog, envoyBinary: string, status: BoundServer) {
     this.#options = options;
     this.#log = log;
     this.#envoyBinary = envoyBinary;
+    this.#status = status;
     this.#tracker = new InflightTracker({ heartbeatMs: options.heartbeatMs });
     this.#crashes = new CrashRestarts({
       budget: options.restartBudget,
@@ -138,6 +142,7 @@ export class Agent {
         tracker: this.#tracker,
         app: this.#app,
         closing: this.#closing.signal,
+        status: this.#status,
       }, this);
       // As a drain begins (the termination, or POST /drain), readiness fails.
       void run.drainer.began.then((plan) => {

@@ -17,7 +17,7 @@ import type { EventLog } from "./lib/log.ts";
 import { watchFiles } from "./lib/watch.ts";
 import type { RunOptions } from "./options.ts";
 import type { AgentState } from "./state.ts";
-import type { StatusServer } from "./status/listen.ts";
+import type { BoundServer, StatusServer } from "./status/listen.ts";
 import { createReportToken } from "./status/report-token.ts";
 import { ReportDesk } from "./status/reports.ts";
 import { serveStatus } from "./status/serve.ts";
@@ -61,6 +61,8 @@ export interface AgentParts {
   app: AppWatch;
   /** Aborts when lastcall closes. */
   closing: AbortSignal;
+  /** The status port, bound (held) before the agent's modules loaded: commands/run.ts. */
+  status: BoundServer;
 }
 
 /** What the status server and the watched files ask of the agent. */
@@ -131,7 +133,7 @@ export async function prepareRun(a: AgentParts, controls: AgentControls): Promis
       appStop.drainBegan();
     });
     const reportToken = createReportToken();
-    const server = await serveStatus(o.statusAddress, o.statusPort, {
+    const server = serveStatus(a.status, {
       view: () => ({
         state: a.state,
         envoys,

@@ -14,6 +14,7 @@ import { refuseEnvoyArgClash } from "../envoy/arg-clash.ts";
 import { createEventLog } from "../lib/log.ts";
 import { parseBoolean, type RunOptions } from "../options.ts";
 import { environment, writeErr } from "../runtime/process.ts";
+import { bindStatus, type BoundServer } from "../status/listen.ts";
 
 /** A bad combination of options: one line naming the values, exit 2. */
 export class UsageError extends Error {
@@ -264,11 +265,19 @@ export function resolveRunOptions(command: Command, envoyArgs: string[]): RunOpt
 export async function runCommand(options: RunOptions): Promise<number> {
   const log = createEventLog(options.logFormat);
   const envoy = findEnvoy(options.envoy);
-  // Loaded here, not with the command line: the other commands (a preStop's `lastcall drain`)
-  // start without the agent's modules.
-  const { Agent } = await import("../agent.ts");
-  const agent = new Agent(options, log, envoy);
+  let status: BoundServer | undefined;
   try {
+    // Bound first: a kubelet probe that comes while the agent loads waits instead of being
+    // refused (a refused probe costs the pod a whole probe period).
+    status = await bindStatus(options.statusAddress, options.statusPort, { held: true }).catch(
+      (error: Error) => {
+        throw new StartError(error.message);
+      },
+    );
+    // Loaded here, not with the command line: the other commands (a preStop's `lastcall drain`)
+    // start without the agent's modules.
+    const { Agent } = await import("../agent.ts");
+    const agent = new Agent(options, log, envoy, status);
     const code = await agent.run();
     // The event line is for log pipelines; this one is for whoever reads the container's exit.
     if (agent.failure) writeErr(`lastcall: ${agent.failure}`);
@@ -280,5 +289,7 @@ export async function runCommand(options: RunOptions): Promise<number> {
       return EXIT.badConfig;
     }
     throw error;
+  } finally {
+    await status?.close(); // the agent closes it as it ends; this is for a start that failed first
   }
 }

@@ -1,6 +1,7 @@
-// Serves a Hono app on node:http. The port is bound at once; Hono's Node adapter, whose load
-// reads the fetch globals (Node then loads undici: ~0.1 s of CPU), loads on the first request,
-// or, held, once warmed: a start binds its port and spawns Envoy before paying for it.
+// Serves a Hono app on node:http. The port can be bound before the app exists (a probe that comes
+// early waits instead of being refused); Hono's Node adapter, whose load reads the fetch globals
+// (Node then loads undici: ~0.1 s of CPU), loads on the first request or, held, once warmed: a
+// start binds its port and spawns Envoy before paying for it.
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { Hono } from "hono";
 
@@ -18,33 +19,42 @@ export interface StatusServer {
 
 type Handler = (incoming: IncomingMessage, outgoing: ServerResponse) => unknown;
 
-/** Options of {@linkcode listen}. */
-export interface ListenOptions {
+/** A port bound before its app: requests wait for {@linkcode BoundServer.serve}. */
+export interface BoundServer extends StatusServer {
+  /** Gives the app that answers (once); held, requests still wait for `warm()`. */
+  serve(app: Hono): void;
+}
+
+/** Options of {@linkcode bindStatus}. */
+export interface BindOptions {
   /** Requests wait until {@linkcode StatusServer.warm} is called. @default false */
   held?: boolean;
 }
 
 /**
- * Serves `app` on `address:port`; resolves once listening.
+ * Binds `address:port` now; requests are answered once the app is given (and, held, once warmed).
  *
  * @example
  * ```ts
- * const server = await listen(new Hono().get("/", (c) => c.text("ok")), "127.0.0.1", 0);
- * await server.warm(); // optional here: the first request would load the adapter itself
- * await server.close();
+ * const server = await bindStatus("127.0.0.1", 15020, { held: true });
+ * server.serve(new Hono().get("/", (c) => c.text("ok")));
+ * void server.warm();
  * ```
  * @throws when the port cannot be bound, naming the address
  */
-export function listen(
-  app: Hono,
+export function bindStatus(
   address: string,
   port: number,
-  { held = false }: ListenOptions = {},
-): Promise<StatusServer> {
+  { held = false }: BindOptions = {},
+): Promise<BoundServer> {
+  let give: (app: Hono) => void = () => {};
+  const given = new Promise<Hono>((resolve) => give = resolve);
   let handler: Promise<Handler> | undefined;
   const load = () =>
-    handler ??= import("@hono/node-server").then(({ getRequestListener }) =>
-      getRequestListener(app.fetch, { hostname: address })
+    handler ??= given.then((app) =>
+      import("@hono/node-server").then(({ getRequestListener }) =>
+        getRequestListener(app.fetch, { hostname: address })
+      )
     );
   let warm = () => {};
   const warmed = held ? new Promise<void>((resolve) => warm = resolve) : Promise.resolve();
@@ -63,6 +73,7 @@ export function listen(
       const bound = server.address();
       resolve({
         port: typeof bound === "object" && bound !== null ? bound.port : port,
+        serve: give,
         warm: () => {
           warm();
           return load().then(() => {}, () => {}); // a failed load answers each request
@@ -79,4 +90,20 @@ export function listen(
       });
     });
   });
+}
+
+/**
+ * Serves `app` on `address:port`; resolves once listening. The first request loads the adapter.
+ *
+ * @example
+ * ```ts
+ * const server = await listen(new Hono().get("/", (c) => c.text("ok")), "127.0.0.1", 0);
+ * await server.close();
+ * ```
+ * @throws when the port cannot be bound, naming the address
+ */
+export async function listen(app: Hono, address: string, port: number): Promise<StatusServer> {
+  const server = await bindStatus(address, port);
+  server.serve(app);
+  return server;
 }

@@ -6,10 +6,9 @@ import type { InflightTracker } from "../drain/in-flight.ts";
 import type { DrainRequest } from "../drain/plan.ts";
 import type { DrainView } from "../drain/waiting.ts";
 import type { Envoys, Epoch } from "../supervise/envoys.ts";
-import { StartError } from "../lib/errors.ts";
 import type { ReportDesk } from "./reports.ts";
 import { createStatusApp, type ReadinessAnswer } from "./routes.ts";
-import { listen, type StatusServer } from "./listen.ts";
+import type { BoundServer, StatusServer } from "./listen.ts";
 import { createMetrics } from "./metrics.ts";
 import type { DrainMetrics } from "../drain/drain-metrics.ts";
 import { connectionMaker } from "./not-through-envoy.ts";
@@ -125,19 +124,15 @@ export interface StatusWiring {
 }
 
 /**
- * Serves the status routes and `/metrics` on `address:port` (0: any free port).
+ * Serves the status routes and `/metrics` on the bound status port (held: the agent warms it once
+ * its first Envoy is spawned; a request waits meanwhile).
  *
  * @example
  * ```ts
- * const server = await serveStatus("127.0.0.1", 15020, wiring);
+ * const server = serveStatus(await bindStatus("127.0.0.1", 15020, { held: true }), wiring);
  * ```
- * @throws {StartError} when the port is taken (one line, exit 2)
  */
-export async function serveStatus(
-  address: string,
-  port: number,
-  w: StatusWiring,
-): Promise<StatusServer> {
+export function serveStatus(server: BoundServer, w: StatusWiring): StatusServer {
   let refused = 0;
   const metrics = createMetrics({
     state: () => w.view().state,
@@ -167,8 +162,6 @@ export async function serveStatus(
     connectionMaker: (ports) =>
       connectionMaker(ports, w.view().envoys.all().map((live) => live.info.pid)),
   });
-  // Held until the agent warms it, once its first Envoy is spawned (a request waits meanwhile).
-  return await listen(app, address, port, { held: true }).catch((error: Error) => {
-    throw new StartError(error.message);
-  });
+  server.serve(app);
+  return server;
 }

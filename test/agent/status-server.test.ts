@@ -1,5 +1,6 @@
-// The status server on 0.0.0.0 on a real socket: a caller inside the pod (loopback) can stop or
-// drain it.
+// The status server on a real socket: on 0.0.0.0 a caller inside the pod (loopback) can stop or
+// drain it; bound before its app, a request waits; at lastcall's start a probe is never refused
+// once the port is bound.
 import { request } from "node:http";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import {
@@ -7,8 +8,9 @@ import {
   REPORT_MAX_BYTES,
   type StatusControls,
 } from "../../agent/status/routes.ts";
-import { listen, type StatusServer } from "../../agent/status/listen.ts";
+import { bindStatus, listen, type StatusServer } from "../../agent/status/listen.ts";
 import { connectionMaker } from "../../agent/status/not-through-envoy.ts";
+import { freePort, inboundConfig, startLastcall } from "../support/lastcall.ts";
 
 const TOKEN = "0123456789abcdef-status-server";
 
@@ -117,26 +119,58 @@ describe("report bodies over a real connection", () => {
   );
 });
 
-describe("held until warmed (the agent's, until its first Envoy is spawned)", () => {
-  it("a request that came before warm() waits and is answered once warmed", async () => {
+describe("bound before its app, held until warmed (the agent's status port at start)", () => {
+  it("a request that came first waits for the app and the warm-up, then is answered", async () => {
     const controls = fakeControls();
-    server = await listen(createStatusApp(controls), "127.0.0.1", 0, { held: true });
+    const bound = await bindStatus("127.0.0.1", 0, { held: true });
+    server = bound;
     let answered = false;
-    const early = fetch(`http://127.0.0.1:${server.port}/healthz/ready`).then((res) => {
+    const early = fetch(`http://127.0.0.1:${bound.port}/healthz/ready`).then((res) => {
       answered = true;
       return res.status;
     });
-    // Nothing answers while held: a negative, so a bounded look (it passes only if held).
+    // Nothing answers before both: negatives, so bounded looks (they pass only if it waits).
+    await new Promise((done) => setTimeout(done, 300));
+    expect(answered).toBe(false);
+    bound.serve(createStatusApp(controls));
     await new Promise((done) => setTimeout(done, 300));
     expect(answered).toBe(false);
     expect(controls.readiness).not.toHaveBeenCalled();
-    await server.warm();
+    await bound.warm();
     expect(await early).toBe(200);
     expect(controls.readiness).toHaveBeenCalledOnce();
   });
 
-  it("not held (the default): the first request loads the handler itself", async () => {
+  it("listen (not held): the first request loads the handler itself", async () => {
     const { url } = await serve();
     expect((await fetch(`${url("127.0.0.1")}/healthz/live`)).status).toBe(200);
+  });
+});
+
+describe("lastcall's own start (real Envoy, the single executable)", () => {
+  it("a probe sent the moment the status port accepts is held and answered 200 once Envoy is LIVE", async () => {
+    const port = await freePort();
+    const lc = startLastcall(inboundConfig({ upstreamPort: 9 }), {
+      runtime: "binary",
+      args: ["--status-port", String(port)],
+    });
+    try {
+      // Refused only before the bind; from then on the first answer is the real one.
+      let status = 0;
+      while (status === 0) {
+        status = await new Promise<number>((done) => {
+          const asked = request(
+            { host: "127.0.0.1", port, path: "/healthz/ready?wait_ms=5000", agent: false },
+            (res) => done(res.statusCode ?? -1),
+          );
+          asked.on("error", () => setImmediate(() => done(0)));
+          asked.end();
+        });
+      }
+      expect(status).toBe(200);
+      expect(lc.events.map((e) => e.event)).toContain("ready");
+    } finally {
+      await lc.stop();
+    }
   });
 });
