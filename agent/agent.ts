@@ -213,7 +213,7 @@ export class Agent {
       signal,
       identify: run.identify,
       // The status server's handler loads beside Envoy's start (a probe waits for either).
-      spawned: () => void run.server.warm(),
+      spawned: () => void this.#status.warm(),
       xds: { log: this.#log, onReporter: (id) => this.#tracker.expect(id) },
     });
     if (configChanged) this.#crashes.refill();

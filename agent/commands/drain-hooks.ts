@@ -92,7 +92,6 @@ export async function serveReadyFile(
   log("serving", { port: server.port });
   return {
     port: server.port,
-    warm: server.warm,
     async close() {
       stopping.abort();
       // Held requests answer within one file check; never wait on them past a second.

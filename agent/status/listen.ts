@@ -12,8 +12,6 @@ const CLOSE_GRACE_MS = 500;
 export interface StatusServer {
   /** The port actually bound (useful with port 0). */
   port: number;
-  /** Loads what answers requests (once; never rejects): held requests are answered then. */
-  warm(): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -23,11 +21,13 @@ type Handler = (incoming: IncomingMessage, outgoing: ServerResponse) => unknown;
 export interface BoundServer extends StatusServer {
   /** Gives the app that answers (once); held, requests still wait for `warm()`. */
   serve(app: Hono): void;
+  /** Loads what answers requests (once; never rejects): held requests are answered then. */
+  warm(): Promise<void>;
 }
 
 /** Options of {@linkcode bindStatus}. */
 export interface BindOptions {
-  /** Requests wait until {@linkcode StatusServer.warm} is called. @default false */
+  /** Requests wait until {@linkcode BoundServer.warm} is called. @default false */
   held?: boolean;
 }
 
