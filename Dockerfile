@@ -25,10 +25,11 @@ COPY --from=build /src/dist/lastcall /usr/local/bin/lastcall
 # under that name lastcall is Envoy Gateway's pair (docs/migration.md), so only the image changes.
 RUN ln -s lastcall /usr/local/bin/envoy-gateway
 ENV ENVOY_BIN=/usr/local/bin/envoy
-# The Envoy image's own user (uid 101, "envoy"): lastcall needs no privilege of its own, and
-# Envoy, its child, runs as the same user. Listen on ports >= 1024 (or grant
-# NET_BIND_SERVICE in the pod's securityContext).
-USER 101
+# The Envoy image's own user and group (101, "envoy"): lastcall needs no privilege of its own,
+# and Envoy, its child, runs as the same user. Listen on ports >= 1024 (or grant
+# NET_BIND_SERVICE in the pod's securityContext). The group is named so that the runtime need not
+# mount the image to look it up in /etc/passwd at each container's creation (containerd does).
+USER 101:101
 EXPOSE 15020
 # PID 1 is lastcall itself, without an init:
 # - Signals: it handles SIGTERM and SIGINT (drain, then stop Envoy; a second SIGINT stops at

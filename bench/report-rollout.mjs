@@ -91,6 +91,20 @@ export function rolloutSection({ rollout, line, chart, notAhead, goals, quickNot
       plural(rollout.rounds, "round")
     }; contenders alternate within a round. Every run is in the JSON.`,
   );
+  if (rollout.runs.some((r) => r.restart_delay_ms > 0)) {
+    line(
+      "The restart waits r/rounds of a second after the warm-up in round r (0, 333, 667 ms): the kubelet",
+    );
+    line(
+      "relists every second, and a new pod's Ready depends on where its start falls between relists. The",
+    );
+    line(
+      "restart used to follow the warm-up, and so the old pods' Ready, at a fixed delay: each contender's",
+    );
+    line(
+      "first new pod kept one phase in every round. Spread, every contender's first pods meet the same three.",
+    );
+  }
   line();
   line(
     "- failed: requests without a whole 200, of all sent (runs last as long as the rollout and the old pods'",

@@ -22,6 +22,8 @@ const LOAD = {
   slowBytesPerSecond: 1_000_000,
 };
 const WARM_UP_ANSWERS = 60;
+/** The kubelet's PLEG relist period: round r restarts r/ROUNDS of it after the warm-up. */
+const RELIST_MS = 1000;
 // The app as Istio's injected pods and the gateway pairs' pods have it (no preStop), and as
 // lastcall's docs and `lastcall check` ask for it (examples/k8s/deployment.yaml: preStop sleep 5 s,
 // covering endpoint removal). LASTCALL_BENCH_ROLLOUT_WORKLOADS=id,id runs a subset.
@@ -114,6 +116,7 @@ try {
             pod,
             load: LOAD,
             warmUpAnswers: WARM_UP_ANSWERS,
+            restartDelayMs: Math.round((r * RELIST_MS) / ROUNDS),
             log,
           });
           runs.push(run);

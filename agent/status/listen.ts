@@ -2,11 +2,21 @@
 // early waits instead of being refused); Hono's Node adapter, whose load reads the fetch globals
 // (Node then loads undici: ~0.1 s of CPU), loads on the first request or, held, once warmed: a
 // start binds its port and spawns Envoy before paying for it.
-import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
+import {
+  createServer,
+  get,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from "node:http";
+import type { AddressInfo } from "node:net";
 import type { Hono } from "hono";
 
 /** How long a closing server lets the answers under way finish before it cuts their connections. */
 const CLOSE_GRACE_MS = 500;
+
+/** What a warmed server asks itself once: its first probe then finds the request path compiled. */
+const WARM_PATH = "/healthz/live";
 
 /** A listening status server. */
 export interface StatusServer {
@@ -21,7 +31,10 @@ type Handler = (incoming: IncomingMessage, outgoing: ServerResponse) => unknown;
 export interface BoundServer extends StatusServer {
   /** Gives the app that answers (once); held, requests still wait for `warm()`. */
   serve(app: Hono): void;
-  /** Loads what answers requests (once; never rejects): held requests are answered then. */
+  /**
+   * Loads what answers requests and asks itself one (once; never rejects): held requests are
+   * answered then, and the first probe after finds its path compiled.
+   */
   warm(): Promise<void>;
 }
 
@@ -57,6 +70,7 @@ export function bindStatus(
       )
     );
   let warm = () => {};
+  let warming: Promise<void> | undefined;
   const warmed = held ? new Promise<void>((resolve) => warm = resolve) : Promise.resolve();
   const server = createServer((incoming, outgoing) => {
     warmed.then(load).then((answer) => answer(incoming, outgoing)).catch((error: Error) => {
@@ -76,7 +90,8 @@ export function bindStatus(
         serve: give,
         warm: () => {
           warm();
-          return load().then(() => {}, () => {}); // a failed load answers each request
+          // A failed load answers each request; a failed warm-up request only costs its time.
+          return warming ??= load().then(() => askOnce(server, WARM_PATH)).then(() => {}, () => {});
         },
         close: () =>
           new Promise((done) => {
@@ -89,6 +104,18 @@ export function bindStatus(
           }),
       });
     });
+  });
+}
+
+/** One GET to the server's own port, over loopback; resolves once answered. */
+function askOnce(server: Server, path: string): Promise<void> {
+  const bound = server.address() as AddressInfo;
+  const any = bound.address === "0.0.0.0" || bound.address === "::";
+  const host = !any ? bound.address : bound.family === "IPv6" ? "::1" : "127.0.0.1";
+  return new Promise((resolve, reject) => {
+    get({ host, port: bound.port, path, agent: false }, (answer) => {
+      answer.resume().on("end", resolve).on("error", reject);
+    }).on("error", reject);
   });
 }
 

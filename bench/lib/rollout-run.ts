@@ -30,6 +30,8 @@ export interface RolloutRun {
   workload: string;
   contender: string;
   round: number;
+  /** Waited after the warm-up, before the restart (ms). */
+  restart_delay_ms: number;
   /** `kubectl rollout restart` started → `kubectl rollout status` returned (ms). */
   rollout_ms: number;
   /** Restart → the last old pod gone (ms). */
@@ -101,6 +103,12 @@ export interface RolloutOnceOptions {
   load: Omit<LoadOptions, "url">;
   /** Complete answers before the restart. */
   warmUpAnswers: number;
+  /**
+   * Waited after the warm-up, before the restart: the rounds spread the restart over the
+   * kubelet's 1 s relist, which otherwise keeps the phase each contender's first pods set.
+   * @default 0
+   */
+  restartDelayMs?: number;
   log(line: string): void;
 }
 
@@ -143,6 +151,7 @@ export async function rolloutOnce(options: RolloutOnceOptions): Promise<RolloutR
       intervalMs: 50,
       what: `${options.warmUpAnswers} answers before the rollout`,
     });
+    await new Promise((done) => setTimeout(done, options.restartDelayMs ?? 0));
     const restartAt = Date.now();
     await kubectl(["rollout", "restart", "deployment/demo"]);
     await kubectl(["rollout", "status", "deployment/demo", timeout]);
@@ -177,6 +186,7 @@ export async function rolloutOnce(options: RolloutOnceOptions): Promise<RolloutR
       workload: options.workload,
       contender: contender.id,
       round: options.round,
+      restart_delay_ms: options.restartDelayMs ?? 0,
       rollout_ms: rolledAt - restartAt,
       all_old_gone_ms: lastGone - restartAt,
       pods: ends,

@@ -2,6 +2,7 @@
 // drain it; bound before its app, a request waits; at lastcall's start a probe is never refused
 // once the port is bound.
 import { request } from "node:http";
+import { Hono } from "hono";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import {
   createStatusApp,
@@ -140,6 +141,26 @@ describe("bound before its app, held until warmed (the agent's status port at st
     expect(await early).toBe(200);
     expect(controls.readiness).toHaveBeenCalledOnce();
   });
+
+  it.each(["127.0.0.1", "0.0.0.0", "::"])(
+    "warmed on %s, it asks itself GET /healthz/live once, however often it is warmed",
+    async (address) => {
+      const asked: string[] = [];
+      const bound = await bindStatus(address, 0, { held: true });
+      server = bound;
+      bound.serve(
+        new Hono().get("/healthz/live", (c) => {
+          asked.push(c.req.header("host") ?? "");
+          return c.json({ live: true });
+        }),
+      );
+      await bound.warm();
+      await bound.warm(); // each Envoy's spawn warms it: a reload, a crash restart
+      expect(asked).toEqual([
+        `${address === "::" ? "[::1]" : "127.0.0.1"}:${bound.port}`,
+      ]);
+    },
+  );
 
   it("listen (not held): the first request loads the handler itself", async () => {
     const { url } = await serve();

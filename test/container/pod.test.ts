@@ -57,12 +57,13 @@ if (skipReason) {
       expect(app).toBe(readFileSync(join(root, "examples/demo-app.mjs"), "utf8"));
     });
 
-    it("runs lastcall as PID 1 and uid 101; the postStart hook `lastcall wait` passes and leaves no zombie", async () => {
+    it("runs lastcall as PID 1, uid and gid 101; the postStart hook `lastcall wait` passes and leaves no zombie", async () => {
       expect(await podman(["exec", SIDECAR, "lastcall", "wait", "--timeout", "60s"])).toBe("");
       const cmdline = await podman(["exec", SIDECAR, "cat", "/proc/1/cmdline"]);
       expect(cmdline.split("\0").slice(0, 2)).toEqual(["/usr/local/bin/lastcall", "run"]);
       const status = await podman(["exec", SIDECAR, "cat", "/proc/1/status"]);
       expect(/^Uid:\s+(\d+)/m.exec(status)?.[1]).toBe("101");
+      expect(/^Gid:\s+(\d+)/m.exec(status)?.[1]).toBe("101");
       // Every process in the container: lastcall, Envoy, the watchdog shell, and this shell.
       const stats = await podman([
         "exec",
