@@ -1,7 +1,8 @@
 // Serves a Hono app on node:http. The port can be bound before the app exists (a probe that comes
 // early waits instead of being refused); Hono's Node adapter, whose load reads the fetch globals
 // (Node then loads undici: ~0.1 s of CPU), loads on the first request or, held, once warmed: a
-// start binds its port and spawns Envoy before paying for it.
+// start binds its port and spawns Envoy before paying for it. Warmed, it asks itself one request,
+// so a kubelet's first probe finds the request path compiled.
 import {
   createServer,
   get,
