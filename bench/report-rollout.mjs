@@ -91,9 +91,14 @@ export function rolloutSection({ rollout, line, chart, notAhead, goals, quickNot
       plural(rollout.rounds, "round")
     }; contenders alternate within a round. Every run is in the JSON.`,
   );
-  if (rollout.runs.some((r) => r.restart_delay_ms > 0)) {
+  const delays = [...new Set(rollout.runs.map((r) => r.restart_delay_ms ?? 0))].sort((a, b) =>
+    a - b
+  );
+  if (delays.some((ms) => ms > 0)) {
     line(
-      "The restart waits r/rounds of a second after the warm-up in round r (0, 333, 667 ms): the kubelet",
+      `The restart waits r/rounds of a second after the warm-up in round r (${
+        delays.join(", ")
+      } ms): the kubelet`,
     );
     line(
       "relists every second, and a new pod's Ready depends on where its start falls between relists. The",
