@@ -73,8 +73,14 @@ export function bindStatus(
   let warm = () => {};
   let warming: Promise<void> | undefined;
   const warmed = held ? new Promise<void>((resolve) => warm = resolve) : Promise.resolve();
+  // Held and closed before it was warmed (stopped before Envoy's spawn): held requests are told.
+  let stop: (answer: Handler) => void = () => {};
+  const stopped = new Promise<Handler>((resolve) => {
+    if (held) stop = resolve;
+  });
   const server = createServer((incoming, outgoing) => {
-    warmed.then(load).then((answer) => answer(incoming, outgoing)).catch((error: Error) => {
+    const answering = Promise.race([warmed.then(load), stopped]);
+    answering.then((answer) => answer(incoming, outgoing)).catch((error: Error) => {
       outgoing.statusCode = 500;
       outgoing.end(`status server: ${error.message}\n`);
     });
@@ -91,11 +97,13 @@ export function bindStatus(
         serve: give,
         warm: () => {
           warm();
+          stop = () => {};
           // A failed load answers each request; a failed warm-up request only costs its time.
           return warming ??= load().then(() => askOnce(server, WARM_PATH)).then(() => {}, () => {});
         },
         close: () =>
           new Promise((done) => {
+            stop(stopping);
             const cut = setTimeout(() => server.closeAllConnections(), CLOSE_GRACE_MS);
             server.close(() => {
               clearTimeout(cut);
@@ -107,6 +115,12 @@ export function bindStatus(
     });
   });
 }
+
+/** The answer to a request held by a server that closes before it was warmed. */
+const stopping: Handler = (_incoming, outgoing) => {
+  outgoing.writeHead(503, { "content-type": "application/json" });
+  outgoing.end(JSON.stringify({ ready: false, reason: "lastcall is stopping" }));
+};
 
 /** One GET to the server's own port, over loopback; resolves once answered. */
 function askOnce(server: Server, path: string): Promise<void> {

@@ -142,6 +142,17 @@ describe("bound before its app, held until warmed (the agent's status port at st
     expect(controls.readiness).toHaveBeenCalledOnce();
   });
 
+  it("closed before it was warmed (stopped before Envoy's spawn), a held request gets a 503", async () => {
+    const bound = await bindStatus("127.0.0.1", 0, { held: true });
+    bound.serve(createStatusApp(fakeControls()));
+    const held = fetch(`http://127.0.0.1:${bound.port}/healthz/ready?wait_ms=5000`);
+    await new Promise((done) => setTimeout(done, 100)); // the request is under way, held
+    await bound.close();
+    const res = await held;
+    expect(res.status).toBe(503);
+    expect(await res.json()).toEqual({ ready: false, reason: "lastcall is stopping" });
+  });
+
   it.each(["127.0.0.1", "0.0.0.0", "::"])(
     "warmed on %s, it asks itself GET /healthz/live once, however often it is warmed",
     async (address) => {
