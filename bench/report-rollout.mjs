@@ -107,7 +107,7 @@ export function rolloutSection({ rollout, line, chart, notAhead, goals, quickNot
       "restart used to follow the warm-up, and so the old pods' Ready, at a fixed delay: each contender's",
     );
     line(
-      "first new pod kept one phase in every round. Spread, every contender's first pods meet the same three.",
+      `first new pod kept one phase in every round. Spread, every contender's first pods meet the same ${delays.length} phases.`,
     );
   }
   line();

@@ -97,13 +97,12 @@ export function bindStatus(
         serve: give,
         warm: () => {
           warm();
-          stop = () => {};
           // A failed load answers each request; a failed warm-up request only costs its time.
           return warming ??= load().then(() => askOnce(server, WARM_PATH)).then(() => {}, () => {});
         },
         close: () =>
           new Promise((done) => {
-            stop(stopping);
+            if (warming === undefined) stop(stopping);
             const cut = setTimeout(() => server.closeAllConnections(), CLOSE_GRACE_MS);
             server.close(() => {
               clearTimeout(cut);
@@ -123,11 +122,12 @@ const stopping: Handler = (_incoming, outgoing) => {
 };
 
 /** One GET to the server's own port, over loopback; resolves once answered. */
-function askOnce(server: Server, path: string): Promise<void> {
+async function askOnce(server: Server, path: string): Promise<void> {
   const bound = server.address() as AddressInfo;
-  const any = bound.address === "0.0.0.0" || bound.address === "::";
-  const host = !any ? bound.address : bound.family === "IPv6" ? "::1" : "127.0.0.1";
-  return new Promise((resolve, reject) => {
+  // Loaded here: the port is bound before anything else loads (commands/run.ts).
+  const { statusTarget } = await import("../envoy/status-target.ts");
+  const host = await statusTarget(bound.address); // an IP: a wildcard becomes loopback
+  return await new Promise((resolve, reject) => {
     get({ host, port: bound.port, path, agent: false }, (answer) => {
       answer.resume().on("end", resolve).on("error", reject);
     }).on("error", reject);
