@@ -181,7 +181,7 @@ async function buildBenchAssets() {
   const out = join(root, "dist/bench");
   mkdirSync(out, { recursive: true });
   const asc = join(root, "node_modules/.bin/asc");
-  const ascFlags = ["--use", "abort=abort_proc_exit", "-O3", "--noAssert", "--runtime", "half"];
+  const ascFlags = ["--use", "abort=abort_proc_exit", "-Oz", "--noAssert", "--runtime", "half"];
   run(
     asc,
     ["bench/noop/index.ts", "-b", join(out, "noop.wasm"), ...ascFlags],

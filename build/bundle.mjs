@@ -1,8 +1,16 @@
 #!/usr/bin/env node
 // Bundles the agent with esbuild into dist/lastcall.mjs (and dist/xds-proxy.cjs), then the single
-// executable dist/lastcall.
+// executable dist/lastcall (build/sea-main.cjs, the CommonJS bundle and V8's code cache of a start).
 import { spawnSync } from "node:child_process";
-import { copyFileSync, existsSync, mkdirSync, renameSync, writeFileSync } from "node:fs";
+import {
+  copyFileSync,
+  existsSync,
+  mkdirSync,
+  readFileSync,
+  renameSync,
+  statSync,
+  writeFileSync,
+} from "node:fs";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
@@ -68,17 +76,49 @@ await build({
   banner: { js: "const __lastcall_url = require('node:url').pathToFileURL(__filename).href;" },
 });
 
+// The single executable's bundle: the CommonJS one as the function Node wraps a module in, and all
+// ASCII (esbuild escapes strings, not comments), for build/sea-main.cjs to read as Latin-1.
+const seaBundle = join(dist, "lastcall.sea.cjs");
+const ascii = readFileSync(join(dist, "lastcall.cjs"), "utf8")
+  .replace(/[\u0080-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+writeFileSync(
+  seaBundle,
+  `(function (exports, require, module, __filename, __dirname) {${ascii}\n})`,
+);
+
+// V8's code cache of one start of `lastcall run`, for the single executable (build/sea-main.cjs).
+// The start runs to Envoy's spawn and past it: the "Envoy" is Node itself, which the start then
+// refuses (exit 2), so the build needs no Envoy.
+const cache = join(dist, "lastcall.cache");
+const training = spawnSync(process.execPath, [
+  join(root, "build/sea-main.cjs"),
+  seaBundle,
+  cache,
+  ...["run", "--config", join(root, "examples/envoy.yaml")],
+  ...["--status-address", "127.0.0.1", "--status-port", "0"],
+], { encoding: "utf8", env: { ...process.env, ENVOY_BIN: process.execPath }, timeout: 60_000 });
+if (!existsSync(cache) || statSync(cache).size === 0) {
+  console.error(
+    `lastcall build: no code cache from a start:\n${training.stdout}${training.stderr}`,
+  );
+  process.exit(1);
+}
+
 const seaConfig = join(dist, "sea-config.json");
 writeFileSync(
   seaConfig,
   JSON.stringify({
-    main: join(dist, "lastcall.cjs"),
+    // The bundle and its code cache are assets the entry compiles; import() fails there, so the
+    // other embedded assets are read through require("node:sea") too.
+    main: join(root, "build/sea-main.cjs"),
     output: join(dist, "lastcall.blob"),
     disableExperimentalSEAWarning: true,
-    // The code cache saves compiling the bundle at each start; import() fails with it, so the
-    // embedded assets are read through require("node:sea").
-    useCodeCache: true,
-    assets: { "filter.wasm": wasm, "xds-proxy.cjs": join(dist, "xds-proxy.cjs") },
+    assets: {
+      "lastcall.cjs": seaBundle,
+      "lastcall.cache": cache,
+      "filter.wasm": wasm,
+      "xds-proxy.cjs": join(dist, "xds-proxy.cjs"),
+    },
   }),
 );
 /** Runs a build step quietly; prints its output only when it fails. */

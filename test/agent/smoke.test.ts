@@ -97,3 +97,14 @@ it("the single executable alone, with no filter.wasm beside it, runs Envoy with 
     rmSync(alone, { recursive: true, force: true });
   }
 });
+
+// The executable compiles its bundle with V8's code cache of a start (build/sea-main.cjs): a cache
+// V8 refuses (another Node, other V8 flags) costs every start its compile again, unseen.
+it("the single executable starts on its code cache, which V8 takes", async () => {
+  const [binary] = lastcallCommand("binary");
+  const { stdout, stderr } = await run(binary, ["--version"], {
+    env: { ...process.env, LASTCALL_CODE_CACHE: "report", NODE_OPTIONS: "" },
+  });
+  expect(stdout.trim()).toMatch(/^\d+\.\d+\.\d+$/);
+  expect(stderr).toMatch(/^lastcall: code cache taken \(\d+ bytes\)$/m);
+});
