@@ -8,6 +8,7 @@ import {
   mkdirSync,
   readFileSync,
   renameSync,
+  rmSync,
   statSync,
   writeFileSync,
 } from "node:fs";
@@ -90,6 +91,7 @@ writeFileSync(
 // The start runs to Envoy's spawn and past it: the "Envoy" is Node itself, which the start then
 // refuses (exit 2), so the build needs no Envoy.
 const cache = join(dist, "lastcall.cache");
+rmSync(cache, { force: true });
 const training = spawnSync(process.execPath, [
   join(root, "build/sea-main.cjs"),
   seaBundle,
