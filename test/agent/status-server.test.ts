@@ -1,7 +1,8 @@
 // The status server on a real socket: on 0.0.0.0 a caller inside the pod (loopback) can stop or
 // drain it; bound before its app, a request waits; at lastcall's start a probe is never refused
 // once the port is bound.
-import { request } from "node:http";
+import { subscribe, unsubscribe } from "node:diagnostics_channel";
+import { request, type Server } from "node:http";
 import { Hono } from "hono";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import {
@@ -39,6 +40,21 @@ function fakeControls(envoyPids: number[] = []) {
       connectionMaker(ports, envoyPids)
     ),
   } satisfies StatusControls;
+}
+
+/** Resolves once a request reaches the server on `port` (node:http's own diagnostics channel). */
+function arrival(port: number): Promise<void> {
+  const channel = "http.server.request.start";
+  return new Promise((resolve) => {
+    const seen = (message: unknown) => {
+      if (((message as { server: Server }).server.address() as { port: number }).port !== port) {
+        return;
+      }
+      unsubscribe(channel, seen);
+      resolve();
+    };
+    subscribe(channel, seen);
+  });
 }
 
 let server: StatusServer | undefined;
@@ -126,10 +142,12 @@ describe("bound before its app, held until warmed (the agent's status port at st
     const bound = await bindStatus("127.0.0.1", 0, { held: true });
     server = bound;
     let answered = false;
+    const arrived = arrival(bound.port);
     const early = fetch(`http://127.0.0.1:${bound.port}/healthz/ready`).then((res) => {
       answered = true;
       return res.status;
     });
+    await arrived;
     // Nothing answers before both: negatives, so bounded looks (they pass only if it waits).
     await new Promise((done) => setTimeout(done, 300));
     expect(answered).toBe(false);
@@ -145,8 +163,9 @@ describe("bound before its app, held until warmed (the agent's status port at st
   it("closed before it was warmed (stopped before Envoy's spawn), a held request gets a 503", async () => {
     const bound = await bindStatus("127.0.0.1", 0, { held: true });
     bound.serve(createStatusApp(fakeControls()));
+    const arrived = arrival(bound.port);
     const held = fetch(`http://127.0.0.1:${bound.port}/healthz/ready?wait_ms=5000`);
-    await new Promise((done) => setTimeout(done, 100)); // the request is under way, held
+    await arrived; // the request has reached the server, which holds it
     await bound.close();
     const res = await held;
     expect(res.status).toBe(503);
