@@ -1,9 +1,8 @@
 // How drains ended, as `/metrics` shows it with a real Envoy: a reload's old epoch, a `POST /drain`
 // deadline, a termination.
 import { describe, expect, it } from "vitest";
-import { http1 } from "../filter/clients.ts";
 import { isAlive } from "../support/lastcall.ts";
-import { agentSees, agentState, serving, upstreamForFile } from "../support/serving.ts";
+import { agentState, holdOne, serving, upstreamForFile } from "../support/serving.ts";
 import { parseSamples } from "../support/metrics-text.ts";
 
 const app = upstreamForFile();
@@ -13,18 +12,10 @@ async function samples(status: string): Promise<Map<string, number>> {
   return parseSamples(await (await fetch(`${status}/metrics`)).text());
 }
 
-/** One request the app holds, and the agent sure of it (wrapped: an async function would await it). */
-async function holdOne(port: number, status: string) {
-  const held = http1(port, "/hold");
-  await app.until((a) => a.held === 1);
-  await agentSees(status, 1);
-  return { held };
-}
-
 describe("a reload's old epoch", () => {
   it("a hot restart whose parent drains to zero (defaults): one reload drain under inflight_zero, nothing cut", async () => {
     const { lc, port, status, envoyPid } = await serving(app.port, []);
-    const { held } = await holdOne(port, status);
+    const { held } = await holdOne(app, port, status);
     lc.signal("SIGHUP");
     await lc.event("epoch_draining", (e) => (e.epochs as number[]).includes(0));
     const during = await samples(status);
@@ -56,7 +47,7 @@ describe("a reload's old epoch", () => {
 
   it("a cold reload (--no-hot-restart): lastcall stops the drained Envoy, and times the last zero to that stop", async () => {
     const { lc, port, status, envoyPid } = await serving(app.port, ["--no-hot-restart"]);
-    const { held } = await holdOne(port, status);
+    const { held } = await holdOne(app, port, status);
     lc.signal("SIGHUP");
     await lc.event("epoch_draining");
     app.release();
@@ -87,7 +78,7 @@ describe("POST /drain", () => {
       "--stop-margin",
       "1s",
     ]);
-    const { held } = await holdOne(port, status);
+    const { held } = await holdOne(app, port, status);
     expect((await fetch(`${status}/drain`, { method: "POST" })).status).toBe(200);
     await lc.event("drain_start", (e) => e.source === "POST /drain");
     expect((await samples(status)).get('lastcall_draining{kind="drain"}')).toBe(1);
@@ -117,7 +108,7 @@ describe("POST /drain", () => {
 describe("a termination", () => {
   it("held by a request (defaults): scraped while it drains, draining 1 and seconds left falling; the last zero to the stop in `terminated`", async () => {
     const { lc, port, status } = await serving(app.port, []);
-    const { held } = await holdOne(port, status);
+    const { held } = await holdOne(app, port, status);
     lc.signal("SIGTERM");
     await lc.event("listeners_draining");
     const first = await samples(status);

@@ -2,7 +2,7 @@
 // starting point of the termination tests.
 import { readFileSync } from "node:fs";
 import { afterAll, afterEach, beforeAll, expect } from "vitest";
-import { http1 } from "../filter/clients.ts";
+import { http1, type Outcome } from "../filter/clients.ts";
 import { waitFor } from "./envoy.ts";
 import {
   inboundConfig,
@@ -98,6 +98,18 @@ export async function serving(
   return { lc, port, status, envoyPid: Number(ready.pid) };
 }
 
+/** One request the app holds, and the agent sure of it (wrapped: an async function would await it). */
+export async function holdOne(
+  app: UpstreamApp,
+  port: number,
+  status: string,
+): Promise<{ held: Promise<Outcome> }> {
+  const held = http1(port, "/hold");
+  await app.until((a) => a.held === 1);
+  await agentSees(status, 1);
+  return { held };
+}
+
 /**
  * One request held across SIGTERM: the listeners drain, the request is released and answered,
  * and the drain ends on the filter's confirmed zero with nothing in flight at the stop.
@@ -108,9 +120,7 @@ export async function heldAcrossSigterm(
   port: number,
   status: string,
 ): Promise<void> {
-  const held = http1(port, "/hold");
-  await app.until((a) => a.held === 1);
-  await agentSees(status, 1);
+  const { held } = await holdOne(app, port, status);
   lc.signal("SIGTERM");
   await lc.event("listeners_draining");
   app.release();
