@@ -350,12 +350,19 @@ export interface CommandResult {
   ms: number;
 }
 
-/** Runs `lastcall <args>` (the bundle) to its end, with `input` on standard input. */
-export function runLastcall(args: string[], input = ""): Promise<CommandResult> {
+/** Runs `lastcall <args>` (the bundle) to its end, with `input` on standard input and `env` added. */
+export function runLastcall(
+  args: string[],
+  input = "",
+  env: Record<string, string> = {},
+): Promise<CommandResult> {
   const [command, ...prefix] = lastcallCommand();
   const started = Date.now();
   return new Promise((done) => {
-    const child = spawn(command, [...prefix, ...args], { stdio: ["pipe", "pipe", "pipe"] });
+    const child = spawn(command, [...prefix, ...args], {
+      stdio: ["pipe", "pipe", "pipe"],
+      env: { ...process.env, ...env },
+    });
     let stdout = "";
     let stderr = "";
     child.stdout!.on("data", (chunk) => (stdout += chunk));
