@@ -1,31 +1,19 @@
-// `lastcall check` on manifests in the shapes real projects ship, with the exact findings expected
-// for each.
-import { readFileSync } from "node:fs";
-import { join, resolve } from "node:path";
-import { beforeAll, describe, expect, it } from "vitest";
+// `lastcall check` on the incumbents' manifests in the shapes their projects ship (Istio,
+// Contour, Envoy Gateway), with the exact findings expected for each.
+import { join } from "node:path";
 import YAML from "yaml";
-import { checkManifest, checkReport, summaryLine } from "../../agent/k8s/check.ts";
-import { runLastcall } from "../support/lastcall.ts";
 import type { Json } from "../support/json.ts";
+import {
+  checkRows,
+  CLASSIC_NO_PRESTOP,
+  container,
+  edited,
+  fixturePath,
+  NGINX,
+  root,
+  type Row,
+} from "./check-rows.ts";
 
-const root = resolve(import.meta.dirname, "../..");
-const fixturePath = (name: string) => join(import.meta.dirname, "fixtures/check", name);
-const read = (path: string) => readFileSync(path, "utf8");
-/** The first document of a fixture as a plain object. */
-const objectOf = (path: string): Json => YAML.parseAllDocuments(read(path))[0].toJS();
-/** A fixture's first document, edited. */
-const edited = (path: string, edit: (object: Json) => void) => {
-  const object = objectOf(path);
-  edit(object);
-  // As YAML 1.1, the YAML of Kubernetes' reader: strings such as "yes" stay quoted.
-  return YAML.stringify(object, { version: "1.1" });
-};
-const specOf = (object: Json) => object.spec.template.spec;
-/** A container of a pod spec, regular or init, by name. */
-const container = (object: Json, name: string): Json =>
-  [...(specOf(object).containers ?? []), ...(specOf(object).initContainers ?? [])].find((
-    c: { name: string },
-  ) => c.name === name);
 const sleepPreStop = (seconds: number) => ({
   preStop: { exec: { command: ["/bin/sh", "-c", `sleep ${seconds}`] } },
 });
@@ -63,40 +51,13 @@ const ISTIO_NATIVE = fixturePath("istio-hello-native.yaml");
 const ISTIO_EXIT_ON_ZERO = fixturePath("istio-exit-on-zero.yaml");
 const GATEWAY = fixturePath("envoy-gateway-default.yaml");
 const GATEWAY_SHUTDOWN = fixturePath("envoy-gateway-shutdown.yaml");
-const NGINX = fixturePath("nginx-deployment.yaml");
 
 const NATIVE_ISTIO =
   `or run istio-proxy as a native sidecar (sidecar.istio.io/nativeSidecar: "true"; stops after the app) or use lastcall (waits for the app)`;
-const CLASSIC_NO_PRESTOP =
-  'deployment/hello: container "hello" has no preStop: it gets SIGTERM at once while istio-proxy still takes new requests until terminationDrainDuration 5s (default): the app stops answering requests the proxy forwards; add lifecycle.preStop.sleep.seconds: 5 on container "hello"';
 const NATIVE_NO_PRESTOP =
   'deployment/hello: container "hello" has no preStop: it gets SIGTERM at once, before endpoint removal is over (~3s), while istio-proxy (a native sidecar) still takes new requests until the app has exited: the app stops answering requests the proxy forwards; add lifecycle.preStop.sleep.seconds: 5 on container "hello"';
 const IDLE_EXIT = (minDrain: string, exitAt: string, fix: string) =>
   `deployment/hello: istio-proxy may exit as early as ${exitAt} after termination starts, at the first poll that finds no connection open (MINIMUM_DRAIN_DURATION ${minDrain} + the 1s poll), before the app's shutdown (preStop sleep 10s) is over: an app idle for a moment loses its proxy, and its calls out fail from then on; set MINIMUM_DRAIN_DURATION ≥ ${fix} ${NATIVE_ISTIO}`;
-const NO_PROXY = (ref: string) =>
-  `${ref}: no proxy found: only the apps' preStop hooks against the grace period were checked`;
-const UNMODELLED = (ref: string, name: string, what: string) =>
-  `${ref}: ${name} (${what}): timing not modelled: only the apps' preStop hooks against the grace period were checked`;
-
-/** One manifest and what check must say about it. */
-interface Row {
-  name: string;
-  /** A file to pass with -f, or the text to pass on stdin. */
-  file?: string;
-  text?: () => string;
-  findings: string[];
-  notes?: string[];
-  summary: string;
-}
-
-/** `lastcall inject` output, made by the CLI before the rows run. */
-const injected: Record<string, string> = {};
-/** An inject output's workload (its first document) edited, with the rest of its documents. */
-const injectedEdited = (key: string, edit: (object: Json) => void) => {
-  const [first, ...rest] = YAML.parseAllDocuments(injected[key]).map((d) => d.toJS());
-  edit(first);
-  return [first, ...rest].map((o) => YAML.stringify(o, { version: "1.1" })).join("---\n");
-};
 
 const rows: Row[] = [
   // Istio: the same app, in the layout Istio injected before 1.28 and in today's.
@@ -385,169 +346,6 @@ const rows: Row[] = [
     ],
     summary: "1 workload, 1 proxy, 1 finding",
   },
-  // lastcall as `inject` prints it (made by the CLI in beforeAll).
-  {
-    name: "lastcall native, as inject prints it for examples/k8s/deployment.yaml: none",
-    text: () => injected.native,
-    findings: [],
-    summary: "1 workload, 1 proxy, 0 findings",
-  },
-  {
-    name: "lastcall classic, as inject prints it for examples/k8s/deployment.yaml: none",
-    text: () => injected.classic,
-    findings: [],
-    summary: "1 workload, 1 proxy, 0 findings",
-  },
-  {
-    name:
-      "lastcall native, as inject prints it for an nginx Deployment without preStop: none (its preStop GET /v1/app-stop holds the SIGTERM until the drain's floor)",
-    text: () => injected.nginx,
-    findings: [],
-    summary: "1 workload, 1 proxy, 0 findings",
-  },
-  {
-    name: "lastcall classic, as inject prints it for an nginx Deployment without preStop: none",
-    text: () => injected.nginxClassic,
-    findings: [],
-    summary: "1 workload, 1 proxy, 0 findings",
-  },
-  {
-    name: "inject's nginx with the app's preStop taken away: no preStop, SIGTERM at once",
-    text: () => injectedEdited("nginx", (o) => delete container(o, "nginx").lifecycle),
-    findings: [
-      'deployment/nginx-deployment: container "nginx" has no preStop: it gets SIGTERM at once while lastcall still takes new requests until --min-drain 5s (default): the app stops answering requests the proxy forwards; add lifecycle.preStop.sleep.seconds: 5 on container "nginx"',
-    ],
-    summary: "1 workload, 1 proxy, 1 finding",
-  },
-  {
-    name:
-      "inject's nginx with the app-stop hook on a port lastcall does not serve: SIGTERM at once",
-    text: () =>
-      injectedEdited(
-        "nginx",
-        (o) => (container(o, "nginx").lifecycle.preStop.httpGet.port = 15999),
-      ),
-    findings: [
-      'deployment/nginx-deployment: container "nginx" preStop GET /v1/app-stop reaches no lastcall status server (port 15999): it gets SIGTERM at once while lastcall still takes new requests until --min-drain 5s (default): the app stops answering requests the proxy forwards; set lifecycle.preStop.sleep.seconds: 5 on container "nginx"',
-    ],
-    summary: "1 workload, 1 proxy, 1 finding",
-  },
-  {
-    name:
-      "inject's nginx whose native sidecar lost its preStop drain: the app-stop hook answers after 1 s, within endpoint removal",
-    text: () => injectedEdited("nginx", (o) => delete container(o, "lastcall").lifecycle),
-    findings: [
-      "deployment/nginx-deployment: lastcall is a native sidecar without a preStop `lastcall drain`: it starts draining only after the app has exited, so keep-alive clients keep sending requests the stopping app cannot answer; add lifecycle.preStop.exec.command: [lastcall, drain]",
-      'deployment/nginx-deployment: container "nginx" preStop GET /v1/app-stop ends after 1s (no drain begins), before endpoint removal is over (~3s), while lastcall (a native sidecar) still takes new requests until the app has exited: the app stops answering requests the proxy forwards; set lifecycle.preStop.sleep.seconds: 5 on container "nginx"',
-    ],
-    summary: "1 workload, 1 proxy, 2 findings",
-  },
-  // No proxy, other meshes, lists.
-  {
-    name: "an nginx Deployment without proxy: no proxy found, said so, not an all-clear",
-    file: NGINX,
-    findings: [],
-    notes: [NO_PROXY("deployment/nginx-deployment")],
-    summary: "1 workload, 0 proxies, 0 findings",
-  },
-  {
-    name: "a file without any pod template",
-    file: join(root, "examples/k8s/envoy-config.yaml"),
-    findings: [],
-    summary:
-      "0 workloads, 0 proxies, 0 findings: nothing to check (no Pod, Deployment, StatefulSet, DaemonSet, Job or CronJob)",
-  },
-  {
-    name: "kubectl get -o yaml: a kind: List of an Istio-injected Deployment and one without proxy",
-    file: fixturePath("kubectl-list.yaml"),
-    findings: [CLASSIC_NO_PRESTOP],
-    notes: [NO_PROXY("deployment/nginx-deployment")],
-    summary: "2 workloads, 1 proxy, 1 finding",
-  },
-  {
-    name: "the API's typed list (DeploymentList) whose items have no kind",
-    text: () => {
-      const list = objectOf(fixturePath("kubectl-list.yaml"));
-      return YAML.stringify({
-        apiVersion: "apps/v1",
-        kind: "DeploymentList",
-        metadata: {},
-        items: list.items.map(({ kind: _, ...item }: Record<string, unknown>) => item),
-      });
-    },
-    findings: [CLASSIC_NO_PRESTOP],
-    notes: [NO_PROXY("deployment/nginx-deployment")],
-    summary: "2 workloads, 1 proxy, 1 finding",
-  },
-  {
-    name: "a Deployment in Linkerd's injected shape: a proxy, its timing not modelled",
-    file: fixturePath("linkerd-emojivoto.yaml"),
-    findings: [],
-    notes: [UNMODELLED("deployment/web", "linkerd-proxy", "Linkerd's sidecar")],
-    summary: "1 workload, 1 proxy, 0 findings",
-  },
-  {
-    name: "Consul's and Kuma's sidecars: proxies, their timing not modelled",
-    text: () =>
-      [
-        edited(NGINX, (o) =>
-          specOf(o).containers.push({
-            name: "consul-dataplane",
-            image: "hashicorp/consul-dataplane:1.6.1",
-          })),
-        edited(NGINX, (o) => {
-          o.metadata.name = "kuma";
-          specOf(o).containers.push({
-            name: "kuma-sidecar",
-            image: "docker.io/kumahq/kuma-dp:2.9.0",
-            args: ["run"],
-          });
-        }),
-      ].join("---\n"),
-    findings: [],
-    notes: [
-      UNMODELLED("deployment/nginx-deployment", "consul-dataplane", "Consul's sidecar"),
-      UNMODELLED("deployment/kuma", "kuma-sidecar", "Kuma's sidecar"),
-    ],
-    summary: "2 workloads, 2 proxies, 0 findings",
-  },
 ];
 
-beforeAll(async () => {
-  const inject = async (args: string[]) => {
-    const result = await runLastcall(["inject", ...args]);
-    if (result.code !== 0) {
-      throw new Error(`lastcall inject ${args.join(" ")} exited ${result.code}: ${result.stderr}`);
-    }
-    return result.stdout;
-  };
-  injected.native = await inject(["-f", join(root, "examples/k8s/deployment.yaml")]);
-  injected.classic = await inject([
-    "-f",
-    join(root, "examples/k8s/deployment.yaml"),
-    "--mode",
-    "classic",
-  ]);
-  injected.nginx = await inject(["-f", NGINX]);
-  injected.nginxClassic = await inject(["-f", NGINX, "--mode", "classic"]);
-});
-
-describe("lastcall check on real-shaped manifests", () => {
-  it.each(rows)("$name", async ({ file, text, findings, notes = [], summary }) => {
-    const input = file ? read(file) : text!();
-    const report = checkReport(input);
-    expect(checkManifest(input).map((f) => `${f.ref}: ${f.message}`)).toEqual(findings);
-    expect(report.flatMap((w) => w.notes.map((n) => `${w.ref}: ${n}`))).toEqual(notes);
-    expect(summaryLine(report)).toBe(summary);
-    // The same through the built CLI: findings, then notes, then the summary, on stdout.
-    const result = await runLastcall(
-      file ? ["check", "-f", file] : ["check", "-f", "-"],
-      file ? "" : input,
-    );
-    expect({ code: result.code, stdout: result.stdout, stderr: result.stderr }).toEqual({
-      code: findings.length ? 1 : 0,
-      stdout: [...findings, ...notes, summary].map((line) => `${line}\n`).join(""),
-      stderr: "",
-    });
-  });
-});
+checkRows("lastcall check on the incumbents' manifests", rows);
