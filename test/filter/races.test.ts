@@ -6,21 +6,12 @@ import { describe, expect, test } from "vitest";
 import {
   type FilterVm,
   type HostCallPoint,
-  type HttpCall,
   ProxyWasmHost,
   WasmResult,
 } from "../support/proxy-wasm-host.ts";
+import { body } from "./reports-host.ts";
 import { check, gaugeName, Truth } from "./truth.ts";
 
-interface Report {
-  instance: string;
-  epoch: number;
-  inflight: number;
-  draining: boolean;
-  reason: string;
-  probe?: number;
-}
-const body = (call: HttpCall) => JSON.parse(call.body) as Report;
 const DRAINING: [string, string][] = [["x-lastcall-draining", "1"]];
 
 /** Two VMs that both know of the drain, with a stream each: the count is 2. */
