@@ -2,29 +2,12 @@
 // holder-paths.test.ts: a VM told of the drain, asked for its holders, and the report it sends.
 import { expect } from "vitest";
 import type { FilterVm, HttpCall, ProxyWasmHost } from "../support/proxy-wasm-host.ts";
+import type { SentReport } from "./report-sink.ts";
 
 export const SLOTS = 16384;
 export const EXCLUDING = '{"exclude_paths":["/healthz"]}';
 
-export interface Holder {
-  id: number;
-  start_ns?: number;
-  method?: string;
-  path?: string;
-  address?: string;
-  protocol?: string;
-  cluster?: string;
-  route?: string;
-}
-export interface Report {
-  reason: string;
-  vm?: string;
-  inflight: number;
-  draining: boolean;
-  vm_inflight?: number;
-  holders?: Holder[];
-}
-export const parse = (call: HttpCall) => JSON.parse(call.body) as Report;
+export const parse = (call: HttpCall) => JSON.parse(call.body) as SentReport;
 
 /** Ticks `vm` and answers its heartbeat with `headers` (200); returns the reports the answer caused. */
 export function answerTick(
@@ -48,11 +31,11 @@ export function ask(
   host: ProxyWasmHost,
   vm: FilterVm,
   n = "32",
-): { call: HttpCall; report: Report } | undefined {
+): { call: HttpCall; report: SentReport } | undefined {
   const calls = answerTick(host, vm, [["x-lastcall-draining", "1"], ["x-lastcall-holders", n]])
     .filter((c) => parse(c).reason === "holders");
   expect(calls.length).toBeLessThanOrEqual(1);
   return calls[0] && { call: calls[0], report: parse(calls[0]) };
 }
 
-export const ids = (report: Report | undefined) => report?.holders?.map((h) => h.id);
+export const ids = (report: SentReport | undefined) => report?.holders?.map((h) => h.id);

@@ -9,7 +9,7 @@ import {
   ProxyWasmHost,
   WasmResult,
 } from "../support/proxy-wasm-host.ts";
-import { body } from "./reports-host.ts";
+import { body, type Report } from "./reports-host.ts";
 import { check, gaugeName, Truth } from "./truth.ts";
 
 const DRAINING: [string, string][] = [["x-lastcall-draining", "1"]];

@@ -16,8 +16,8 @@ export interface ReportedHolder {
   route?: string;
 }
 
-/** One report as the filter sent it (docs/filter-protocol.md: no sequence number). */
-export interface Report {
+/** One report's body as the filter sends it (docs/filter-protocol.md: no sequence number). */
+export interface SentReport {
   instance: string;
   epoch: number;
   inflight: number;
@@ -25,13 +25,16 @@ export interface Report {
   reason: "heartbeat" | "drain_ack" | "zero" | "busy" | "probe" | "holders";
   /** The probe id answered (probe reports only). */
   probe?: number;
-  /** The sending VM's id (decimal u64). */
   /** The VM's id, once an answer gave it one. */
   vm?: string;
   /** The VM's own count of its live streams (holders reports only). */
   vm_inflight?: number;
   /** The VM's oldest live streams (holders reports only). */
   holders?: ReportedHolder[];
+}
+
+/** One report as the sink received it. */
+export interface Report extends SentReport {
   /** The body as sent. */
   raw: string;
   /** Arrival order at the sink. */

@@ -2,6 +2,7 @@
 // draining.test.ts: the filter's stats, a report's body, and the agent's answer to it.
 import { expect } from "vitest";
 import type { FilterVm, HttpCall, ProxyWasmHost } from "../support/proxy-wasm-host.ts";
+import type { SentReport } from "./report-sink.ts";
 import { gaugeName } from "./truth.ts";
 
 export const GAUGE = gaugeName(0);
@@ -13,17 +14,10 @@ export const HEADERS: [string, string][] = [[":method", "POST"], [":path", "/v1/
   "lastcall",
 ], ["content-type", "application/json"]];
 
-export interface Report {
-  instance: string;
-  epoch: number;
-  inflight: number;
-  draining: boolean;
-  reason: string;
-  probe?: number;
-}
+export type Report = Omit<SentReport, "vm">;
 /** A report's body without its `vm` (checked here: absent, or the decimal id the agent gave; holders.test.ts). */
 export const body = (call: HttpCall) => {
-  const { vm, ...report } = JSON.parse(call.body) as Report & { vm?: unknown };
+  const { vm, ...report } = JSON.parse(call.body) as SentReport;
   if (vm !== undefined) expect(vm).toMatch(/^[1-9]\d*$/);
   return report as Report;
 };
