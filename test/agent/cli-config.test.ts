@@ -5,24 +5,14 @@ import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
+import { errorLines, lastcall, run, someConfig } from "./cli-run.ts";
 import {
   inboundConfig,
-  runLastcall,
   startLastcall,
   stopAllLastcalls,
   writeConfig,
 } from "../support/lastcall.ts";
 import type { Json } from "../support/json.ts";
-
-/** Runs `lastcall <args>` to its end (ports 0 for `run`, so nothing collides). */
-const lastcall = (args: string[], env: Record<string, string> = {}) => runLastcall(args, "", env);
-
-const run = (...args: string[]) => ["run", "--admin-port", "0", "--status-port", "0", ...args];
-const someConfig = () => writeConfig(inboundConfig({ upstreamPort: 9 }));
-
-/** The stderr lines that say what is wrong (commander adds a hint line after its own errors). */
-const errorLines = (stderr: string) =>
-  stderr.split("\n").filter((l) => l && l !== "(run with --help for usage)");
 
 describe("configs lastcall cannot run exit 2 before Envoy starts", () => {
   it("a missing config file", async () => {

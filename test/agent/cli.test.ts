@@ -1,17 +1,7 @@
 // The command-line contract, option values: bad ones are refused at start with one line naming
 // the flag and the value, and exit 2. Configs, --help and --version: cli-config.test.ts.
 import { describe, expect, it } from "vitest";
-import { inboundConfig, runLastcall, writeConfig } from "../support/lastcall.ts";
-
-/** Runs `lastcall <args>` to its end (ports 0 for `run`, so nothing collides). */
-const lastcall = (args: string[], env: Record<string, string> = {}) => runLastcall(args, "", env);
-
-const run = (...args: string[]) => ["run", "--admin-port", "0", "--status-port", "0", ...args];
-const someConfig = () => writeConfig(inboundConfig({ upstreamPort: 9 }));
-
-/** The stderr lines that say what is wrong (commander adds a hint line after its own errors). */
-const errorLines = (stderr: string) =>
-  stderr.split("\n").filter((l) => l && l !== "(run with --help for usage)");
+import { errorLines, lastcall, run, someConfig } from "./cli-run.ts";
 
 describe("bad option values exit 2 with one line naming the flag and the value", () => {
   it.each([
