@@ -45,7 +45,7 @@ function buildStock(): Uint8Array {
 const LASTCALL_WASM = readFileSync(join(ROOT, "dist/filter.wasm"));
 const beforePath = join(ROOT, "dist/bench/filter-before.wasm");
 const noRequestHeadersPath = join(ROOT, "dist/bench/filter-no-request-headers.wasm");
-const MODULES: { id: string; wasm: Uint8Array | undefined }[] = [
+const MODULES: { id: string; wasm: Uint8Array }[] = [
   { id: "lastcall", wasm: LASTCALL_WASM },
   ...(existsSync(noRequestHeadersPath)
     ? [{ id: "no-rqh", wasm: readFileSync(noRequestHeadersPath) }]
@@ -56,7 +56,7 @@ const MODULES: { id: string; wasm: Uint8Array | undefined }[] = [
 
 // One VM with `live` streams open (headers seen), as a worker in the middle of its traffic.
 function loaded(
-  wasm: Uint8Array | undefined,
+  wasm: Uint8Array,
   live: number,
   configuration = '{"heartbeat_ms":0}',
 ): { host: ProxyWasmHost; vm: FilterVm } {
@@ -131,7 +131,7 @@ const EXCLUDING = '{"heartbeat_ms":0,"exclude_paths":["/healthz","/metrics*"]}';
  * {@linkcode COUNTED_REQUESTS} requests with nothing else live (each moves the count 0 → 1 → 0:
  * the low-load case, the dearest for the shared-data counter of `before`); set-up not counted.
  */
-function hostCalls(wasm: Uint8Array | undefined, configuration?: string): Record<string, number> {
+function hostCalls(wasm: Uint8Array, configuration?: string): Record<string, number> {
   const meter: Meter = { on: false, counts: {} };
   const { vm } = metered(meter, () => loaded(wasm, 0, configuration));
   meter.on = true;
@@ -152,10 +152,10 @@ const PER_REQUEST_CALLBACKS = [
   "proxy_on_done",
   "proxy_on_delete",
 ];
-function vmEntries(wasm: Uint8Array | undefined): number {
+function vmEntries(wasm: Uint8Array): number {
   const exported = new Set(
     WebAssembly.Module.exports(
-      new WebAssembly.Module(new Uint8Array(wasm ?? LASTCALL_WASM)),
+      new WebAssembly.Module(new Uint8Array(wasm)),
     ).map((e) => e.name),
   );
   return PER_REQUEST_CALLBACKS.filter((name) => exported.has(name)).length;
