@@ -28,10 +28,13 @@ export interface StatusServer {
 
 type Handler = (incoming: IncomingMessage, outgoing: ServerResponse) => unknown;
 
+/** Answers some requests on node:http itself (true: it answers), before the app sees them. */
+export type Front = (incoming: IncomingMessage, outgoing: ServerResponse) => boolean;
+
 /** A port bound before its app: requests wait for {@linkcode BoundServer.serve}. */
 export interface BoundServer extends StatusServer {
-  /** Gives the app that answers (once); held, requests still wait for `warm()`. */
-  serve(app: Hono): void;
+  /** Gives the app that answers, and what answers before it (once); held, requests still wait for `warm()`. */
+  serve(app: Hono, front?: Front): void;
   /**
    * Loads what answers requests and asks itself one (once; never rejects): held requests are
    * answered then, and the first probe after finds its path compiled.
@@ -61,14 +64,15 @@ export function bindStatus(
   port: number,
   { held = false }: BindOptions = {},
 ): Promise<BoundServer> {
-  let give: (app: Hono) => void = () => {};
-  const given = new Promise<Hono>((resolve) => give = resolve);
+  let give: (served: { app: Hono; front?: Front }) => void = () => {};
+  const given = new Promise<{ app: Hono; front?: Front }>((resolve) => give = resolve);
   let handler: Promise<Handler> | undefined;
   const load = () =>
-    handler ??= given.then((app) =>
-      import("@hono/node-server").then(({ getRequestListener }) =>
-        getRequestListener(app.fetch, { hostname: address })
-      )
+    handler ??= given.then(({ app, front }) =>
+      import("@hono/node-server").then(({ getRequestListener }) => {
+        const answer = getRequestListener(app.fetch, { hostname: address });
+        return front ? (i, o) => front(i, o) || answer(i, o) : answer;
+      })
     );
   let warm = () => {};
   let warming: Promise<void> | undefined;
@@ -94,7 +98,7 @@ export function bindStatus(
       const bound = server.address();
       resolve({
         port: typeof bound === "object" && bound !== null ? bound.port : port,
-        serve: give,
+        serve: (app, front) => give({ app, front }),
         warm: () => {
           warm();
           // A failed load answers each request; a failed warm-up request only costs its time.
@@ -135,7 +139,8 @@ async function askOnce(server: Server, path: string): Promise<void> {
 }
 
 /**
- * Serves `app` on `address:port`; resolves once listening. The first request loads the adapter.
+ * Serves `app` on `address:port`, `front` answering first where it will; resolves once
+ * listening. The first request loads the adapter.
  *
  * @example
  * ```ts
@@ -144,8 +149,13 @@ async function askOnce(server: Server, path: string): Promise<void> {
  * ```
  * @throws when the port cannot be bound, naming the address
  */
-export async function listen(app: Hono, address: string, port: number): Promise<StatusServer> {
+export async function listen(
+  app: Hono,
+  address: string,
+  port: number,
+  front?: Front,
+): Promise<StatusServer> {
   const server = await bindStatus(address, port);
-  server.serve(app);
+  server.serve(app, front);
   return server;
 }

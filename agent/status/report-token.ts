@@ -1,6 +1,5 @@
 // The filter's reports change what the agent does (when it stops Envoy), so the status port,
 // reachable by pod neighbours when bound to 0.0.0.0, takes them only with the agent's secret.
-import type { MiddlewareHandler } from "hono";
 import { randomBytes, timingSafeEqual } from "node:crypto";
 
 /** The request header that carries the report token. */
@@ -41,24 +40,19 @@ export function reportTokenMatches(given: string | undefined, expected: Uint8Arr
 }
 
 /**
- * Middleware that answers 403 `{"error":"report token missing or wrong"}` unless the request
- * carries `token` in {@linkcode REPORT_TOKEN_HEADER}. The token is never echoed.
+ * A check of report tokens against `token`, made once (its bytes kept for each comparison).
  *
  * @param token The agent's secret
- * @param onRefused Called for each refused report (counted in `/metrics`)
- * @returns The middleware
- * @throws {RangeError} when the token is shorter than {@linkcode MIN_REPORT_TOKEN_LENGTH}
- * (naming its length, never the token)
+ * @returns Whether a given header value is the token ({@linkcode reportTokenMatches})
+ * @throws {RangeError} when `token` is shorter than {@linkcode MIN_REPORT_TOKEN_LENGTH}
+ *   (naming its length, never the token)
  * @example
  * ```ts
- * app.post("/v1/inflight", requireReportToken(createReportToken()), handler);
+ * const matches = reportTokenCheck(createReportToken());
+ * matches("wrong"); // false
  * ```
  */
-export function requireReportToken(
-  token: string,
-  onRefused: () => void = () => {},
-): MiddlewareHandler {
-  // Also guards JavaScript callers that pass none: a missing token must not open the route.
+export function reportTokenCheck(token: string): (given: string | undefined) => boolean {
   const length = typeof token === "string" ? token.length : 0;
   if (length < MIN_REPORT_TOKEN_LENGTH) {
     throw new RangeError(
@@ -66,11 +60,5 @@ export function requireReportToken(
     );
   }
   const expected = new TextEncoder().encode(token);
-  return async function requireReportToken(c, next) {
-    if (!reportTokenMatches(c.req.header(REPORT_TOKEN_HEADER), expected)) {
-      onRefused();
-      return c.json({ error: "report token missing or wrong" }, 403);
-    }
-    await next();
-  };
+  return (given) => reportTokenMatches(given, expected);
 }

@@ -1,47 +1,28 @@
 // The status server's routes: probes, state, metrics, the filter's reports, control. They read
 // the agent through a small interface, so tests call `app.request(url)` without a server.
 import { Hono } from "hono";
-import { type InflightReport, parseReport } from "../drain/in-flight.ts";
 import type { DrainRequest } from "../drain/plan.ts";
 import type { DrainView } from "../drain/waiting.ts";
 import type { AgentState } from "../state.ts";
 import type { AppReport } from "../supervise/app-watch.ts";
 import type { AppStopAnswer } from "../drain/app-stop.ts";
-import { bodyCap } from "./body-cap.ts";
+import { bodyCap, cappedBody, cappedJson } from "./body-cap.ts";
 import { loopbackOnly } from "./loopback-only.ts";
 import {
   type ConnectionMaker,
   type ConnectionPorts,
   notThroughEnvoy,
 } from "./not-through-envoy.ts";
-import { requireReportToken } from "./report-token.ts";
+import { REPORT_TOKEN_HEADER } from "./report-token.ts";
+import { REPORT_PATH, reportCall, type ReportControls } from "./report-route.ts";
 import type { ReportAnswer } from "./reports.ts";
 
 export type { ReportAnswer };
 
-/**
- * The largest report body accepted: a report is about 170 bytes, one naming a VM's 32 oldest
- * streams (paths cut at 256 bytes, escaped) up to about 14 KiB.
- */
-export const REPORT_MAX_BYTES = 16_384;
+export { REPORT_MAX_BYTES } from "./report-route.ts";
 
 /** The largest body of any other request (`POST /v1/app` sends about 80 bytes). */
 export const REQUEST_MAX_BYTES = 4096;
-
-/** The route of the filter's reports (its body is capped after the token is checked). */
-const REPORT_PATH = "/v1/inflight";
-
-/** Response header of `POST /v1/inflight`: `1` when the agent is draining, else `0`. */
-export const DRAINING_HEADER = "x-lastcall-draining";
-
-/** Response header of `POST /v1/inflight`: the probe being answered, when there is one. */
-export const PROBE_HEADER = "x-lastcall-probe";
-
-/** Response header of `POST /v1/inflight` during a drain: name your oldest N live streams. */
-export const HOLDERS_HEADER = "x-lastcall-holders";
-
-/** Response header of `POST /v1/inflight` to a report without `vm`: the VM's id from now on. */
-export const VM_HEADER = "x-lastcall-vm";
 
 /** Readiness with the reason operators need when it is not ready. */
 export interface ReadinessAnswer {
@@ -50,21 +31,12 @@ export interface ReadinessAnswer {
 }
 
 /** What the routes need from the agent. */
-export interface StatusControls {
+export interface StatusControls extends ReportControls {
   readiness(): Promise<ReadinessAnswer>;
   state(): AgentState & { inflight: number; filter: string; drain?: DrainView };
   metrics(): Promise<string>;
-  /**
-   * The secret the filter sends in `x-lastcall-token` with each report (at least 16
-   * characters; see `createReportToken`). Never put in a response, a log line or a metric.
-   */
-  reportToken: string;
-  /** A report was refused (no or wrong token): counted, as a sign of a neighbour on the port. */
-  reportRefused?(): void;
   /** `POST /v1/app` (loopback only): `lastcall exec` says the app runs, or has exited; false: refused (too many apps). */
   app?(report: AppReport): boolean;
-  /** Takes a filter report; answers whether the agent is draining and which probe is answered. */
-  report(report: InflightReport): Promise<ReportAnswer>;
   /** `POST /quitquitquit` from loopback: the termination sequence, as on SIGTERM. */
   quit(): void;
   /**
@@ -100,6 +72,7 @@ export interface StatusControls {
  */
 export function createStatusApp(controls: StatusControls): Hono {
   const app = new Hono();
+  const report = reportCall(controls);
   const control = () =>
     [loopbackOnly(), notThroughEnvoy((ports) => controls.connectionMaker(ports))] as const;
   const capped = bodyCap({ maxBytes: REQUEST_MAX_BYTES });
@@ -125,32 +98,17 @@ export function createStatusApp(controls: StatusControls): Hono {
       "content-type": "text/plain; version=0.0.4; charset=utf-8",
     });
   });
-  app.post(
-    REPORT_PATH,
-    // The token first: a stranger's body is not even read.
-    requireReportToken(controls.reportToken, () => controls.reportRefused?.()),
-    bodyCap({ maxBytes: REPORT_MAX_BYTES, what: "report body" }),
-    async function inflight(c) {
-      let report: InflightReport;
-      try {
-        report = parseReport(await c.req.json());
-      } catch (error) {
-        return c.json({ error: (error as Error).message }, 400);
-      }
-      const { draining, probe, holders, vm } = await controls.report(report);
-      c.header(DRAINING_HEADER, draining ? "1" : "0");
-      if (probe !== undefined) c.header(PROBE_HEADER, String(probe));
-      if (holders !== undefined) c.header(HOLDERS_HEADER, String(holders));
-      if (vm !== undefined) c.header(VM_HEADER, vm);
-      return c.json(probe === undefined ? { draining } : { draining, probe });
-    },
-  );
+  app.post(REPORT_PATH, async function inflight(c) {
+    const token = c.req.header(REPORT_TOKEN_HEADER);
+    const { status, headers, body } = await report(token, (max) => cappedBody(c, max));
+    return c.json(body, status, headers);
+  });
   app.post("/quitquitquit", ...control(), function quit(c) {
     controls.quit();
     return c.json({ quitting: true });
   });
-  app.post("/v1/app", ...control(), async function appState(c) {
-    const body = await c.req.json().catch(() => undefined) as {
+  app.post("/v1/app", ...control(), function appState(c) {
+    const body = cappedJson(c) as {
       state?: unknown;
       id?: unknown;
       pid?: unknown;

@@ -7,7 +7,8 @@ import type { DrainRequest } from "../drain/plan.ts";
 import type { DrainView } from "../drain/waiting.ts";
 import type { Envoys, Epoch } from "../supervise/envoys.ts";
 import type { ReportDesk } from "./reports.ts";
-import { createStatusApp, type ReadinessAnswer } from "./routes.ts";
+import { createStatusApp, type ReadinessAnswer, type StatusControls } from "./routes.ts";
+import { reportCall, reportFront } from "./report-route.ts";
 import type { BoundServer, StatusServer } from "./listen.ts";
 import { createMetrics } from "./metrics.ts";
 import type { DrainMetrics } from "../drain/drain-metrics.ts";
@@ -147,7 +148,7 @@ export function serveStatus(server: BoundServer, w: StatusWiring): StatusServer 
     xds: () => w.view().envoys.xdsStats.snapshot(),
     drains: w.drainMetrics,
   });
-  const app = createStatusApp({
+  const controls: StatusControls = {
     readiness: () => readiness(w.view()),
     state: () => snapshot(w.view()),
     metrics: () => metrics.metrics(),
@@ -161,7 +162,7 @@ export function serveStatus(server: BoundServer, w: StatusWiring): StatusServer 
     // Control requests an Envoy of this agent carries (a user's route to the status port) are refused.
     connectionMaker: (ports) =>
       connectionMaker(ports, w.view().envoys.all().map((live) => live.info.pid)),
-  });
-  server.serve(app);
+  };
+  server.serve(createStatusApp(controls), reportFront(reportCall(controls)));
   return server;
 }

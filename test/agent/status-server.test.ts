@@ -12,6 +12,7 @@ import {
 } from "../../agent/status/routes.ts";
 import { bindStatus, listen, type StatusServer } from "../../agent/status/listen.ts";
 import { connectionMaker } from "../../agent/status/not-through-envoy.ts";
+import { reportCall, reportFront } from "../../agent/status/report-route.ts";
 import { freePort, inboundConfig, startLastcall } from "../support/lastcall.ts";
 
 const TOKEN = "0123456789abcdef-status-server";
@@ -65,7 +66,8 @@ afterEach(async () => {
 
 async function serve(envoyPids: number[] = []) {
   const controls = fakeControls(envoyPids);
-  server = await listen(createStatusApp(controls), "0.0.0.0", 0);
+  // As the agent serves them: the filter's reports answered before Hono (report-route.ts).
+  server = await listen(createStatusApp(controls), "0.0.0.0", 0, reportFront(reportCall(controls)));
   return { controls, url: (host: string) => `http://${host}:${server!.port}` };
 }
 
@@ -125,6 +127,30 @@ describe("report bodies over a real connection", () => {
       req.end();
     });
   }
+
+  it("answered before Hono, a report gets what app.request() gets: status, headers and body", async () => {
+    const { controls, url } = await serve();
+    const init = {
+      method: "POST",
+      headers: { "x-lastcall-token": TOKEN, "content-type": "application/json" },
+      body: JSON.stringify({
+        instance: "a",
+        epoch: 0,
+        inflight: 0,
+        draining: true,
+        reason: "zero",
+      }),
+    };
+    const direct = await fetch(`${url("127.0.0.1")}/v1/inflight`, init);
+    const routed = await createStatusApp(controls).request("/v1/inflight", init);
+    for (const res of [direct, routed]) {
+      expect(res.status).toBe(200);
+      expect(res.headers.get("x-lastcall-draining")).toBe("1");
+      expect(res.headers.get("x-lastcall-probe")).toBe("5");
+      expect(await res.json()).toEqual({ draining: true, probe: 5 });
+    }
+    expect(controls.report).toHaveBeenCalledTimes(2);
+  });
 
   it.each([["content-length", false], ["chunked", true]])(
     "over 16 KiB with %s: 413",
