@@ -83,7 +83,7 @@ export function readCapped(
     let size = 0;
     const settle = (body: Uint8Array | undefined, error?: Error) => {
       incoming.off("data", onData).off("end", onEnd).off("error", onError).off("close", onClose);
-      incoming.pause(); // what is left is drained or cut by the adapter once answered
+      incoming.pause(); // what is left is the server's to discard once it has answered
       error ? reject(error) : resolve(body);
     };
     const onData = (chunk: Uint8Array) => {

@@ -1,7 +1,7 @@
 // `POST /v1/inflight`, the filter's reports. A drain brings one per move of the count to or from
 // zero, so on node:http they are answered straight from Node's request, not through Hono's
-// adapter (a web Request and Response per call: about three times the CPU, docs/architecture.md);
-// the Hono route, for `app.request()` callers, gives the same answer.
+// adapter (a web Request and Response per call, on code still cold when a drain begins:
+// docs/architecture.md); the Hono route, for `app.request()` callers, gives the same answer.
 import type { IncomingMessage, ServerResponse } from "node:http";
 import { type InflightReport, parseReport } from "../drain/in-flight.ts";
 import { readCapped } from "./body-cap.ts";
