@@ -119,9 +119,12 @@ export function bindStatus(
   });
 }
 
-/** The answer to a request held by a server that closes before it was warmed. */
+/**
+ * The answer to a request held by a server that closes before it was warmed; its connection
+ * closes with it (kept alive, the close would wait out its grace).
+ */
 const stopping: Handler = (_incoming, outgoing) => {
-  outgoing.writeHead(503, { "content-type": "application/json" });
+  outgoing.writeHead(503, { "content-type": "application/json", connection: "close" });
   outgoing.end(JSON.stringify({ ready: false, reason: "lastcall is stopping" }));
 };
 

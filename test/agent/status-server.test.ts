@@ -195,6 +195,8 @@ describe("bound before its app, held until warmed (the agent's status port at st
     await bound.close();
     const res = await held;
     expect(res.status).toBe(503);
+    // Its connection closes with the answer: the server's close does not wait out its grace.
+    expect(res.headers.get("connection")).toBe("close");
     expect(await res.json()).toEqual({ ready: false, reason: "lastcall is stopping" });
   });
 
