@@ -6,6 +6,9 @@ import type { Context, MiddlewareHandler } from "hono";
 import type { IncomingMessage } from "node:http";
 import { Readable } from "node:stream";
 
+/** Decodes the bodies (one decoder for every request). */
+const utf8 = new TextDecoder();
+
 /** The bodies read by {@linkcode bodyCap}, by request. */
 const bodies = new WeakMap<Context, Uint8Array>();
 
@@ -43,7 +46,7 @@ export function bodyCap(options: { maxBytes: number; what?: string }): Middlewar
  */
 export function cappedJson(c: Context): unknown {
   try {
-    return JSON.parse(new TextDecoder().decode(bodies.get(c) ?? new Uint8Array()));
+    return JSON.parse(utf8.decode(bodies.get(c) ?? new Uint8Array()));
   } catch {
     return undefined;
   }

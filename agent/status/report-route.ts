@@ -8,6 +8,9 @@ import { readCapped } from "./body-cap.ts";
 import { REPORT_TOKEN_HEADER, reportTokenCheck } from "./report-token.ts";
 import type { ReportAnswer } from "./reports.ts";
 
+/** Decodes report bodies (one decoder for every report). */
+const utf8 = new TextDecoder();
+
 /** The route of the filter's reports. */
 export const REPORT_PATH = "/v1/inflight";
 
@@ -78,7 +81,7 @@ export function reportCall(controls: ReportControls): ReportCall {
     }
     let report: InflightReport;
     try {
-      report = parseReport(JSON.parse(new TextDecoder().decode(bytes)));
+      report = parseReport(JSON.parse(utf8.decode(bytes)));
     } catch (error) {
       return reply(400, { error: (error as Error).message });
     }
