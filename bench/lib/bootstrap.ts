@@ -1,6 +1,6 @@
 // The Envoy configurations the benchmarks run: one listener named `ingress` (INBOUND, codec AUTO,
 // WebSocket upgrades) in front of cluster `app` or a direct response, the same for every contender.
-import { FILTER_WASM, localCluster } from "../../test/support/envoy.ts";
+import { FILTER_WASM, localCluster } from "../../test/support/envoy-bootstrap.ts";
 
 /** Where Envoy's admin listens. */
 export type AdminAddress = { port: number } | { pipe: string };

@@ -5,7 +5,7 @@ import { mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { FILTER_WASM } from "../support/envoy.ts";
+import { FILTER_WASM } from "../support/envoy-bootstrap.ts";
 import { inboundConfig, lastcallCommand, writeConfig } from "../support/lastcall.ts";
 import { heldAcrossSigterm, serving, upstreamForFile } from "../support/serving.ts";
 import type { Json } from "../support/json.ts";

@@ -14,7 +14,8 @@ import {
   yamlBlocks,
   yamlShape,
 } from "../support/docs-blocks.ts";
-import { FILTER_WASM, localCluster, startEnvoy, stopAllEnvoys } from "../support/envoy.ts";
+import { FILTER_WASM, localCluster } from "../support/envoy-bootstrap.ts";
+import { startEnvoy, stopAllEnvoys } from "../support/envoy.ts";
 import { runLastcall } from "../support/lastcall.ts";
 import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
 

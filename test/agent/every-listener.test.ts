@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { http1 } from "../filter/clients.ts";
-import { localCluster } from "../support/envoy.ts";
+import { localCluster } from "../support/envoy-bootstrap.ts";
 import { inboundConfig, type TestLastcall, writeConfig } from "../support/lastcall.ts";
 import { heldAcrossSigterm, serving, upstreamForFile } from "../support/serving.ts";
 

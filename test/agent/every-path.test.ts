@@ -5,7 +5,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { http1, type Outcome } from "../filter/clients.ts";
-import { localCluster, waitFor } from "../support/envoy.ts";
+import { localCluster } from "../support/envoy-bootstrap.ts";
+import { waitFor } from "../support/envoy.ts";
 import {
   freePort,
   inboundConfig,

@@ -4,7 +4,8 @@ import { existsSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "nod
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { httpBootstrap, startEnvoy, stopAllEnvoys, type TestEnvoy } from "../support/envoy.ts";
+import { httpBootstrap } from "../support/envoy-bootstrap.ts";
+import { startEnvoy, stopAllEnvoys, type TestEnvoy } from "../support/envoy.ts";
 import { type HookCommand, msBetween, startHook } from "../support/hook-command.ts";
 import { inboundConfig, startLastcall, stopAllLastcalls } from "../support/lastcall.ts";
 import { createNetns, netnsSkipReason } from "../support/netns.ts";

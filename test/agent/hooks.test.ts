@@ -7,7 +7,8 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { promisify } from "node:util";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { httpBootstrap, startEnvoy, stopAllEnvoys, waitFor } from "../support/envoy.ts";
+import { httpBootstrap } from "../support/envoy-bootstrap.ts";
+import { startEnvoy, stopAllEnvoys, waitFor } from "../support/envoy.ts";
 import {
   inboundConfig,
   lastcallCommand,

@@ -4,7 +4,8 @@ import { readdirSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { http1 } from "../filter/clients.ts";
-import { localCluster, waitFor } from "../support/envoy.ts";
+import { localCluster } from "../support/envoy-bootstrap.ts";
+import { waitFor } from "../support/envoy.ts";
 import {
   inboundConfig,
   isAlive,

@@ -2,7 +2,7 @@
 import { connect } from "node:net";
 import { describe, expect, it } from "vitest";
 import { http1 } from "../filter/clients.ts";
-import { localCluster } from "../support/envoy.ts";
+import { localCluster } from "../support/envoy-bootstrap.ts";
 import { freePort, inboundConfig, isAlive, startLastcall } from "../support/lastcall.ts";
 import { agentSees, serving, upstreamForFile } from "../support/serving.ts";
 import type { Json } from "../support/json.ts";

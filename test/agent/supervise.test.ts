@@ -3,7 +3,8 @@
 import { execFile } from "node:child_process";
 import { createServer, type Server } from "node:net";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { localCluster, waitFor } from "../support/envoy.ts";
+import { localCluster } from "../support/envoy-bootstrap.ts";
+import { waitFor } from "../support/envoy.ts";
 import {
   freePort,
   inboundConfig,

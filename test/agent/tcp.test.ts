@@ -2,7 +2,8 @@
 // filter, and the drain waits for an open TCP connection, not just for HTTP requests.
 import { connect, type Socket } from "node:net";
 import { afterAll, afterEach, beforeAll, expect, it } from "vitest";
-import { localCluster, waitFor } from "../support/envoy.ts";
+import { localCluster } from "../support/envoy-bootstrap.ts";
+import { waitFor } from "../support/envoy.ts";
 import { startLastcall, stopAllLastcalls } from "../support/lastcall.ts";
 import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
 

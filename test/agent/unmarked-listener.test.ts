@@ -5,7 +5,8 @@ import { request } from "node:http";
 import { join } from "node:path";
 import { expect, it } from "vitest";
 import { http1 } from "../filter/clients.ts";
-import { localCluster, waitFor } from "../support/envoy.ts";
+import { localCluster } from "../support/envoy-bootstrap.ts";
+import { waitFor } from "../support/envoy.ts";
 import {
   inboundConfig,
   type LastcallEvent,

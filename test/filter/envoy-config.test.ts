@@ -1,6 +1,7 @@
 // Envoy 1.40 refuses an invalid plugin configuration at startup, with the filter's own line.
 import { afterEach, expect, test } from "vitest";
-import { EnvoyExitedError, httpBootstrap, startEnvoy, stopAllEnvoys } from "../support/envoy.ts";
+import { httpBootstrap } from "../support/envoy-bootstrap.ts";
+import { EnvoyExitedError, startEnvoy, stopAllEnvoys } from "../support/envoy.ts";
 
 afterEach(stopAllEnvoys);
 

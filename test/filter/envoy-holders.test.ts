@@ -2,7 +2,8 @@
 // with what Envoy knows of them.
 import { connect } from "node:net";
 import { afterEach, expect, test } from "vitest";
-import { httpBootstrap, startEnvoy, stopAllEnvoys, waitFor } from "../support/envoy.ts";
+import { httpBootstrap } from "../support/envoy-bootstrap.ts";
+import { startEnvoy, stopAllEnvoys, waitFor } from "../support/envoy.ts";
 import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
 import {
   type Report,

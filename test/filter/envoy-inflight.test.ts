@@ -1,13 +1,8 @@
 // The count under real load in Envoy 1.40 (HTTP/1.1, HTTP/2, resets, WebSocket, several workers)
 // equals Envoy's own.
 import { afterEach, describe, expect, test } from "vitest";
-import {
-  httpBootstrap,
-  startEnvoy,
-  stopAllEnvoys,
-  type TestEnvoy,
-  waitFor,
-} from "../support/envoy.ts";
+import { httpBootstrap } from "../support/envoy-bootstrap.ts";
+import { startEnvoy, stopAllEnvoys, type TestEnvoy, waitFor } from "../support/envoy.ts";
 import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
 import { closeWebSocket, h2Session, http1, http2, openWebSocket, type Outcome } from "./clients.ts";
 import { prng } from "./prng.ts";

@@ -1,5 +1,6 @@
 import { afterEach, expect, test } from "vitest";
-import { httpBootstrap, startEnvoy, stopAllEnvoys, waitFor } from "../support/envoy.ts";
+import { httpBootstrap } from "../support/envoy-bootstrap.ts";
+import { startEnvoy, stopAllEnvoys, waitFor } from "../support/envoy.ts";
 import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
 import { type ReportSink, startReportSink } from "./report-sink.ts";
 

@@ -2,13 +2,8 @@
 // plugin names (the agent gives the TCP variant `lastcall_inflight_tcp`).
 import { connect, createServer, type Server, type Socket } from "node:net";
 import { afterEach, expect, test } from "vitest";
-import {
-  localCluster,
-  startEnvoy,
-  stopAllEnvoys,
-  waitFor,
-  wasmPluginConfig,
-} from "../support/envoy.ts";
+import { localCluster, wasmPluginConfig } from "../support/envoy-bootstrap.ts";
+import { startEnvoy, stopAllEnvoys, waitFor } from "../support/envoy.ts";
 
 let echo: Server | undefined;
 afterEach(async () => {

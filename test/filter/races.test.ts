@@ -1,127 +1,18 @@
-// Worker VMs racing on the one process-wide gauge. Envoy's workers hold no lock between two host
-// calls, so any other worker may run there; the in-process host plays that by running other VMs
-// inside `beforeHostCall` (see test/support/proxy-wasm-host.ts).
+// Worker VMs racing on the one process-wide gauge, in random interleavings of their streams,
+// reports and the agent's answers (push-races.test.ts has the named races). Envoy's workers hold
+// no lock between two host calls, so any other worker may run there; the in-process host plays
+// that by running other VMs inside `beforeHostCall` (see test/support/proxy-wasm-host.ts).
 import fc from "fast-check";
-import { describe, expect, test } from "vitest";
+import { expect, test } from "vitest";
 import {
   type FilterVm,
   type HostCallPoint,
   ProxyWasmHost,
   WasmResult,
 } from "../support/proxy-wasm-host.ts";
+import { type Action, action, type Fault } from "./race-actions.ts";
 import { body, type Report } from "./reports-host.ts";
 import { check, gaugeName, Truth } from "./truth.ts";
-
-const DRAINING: [string, string][] = [["x-lastcall-draining", "1"]];
-
-/** Two VMs that both know of the drain, with a stream each: the count is 2. */
-function twoDraining() {
-  const host = new ProxyWasmHost();
-  const [a, b] = [host.createVm(), host.createVm()];
-  for (const vm of [a, b]) {
-    vm.tick();
-    host.calls.at(-1)!.respond(200, "", DRAINING);
-  }
-  const from = host.calls.length;
-  const pushes = () =>
-    host.calls.slice(from).map((call) =>
-      `${call.vm.index} ${body(call).reason} ${body(call).inflight}`
-    );
-  return { host, a, b, pushes };
-}
-
-/** Runs `race` once, when `vm` is about to read the gauge in `callback`. */
-function beforeRead(
-  host: ProxyWasmHost,
-  vm: FilterVm,
-  callback: string,
-  race: () => void,
-): () => boolean {
-  let raced = false;
-  host.beforeHostCall = (point) => {
-    if (
-      raced || point.vm !== vm || point.call !== "proxy_get_metric" || point.callback !== callback
-    ) return;
-    raced = true;
-    race();
-  };
-  return () => raced;
-}
-
-describe("pushes are what a VM reads right after its own move", () => {
-  test("two VMs ending their streams at once may both push zero, each read after its own move", () => {
-    const { host, a, b, pushes } = twoDraining();
-    const [sa, sb] = [a.createStream(), b.createStream()];
-    expect(pushes()).toEqual(["0 busy 1"]);
-    const raced = beforeRead(host, a, "proxy_on_delete", () => b.endStream(sb)); // 2 → 1 by a, then 1 → 0 by b
-    a.endStream(sa);
-    expect(raced()).toBe(true);
-    expect(pushes()).toEqual(["0 busy 1", "1 zero 0", "0 zero 0"]);
-  });
-
-  test("a move back from zero before the read: no zero, the other VM's busy says it", () => {
-    const { host, a, b, pushes } = twoDraining();
-    const sa = a.createStream();
-    const raced = beforeRead(host, a, "proxy_on_delete", () => b.createStream()); // 1 → 0 by a, then 0 → 1 by b
-    a.endStream(sa);
-    expect(raced()).toBe(true);
-    expect(pushes()).toEqual(["0 busy 1", "1 busy 1"]);
-  });
-
-  test("a push says what the VM read after its move, not which move it was: a 1 → 2 read as 1 is a busy", () => {
-    const { host, a, b, pushes } = twoDraining();
-    const sb = b.createStream();
-    const raced = beforeRead(host, a, "proxy_on_context_create", () => b.endStream(sb)); // 1 → 2 by a, then 2 → 1 by b
-    a.createStream();
-    expect(raced()).toBe(true);
-    expect(pushes()).toEqual(["1 busy 1", "0 busy 1"]); // b read 1 after its −1: no zero
-  });
-});
-
-// ---- property: random interleavings of VMs' streams, reports and the agent's answers ----
-
-type Fault = "proxy_get_metric" | "proxy_http_call" | undefined;
-type Action =
-  | { t: "create"; vm: number; fault: Fault }
-  | { t: "headers"; pick: number; excluded: boolean }
-  | { t: "end"; pick: number; fault: Fault }
-  | { t: "tick"; vm: number; fault: Fault }
-  | { t: "answer"; pick: number; status: number; draining?: string; probe?: string; fault: Fault }
-  | { t: "fail"; pick: number };
-
-// One callback in ten or so has its first gauge read or its first report call failed by the host.
-const FAULTS: Fault[] = [
-  ...Array<Fault>(16).fill(undefined),
-  "proxy_get_metric",
-  "proxy_http_call",
-];
-const INVALID_PROBES = ["0", "-1", "01", "1.5", "9007199254740992", "", "x", " 5"];
-const fault = fc.constantFrom(...FAULTS);
-const action: fc.Arbitrary<Action> = fc.oneof(
-  { weight: 5, arbitrary: fc.record({ t: fc.constant("create" as const), vm: fc.nat(3), fault }) },
-  {
-    weight: 2,
-    arbitrary: fc.record({
-      t: fc.constant("headers" as const),
-      pick: fc.nat(),
-      excluded: fc.boolean(),
-    }),
-  },
-  { weight: 5, arbitrary: fc.record({ t: fc.constant("end" as const), pick: fc.nat(), fault }) },
-  { weight: 2, arbitrary: fc.record({ t: fc.constant("tick" as const), vm: fc.nat(3), fault }) },
-  {
-    weight: 3,
-    arbitrary: fc.record({
-      t: fc.constant("answer" as const),
-      pick: fc.nat(),
-      status: fc.constantFrom(200, 200, 200, 503),
-      draining: fc.constantFrom(undefined, "0", "1", "1", "true"),
-      probe: fc.constantFrom(undefined, undefined, "valid", "valid", ...INVALID_PROBES),
-      fault,
-    }),
-  },
-  { weight: 1, arbitrary: fc.record({ t: fc.constant("fail" as const), pick: fc.nat() }) },
-);
 
 const BODY =
   /^\{"instance":"","epoch":\d+,"inflight":\d+,"draining":(true|false),"reason":"(heartbeat|drain_ack|zero|busy|probe)"(,"probe":[1-9]\d*)?(,"vm":"[1-9]\d*")?\}$/;

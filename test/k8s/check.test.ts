@@ -1,45 +1,22 @@
+// `lastcall check` on hand-built pods: Istio's sidecars, Contour's Envoy DaemonSet, pods without
+// a proxy, manifests with nothing to flag, and Go durations as check reads them. lastcall's own
+// sidecars are in check-lastcall.test.ts.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import YAML from "yaml";
-import { checkManifest } from "../../agent/k8s/check.ts";
-import { injectManifest } from "../../agent/k8s/inject.ts";
-import { SIDECAR_DEFAULTS } from "../../agent/k8s/sidecar.ts";
 import { formatFlagDuration, goDurationMs } from "../../agent/k8s/timing.ts";
-import { KINDS, manifest, workload } from "./workloads.ts";
+import { manifest, workload } from "./workloads.ts";
+import { app, deployment, lastcall, lines } from "./check-support.ts";
 import type { Json } from "../support/json.ts";
 
 const fixture = (name: string) =>
   readFileSync(new URL(`fixtures/${name}`, import.meta.url), "utf8");
-const lines = (text: string) => checkManifest(text).map((f) => `${f.ref}: ${f.message}`);
-
-/** An app container with a `sh -c "sleep N"` preStop (none when `preStopSeconds` is undefined). */
-const app = (preStopSeconds?: number, extra: Record<string, unknown> = {}) => ({
-  name: "app",
-  image: "example/app:1",
-  ...(preStopSeconds !== undefined &&
-    {
-      lifecycle: { preStop: { exec: { command: ["/bin/sh", "-c", `sleep ${preStopSeconds}`] } } },
-    }),
-  ...extra,
-});
-const lastcall = (args: string[], extra: Record<string, unknown> = {}) => ({
-  name: "lastcall",
-  image: "lastcall:0.1.0",
-  args: ["run", "--config", "/etc/envoy/envoy.yaml", ...args],
-  ...extra,
-});
 const istio = (config?: string) => ({
   "sidecar.istio.io/inject": "true",
   ...(config && { "proxy.istio.io/config": config }),
 });
-/** A Deployment `web` with this pod spec and pod annotations. */
-const deployment = (spec: Record<string, unknown>, annotations?: Record<string, string>) => {
-  const object = workload("Deployment", spec);
-  if (annotations) object.spec.template.metadata.annotations = annotations;
-  return manifest(object);
-};
 /** The Contour fixture with its shutdown preStop and Envoy preStop replaced. */
 const contour = (edit: (containers: Json[]) => void) => {
   const object = YAML.parse(fixture("contour-envoy.yaml"));
@@ -189,91 +166,6 @@ describe("Contour's Envoy DaemonSet", () => {
   });
 });
 
-describe("lastcall sidecars", () => {
-  it.each([
-    {
-      name: "--grace longer than the pod's grace period",
-      text: deployment({ containers: [lastcall(["--grace", "60s"]), app(5)] }),
-      findings: [
-        "deployment/web: lastcall --grace 1m is longer than terminationGracePeriodSeconds 30: the kubelet kills the proxy first; set --grace ≤ 30s or terminationGracePeriodSeconds ≥ 60",
-      ],
-    },
-    {
-      name: "classic: the drain deadline comes before the app's shutdown",
-      text: deployment({ containers: [lastcall(["--grace", "30s"]), app(30)] }),
-      findings: [
-        "deployment/web: lastcall --grace 30s − --stop-margin 2s is shorter than the app's shutdown (preStop sleep 30s): the proxy stops while the app still calls out; set --grace ≥ 37s and terminationGracePeriodSeconds ≥ 37 or inject lastcall with --mode native (stops after the app)",
-        'deployment/web: container "app" preStop sleep 30s leaves less than 5s of terminationGracePeriodSeconds 30 for its shutdown: the kubelet kills it mid-shutdown; set terminationGracePeriodSeconds ≥ 35',
-      ],
-    },
-    {
-      name: "native without the preStop drain",
-      text: deployment({
-        containers: [app(5)],
-        initContainers: [lastcall(["--grace", "30s"], { restartPolicy: "Always" })],
-      }),
-      findings: [
-        "deployment/web: lastcall is a native sidecar without a preStop `lastcall drain`: it starts draining only after the app has exited, so keep-alive clients keep sending requests the stopping app cannot answer; add lifecycle.preStop.exec.command: [lastcall, drain]",
-      ],
-    },
-    {
-      name: "--min-drain inside endpoint removal",
-      text: deployment({ containers: [lastcall(["--min-drain=2s"]), app(5)] }),
-      findings: [
-        "deployment/web: lastcall stops taking requests as early as 2s after termination starts (--min-drain 2s), before endpoint removal is over (~3s): clients still routed to the pod are refused; set --min-drain ≥ 5s",
-      ],
-    },
-    {
-      name: "LASTCALL_MIN_DRAIN from the environment",
-      text: deployment({
-        containers: [lastcall([], { env: [{ name: "LASTCALL_MIN_DRAIN", value: "1s" }] }), app(5)],
-      }),
-      findings: [
-        "deployment/web: lastcall stops taking requests as early as 1s after termination starts (LASTCALL_MIN_DRAIN 1s), before endpoint removal is over (~3s): clients still routed to the pod are refused; set LASTCALL_MIN_DRAIN ≥ 5s",
-      ],
-    },
-    {
-      name: "Istio's MINIMUM_DRAIN_DURATION, which lastcall honours",
-      text: deployment({
-        containers: [
-          lastcall([], { env: [{ name: "MINIMUM_DRAIN_DURATION", value: "1s" }] }),
-          app(5),
-        ],
-      }),
-      findings: [
-        "deployment/web: lastcall stops taking requests as early as 1s after termination starts (MINIMUM_DRAIN_DURATION 1s), before endpoint removal is over (~3s): clients still routed to the pod are refused; set MINIMUM_DRAIN_DURATION ≥ 5s",
-      ],
-    },
-    {
-      name: "--min-drain longer than the app's preStop",
-      text: deployment({
-        containers: [lastcall(["--drain-time", "10s", "--min-drain", "8s"]), app(5)],
-      }),
-      findings: [
-        'deployment/web: container "app" preStop sleep 5s ends while lastcall still takes new requests until --min-drain 8s: the app stops answering requests the proxy forwards; set lifecycle.preStop.sleep.seconds: 8 on container "app", or set --drain-time ≤ 5s',
-      ],
-    },
-    {
-      name: "sleep mode shorter than the app's shutdown",
-      text: deployment({
-        containers: [lastcall(["--drain-mode", "sleep", "--termination-drain", "8s"]), app(5)],
-      }),
-      findings: [
-        "deployment/web: lastcall --termination-drain 8s is shorter than the app's shutdown (preStop sleep 5s): the proxy stops while the app still calls out; set --termination-drain ≥ 10s or inject lastcall with --mode native (stops after the app)",
-      ],
-    },
-    {
-      name: "a value that is not a duration",
-      text: deployment({ containers: [lastcall(["--grace", "abc"]), app(5)] }),
-      findings: [
-        'deployment/web: lastcall: cannot read its timings: --grace "abc" is not a duration',
-      ],
-    },
-  ])("$name", ({ text, findings }) => {
-    expect(lines(text)).toEqual(findings);
-  });
-});
-
 describe("pods without a proxy", () => {
   it("a preStop that eats the whole grace period", () => {
     expect(lines(deployment({ containers: [app(30)] }))).toEqual([
@@ -335,7 +227,7 @@ describe("clean manifests: no finding", () => {
       name:
         "Contour's example DaemonSet with lastcall's image swapped in (examples/k8s/contour-envoy.yaml): lastcall run keeps Envoy up for --min-drain",
       text: readFileSync(
-        join(import.meta.dirname, "../../examples/k8s/contour-envoy.yaml"),
+        join(import.meta.dirname!, "../../examples/k8s/contour-envoy.yaml"),
         "utf8",
       ),
     },
@@ -368,45 +260,6 @@ describe("clean manifests: no finding", () => {
     { name: "unknown kinds", text: "kind: Service\nmetadata: {name: web}\n---\nkind: ConfigMap\n" },
   ])("$name", ({ text }) => {
     expect(lines(text)).toEqual([]);
-  });
-});
-
-describe("check accepts what inject produces", () => {
-  it.each(["native", "classic"] as const)(
-    "%s, for every kind, when the app's preStop outlasts endpoint removal",
-    (mode) => {
-      const spec = {
-        containers: [app(5, { command: ["./server"], ports: [{ containerPort: 8080 }] })],
-      };
-      const text = injectManifest(manifest(...KINDS.map((kind) => workload(kind, spec))), {
-        ...SIDECAR_DEFAULTS,
-        mode,
-      }).text;
-      expect(lines(text)).toEqual([]);
-    },
-  );
-
-  it.each(["native", "classic"] as const)(
-    "%s, for an app without preStop: inject gives it lastcall's GET /v1/app-stop, which holds its SIGTERM until the drain's floor",
-    (mode) => {
-      const text = injectManifest(
-        deployment({ containers: [app(undefined, { ports: [{ containerPort: 8080 }] })] }),
-        { ...SIDECAR_DEFAULTS, mode },
-      ).text;
-      expect(lines(text)).toEqual([]);
-    },
-  );
-
-  it("and flags the injected pod once the app's preStop is taken away: it gets SIGTERM while the proxy still forwards", () => {
-    const text = injectManifest(
-      deployment({ containers: [app(undefined, { ports: [{ containerPort: 8080 }] })] }),
-      SIDECAR_DEFAULTS,
-    ).text;
-    const [object, ...rest] = YAML.parseAllDocuments(text).map((d) => d.toJS());
-    delete object.spec.template.spec.containers[0].lifecycle;
-    expect(lines([object, ...rest].map((o) => YAML.stringify(o)).join("---\n"))).toEqual([
-      'deployment/web: container "app" has no preStop: it gets SIGTERM at once while lastcall still takes new requests until --min-drain 5s (default): the app stops answering requests the proxy forwards; add lifecycle.preStop.sleep.seconds: 5 on container "app"',
-    ]);
   });
 });
 

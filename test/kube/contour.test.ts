@@ -1,11 +1,10 @@
 // Contour's Envoy DaemonSet shape under a real kubelet: every request in flight is answered when
-// the pod is deleted.
-import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+// the pod is deleted. The manifest it applies is built in contour-manifest.ts.
+import { mkdirSync, writeFileSync } from "node:fs";
 import { request } from "node:http";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import YAML from "yaml";
 import { waitFor } from "../support/envoy.ts";
 import type { KubeCluster } from "../support/kube.ts";
 import {
@@ -21,107 +20,12 @@ import {
   watchApi,
 } from "../support/kube-workload.ts";
 import { serviceAnswers } from "../support/kube-service.ts";
+import { contourManifest, NS } from "./contour-manifest.ts";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
-const NS = "projectcontour";
 /** The long requests in flight when the pod is deleted (ms at the app). */
 const LONG_MS = [3000, 6000, 10_000];
 const skip = demoClusterSkipReason();
-
-/** Envoy's config where `contour bootstrap` and Contour's xDS would give it: admin on the socket. */
-function envoyConfig(demoIp: string) {
-  const router = {
-    name: "envoy.filters.http.router",
-    typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router" },
-  };
-  const listener = (name: string, port: number, routes: Array<[string, string]>) => ({
-    name,
-    address: { socket_address: { address: "0.0.0.0", port_value: port } },
-    filter_chains: [{
-      filters: [{
-        name: "envoy.filters.network.http_connection_manager",
-        typed_config: {
-          "@type":
-            "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-          stat_prefix: name,
-          http_filters: [router],
-          route_config: {
-            virtual_hosts: [{
-              name,
-              domains: ["*"],
-              routes: routes.map(([prefix, cluster]) => ({
-                match: { prefix },
-                route: { cluster, timeout: "0s" },
-              })),
-            }],
-          },
-        },
-      }],
-    }],
-  });
-  const cluster = (name: string, address: object) => ({
-    name,
-    type: "STATIC",
-    connect_timeout: "1s",
-    load_assignment: {
-      cluster_name: name,
-      endpoints: [{ lb_endpoints: [{ endpoint: { address } }] }],
-    },
-  });
-  return {
-    admin: { address: { pipe: { path: "/admin/admin.sock" } } },
-    static_resources: {
-      listeners: [
-        listener("ingress_http", 8080, [["/", "demo"]]),
-        listener("stats-health", 8002, [["/ready", "envoy-admin"], ["/stats", "envoy-admin"]]),
-      ],
-      clusters: [
-        cluster("demo", { socket_address: { address: demoIp, port_value: 80 } }),
-        cluster("envoy-admin", { pipe: { path: "/admin/admin.sock" } }),
-      ],
-    },
-  };
-}
-
-/** The example's DaemonSet adapted as said above, its config, ServiceAccount and a Service. */
-function contourManifest(image: string, demoIp: string): { text: string; grace: number } {
-  const daemonSet = YAML.parse(readFileSync(join(root, "examples/k8s/contour-envoy.yaml"), "utf8"));
-  const spec = daemonSet.spec.template.spec;
-  delete spec.initContainers;
-  spec.volumes = spec.volumes.map((v: { name: string }) =>
-    v.name === "envoy-config"
-      ? { name: v.name, configMap: { name: "envoy-config" } }
-      : v.name === "envoycert"
-      ? { name: v.name, emptyDir: {} }
-      : v
-  );
-  for (const c of spec.containers) {
-    expect(c.image).toBe("lastcall:0.1.0");
-    Object.assign(c, { image, imagePullPolicy: "Never" });
-    for (const p of c.ports ?? []) delete p.hostPort;
-  }
-  const docs = [
-    { apiVersion: "v1", kind: "Namespace", metadata: { name: NS } },
-    { apiVersion: "v1", kind: "ServiceAccount", metadata: { name: "envoy", namespace: NS } },
-    {
-      apiVersion: "v1",
-      kind: "ConfigMap",
-      metadata: { name: "envoy-config", namespace: NS },
-      data: { "envoy.json": JSON.stringify(envoyConfig(demoIp), null, 2) },
-    },
-    daemonSet,
-    {
-      apiVersion: "v1",
-      kind: "Service",
-      metadata: { name: "envoy", namespace: NS },
-      spec: { selector: { app: "envoy" }, ports: [{ name: "http", port: 80, targetPort: 8080 }] },
-    },
-  ];
-  return {
-    text: docs.map((d) => YAML.stringify(d)).join("---\n"),
-    grace: spec.terminationGracePeriodSeconds,
-  };
-}
 
 interface Answer {
   ms: number;

@@ -6,7 +6,7 @@ import { dirname, join, resolve } from "node:path";
 import { createServer } from "node:net";
 import { fileURLToPath } from "node:url";
 import { resolveDeno } from "../../build/deno.mjs";
-import { localCluster } from "./envoy.ts";
+import { localCluster } from "./envoy-bootstrap.ts";
 import { tempDir } from "./temp.ts";
 import type { Json } from "./json.ts";
 import { followJsonEvents } from "./json-events.ts";

@@ -1,7 +1,7 @@
 // Envoy resources and bootstraps for the xDS tests, in Envoy's JSON: what a user's control plane
 // serves and what a user's bootstrap says. None of them carries the filter: lastcall adds it.
 import { request } from "node:http";
-import { localCluster } from "../support/envoy.ts";
+import { localCluster } from "../support/envoy-bootstrap.ts";
 import type { Json } from "../support/json.ts";
 
 const HCM =

@@ -5,7 +5,8 @@ import { copyFileSync, mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeAll, describe, expect, it } from "vitest";
-import { FILTER_WASM, waitFor } from "../support/envoy.ts";
+import { FILTER_WASM } from "../support/envoy-bootstrap.ts";
+import { waitFor } from "../support/envoy.ts";
 import { freePort, startLastcall, type TestLastcall } from "../support/lastcall.ts";
 import { upstreamForFile } from "../support/serving.ts";
 import {
