@@ -1,10 +1,10 @@
 // Contour's Envoy pod shape with lastcall's image, played by podman with the kubelet's termination
 // order: nothing in flight is lost.
-import { readFileSync } from "node:fs";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import YAML from "yaml";
 import { buildImages } from "../../build/image.mjs";
+import { contourDaemonSet } from "../support/contour-example.ts";
 import {
   containerState,
   containerTestsSkipReason,
@@ -78,19 +78,8 @@ const ENVOY_CONFIG = {
  * (no xDS), no host ports (the pod has only its loopback), the namespace written in.
  */
 function playableManifest(images: { lastcall: string }): { text: string; grace: number } {
-  const daemonSet = YAML.parse(readFileSync(join(root, "examples/k8s/contour-envoy.yaml"), "utf8"));
-  const spec = daemonSet.spec.template.spec;
-  delete spec.initContainers;
-  spec.volumes = spec.volumes.map((v: { name: string }) =>
-    v.name === "envoy-config"
-      ? { name: v.name, configMap: { name: "contour-envoy-config" } }
-      : v.name === "envoycert"
-      ? { name: v.name, emptyDir: {} }
-      : v
-  );
+  const { daemonSet, spec } = contourDaemonSet("contour-envoy-config", images.lastcall);
   for (const c of spec.containers) {
-    expect(c.image).toBe("lastcall:0.1.0");
-    c.image = images.lastcall;
     delete c.ports;
     // podman 4.3 resolves no fieldRef to the namespace: the value the kubelet would give.
     for (const e of c.env ?? []) {

@@ -1,12 +1,9 @@
 // Contour's Envoy DaemonSet (examples/k8s/contour-envoy.yaml) as the real-kubelet test applies it:
 // lastcall's local image, a static Envoy config in a ConfigMap where `contour bootstrap` and
 // Contour's xDS would give it, no certificates, no hostPorts; with a Service in front.
-import { readFileSync } from "node:fs";
-import { fileURLToPath } from "node:url";
-import { expect } from "vitest";
 import YAML from "yaml";
+import { contourDaemonSet } from "../support/contour-example.ts";
 
-const EXAMPLE = fileURLToPath(new URL("../../examples/k8s/contour-envoy.yaml", import.meta.url));
 /** The namespace the DaemonSet, its config and its Service are applied in. */
 export const NS = "projectcontour";
 
@@ -67,21 +64,8 @@ function envoyConfig(demoIp: string) {
 
 /** The example's DaemonSet adapted as said above, its config, ServiceAccount and a Service. */
 export function contourManifest(image: string, demoIp: string): { text: string; grace: number } {
-  const daemonSet = YAML.parse(readFileSync(EXAMPLE, "utf8"));
-  const spec = daemonSet.spec.template.spec;
-  delete spec.initContainers;
-  spec.volumes = spec.volumes.map((v: { name: string }) =>
-    v.name === "envoy-config"
-      ? { name: v.name, configMap: { name: "envoy-config" } }
-      : v.name === "envoycert"
-      ? { name: v.name, emptyDir: {} }
-      : v
-  );
-  for (const c of spec.containers) {
-    expect(c.image).toBe("lastcall:0.1.0");
-    Object.assign(c, { image, imagePullPolicy: "Never" });
-    for (const p of c.ports ?? []) delete p.hostPort;
-  }
+  const { daemonSet, spec } = contourDaemonSet("envoy-config", image);
+  for (const c of spec.containers) for (const p of c.ports ?? []) delete p.hostPort;
   const docs = [
     { apiVersion: "v1", kind: "Namespace", metadata: { name: NS } },
     { apiVersion: "v1", kind: "ServiceAccount", metadata: { name: "envoy", namespace: NS } },
