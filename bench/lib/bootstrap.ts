@@ -1,6 +1,11 @@
 // The Envoy configurations the benchmarks run: one listener named `ingress` (INBOUND, codec AUTO,
 // WebSocket upgrades) in front of cluster `app` or a direct response, the same for every contender.
-import { FILTER_WASM, localCluster } from "../../test/support/envoy-bootstrap.ts";
+import {
+  FILTER_WASM,
+  httpListener,
+  localCluster,
+  ROUTER,
+} from "../../test/support/envoy-bootstrap.ts";
 
 /** Where Envoy's admin listens. */
 export type AdminAddress = { port: number } | { pipe: string };
@@ -80,10 +85,7 @@ export function benchBootstrap(options: BenchBootstrapOptions): Record<string, u
       },
     });
   }
-  httpFilters.push({
-    name: "envoy.filters.http.router",
-    typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router" },
-  });
+  httpFilters.push(ROUTER);
   const route = options.upstreamPort === undefined
     ? { match: { prefix: "/" }, direct_response: { status: 200, body: { inline_string: "ok" } } }
     : { match: { prefix: "/" }, route: { cluster: "app", timeout: "0s" } };
@@ -97,27 +99,13 @@ export function benchBootstrap(options: BenchBootstrapOptions): Record<string, u
   }
   const config: Record<string, unknown> = {
     static_resources: {
-      listeners: [{
+      listeners: [httpListener({
         name: "ingress",
-        traffic_direction: "INBOUND",
-        address: {
-          socket_address: { address: "127.0.0.1", port_value: options.listenerPort ?? 0 },
-        },
-        filter_chains: [{
-          filters: [{
-            name: "envoy.filters.network.http_connection_manager",
-            typed_config: {
-              "@type":
-                "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-              stat_prefix: "ingress",
-              codec_type: "AUTO",
-              upgrade_configs: [{ upgrade_type: "websocket" }],
-              route_config: { virtual_hosts: [{ name: "app", domains: ["*"], routes: [route] }] },
-              http_filters: httpFilters,
-            },
-          }],
-        }],
-      }],
+        direction: "INBOUND",
+        port: options.listenerPort,
+        routes: [route],
+        httpFilters,
+      })],
       clusters,
     },
   };

@@ -1,5 +1,6 @@
 // Envoy bootstraps for tests: the lastcall filter loaded from dist/filter.wasm, a static cluster
-// to a local port, and one HTTP listener (port 0) running the filter in front of an app.
+// to a local port, an HTTP listener on loopback, and one such listener (port 0) running the
+// filter in front of an app.
 import { fileURLToPath } from "node:url";
 
 /** Absolute path of the filter module the tests load. */
@@ -66,6 +67,66 @@ export function localCluster(
   };
 }
 
+/** The router, the last HTTP filter of every connection manager built here. */
+export const ROUTER = {
+  name: "envoy.filters.http.router",
+  typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router" },
+};
+
+/** Options of {@linkcode httpListener}. */
+export interface HttpListenerOptions {
+  /** Listener name. */
+  name: string;
+  /** The connection manager's stat prefix. @default name */
+  statPrefix?: string;
+  /** `traffic_direction`; omitted: none. */
+  direction?: "INBOUND" | "OUTBOUND";
+  /** Port on 127.0.0.1. @default 0 */
+  port?: number;
+  /** The virtual host's name. @default "app" */
+  virtualHost?: string;
+  /** Its routes. @default every path to cluster `app`, no timeout */
+  routes?: unknown[];
+  /** HTTP filters, the router last. @default [ROUTER] */
+  httpFilters?: unknown[];
+}
+
+/**
+ * An HTTP listener on 127.0.0.1 (codec AUTO: HTTP/1.1, h2c prior knowledge, WebSocket upgrades)
+ * with one virtual host for every domain.
+ *
+ * @example
+ * const listener = httpListener({ name: "ingress", direction: "INBOUND" });
+ */
+export function httpListener(options: HttpListenerOptions): Record<string, unknown> {
+  return {
+    name: options.name,
+    ...(options.direction && { traffic_direction: options.direction }),
+    address: { socket_address: { address: "127.0.0.1", port_value: options.port ?? 0 } },
+    filter_chains: [{
+      filters: [{
+        name: "envoy.filters.network.http_connection_manager",
+        typed_config: {
+          "@type":
+            "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+          stat_prefix: options.statPrefix ?? options.name,
+          codec_type: "AUTO",
+          upgrade_configs: [{ upgrade_type: "websocket" }],
+          route_config: {
+            virtual_hosts: [{
+              name: options.virtualHost ?? "app",
+              domains: ["*"],
+              routes: options.routes ??
+                [{ match: { prefix: "/" }, route: { cluster: "app", timeout: "0s" } }],
+            }],
+          },
+          http_filters: options.httpFilters ?? [ROUTER],
+        },
+      }],
+    }],
+  };
+}
+
 /** Options of {@linkcode httpBootstrap}. */
 export interface HttpBootstrapOptions {
   /** Port of the upstream app. */
@@ -85,47 +146,21 @@ export interface HttpBootstrapOptions {
 export function httpBootstrap(options: HttpBootstrapOptions): Record<string, unknown> {
   return {
     static_resources: {
-      listeners: [{
+      listeners: [httpListener({
         name: options.listener ?? "ingress",
-        address: { socket_address: { address: "127.0.0.1", port_value: 0 } },
-        filter_chains: [{
-          filters: [{
-            name: "envoy.filters.network.http_connection_manager",
+        statPrefix: "ingress",
+        virtualHost: "all",
+        httpFilters: [
+          {
+            name: "envoy.filters.http.wasm",
             typed_config: {
-              "@type":
-                "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-              stat_prefix: "ingress",
-              codec_type: "AUTO",
-              upgrade_configs: [{ upgrade_type: "websocket" }],
-              route_config: {
-                virtual_hosts: [{
-                  name: "all",
-                  domains: ["*"],
-                  routes: [{
-                    match: { prefix: "/" },
-                    route: { cluster: "app", timeout: "0s" },
-                  }],
-                }],
-              },
-              http_filters: [
-                {
-                  name: "envoy.filters.http.wasm",
-                  typed_config: {
-                    "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
-                    config: wasmPluginConfig({ configuration: options.configuration }),
-                  },
-                },
-                {
-                  name: "envoy.filters.http.router",
-                  typed_config: {
-                    "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router",
-                  },
-                },
-              ],
+              "@type": "type.googleapis.com/envoy.extensions.filters.http.wasm.v3.Wasm",
+              config: wasmPluginConfig({ configuration: options.configuration }),
             },
-          }],
-        }],
-      }],
+          },
+          ROUTER,
+        ],
+      })],
       clusters: [
         localCluster("app", options.upstreamPort),
         localCluster("lastcall_agent", options.agentPort ?? 9),

@@ -6,7 +6,7 @@ import { dirname, join, resolve } from "node:path";
 import { createServer } from "node:net";
 import { fileURLToPath } from "node:url";
 import { resolveDeno } from "../../build/deno.mjs";
-import { localCluster } from "./envoy-bootstrap.ts";
+import { httpListener, localCluster, ROUTER } from "./envoy-bootstrap.ts";
 import { tempDir } from "./temp.ts";
 import type { Json } from "./json.ts";
 import { followJsonEvents } from "./json-events.ts";
@@ -253,37 +253,10 @@ export function inboundConfig(options: InboundConfigOptions): Record<string, unk
       },
     });
   }
-  httpFilters.push({
-    name: "envoy.filters.http.router",
-    typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router" },
-  });
+  httpFilters.push(ROUTER);
   return {
     static_resources: {
-      listeners: [{
-        name,
-        traffic_direction: "INBOUND",
-        address: { socket_address: { address: "127.0.0.1", port_value: 0 } },
-        filter_chains: [{
-          filters: [{
-            name: "envoy.filters.network.http_connection_manager",
-            typed_config: {
-              "@type":
-                "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-              stat_prefix: name,
-              codec_type: "AUTO",
-              upgrade_configs: [{ upgrade_type: "websocket" }],
-              route_config: {
-                virtual_hosts: [{
-                  name: "app",
-                  domains: ["*"],
-                  routes: [{ match: { prefix: "/" }, route: { cluster: "app", timeout: "0s" } }],
-                }],
-              },
-              http_filters: httpFilters,
-            },
-          }],
-        }],
-      }],
+      listeners: [httpListener({ name, direction: "INBOUND", httpFilters })],
       clusters: [localCluster("app", options.upstreamPort)],
     },
   };
