@@ -96,18 +96,18 @@ export function rolloutSection({ rollout, line, chart, notAhead, goals, quickNot
   );
   if (delays.some((ms) => ms > 0)) {
     line(
-      `The restart waits r/rounds of a second after the warm-up in round r (${
+      `In round r the restart is sent r/rounds of a second after a relist of the kubelet (${
         delays.join(", ")
-      } ms): the kubelet`,
+      } ms after it): the kubelet`,
     );
     line(
-      "relists every second, and a new pod's Ready depends on where its start falls between relists. The",
+      "relists about every second, and a new pod's Ready depends on where its start falls between relists. The",
     );
     line(
-      "restart used to follow the warm-up, and so the old pods' Ready, at a fixed delay: each contender's",
+      "relist is placed by the initial pods' Ready on the watch (a probe a few ms after a relist), so every",
     );
     line(
-      `first new pod kept one phase in every round. Spread, every contender's first pods meet the same ${delays.length} phases.`,
+      `contender's first new pods meet the same ${delays.length} phases, whatever its warm-up took.`,
     );
   }
   line();

@@ -1,12 +1,12 @@
 // Benchmark: a rollout on a real kubelet, each contender in the pod shape its project generates.
-import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { buildImages } from "../build/image.mjs";
 import { type KubeCluster, kubeClusterSkipReason, startKubeCluster } from "../test/support/kube.ts";
 import { importPodmanImages } from "../test/support/kube-workload.ts";
 import { ANCHORS, progress, QUICK, writeResult } from "./lib/context.ts";
 import { ROLLOUT_CONTENDERS } from "./lib/rollout-pods.ts";
-import { anchorsImage, rolloutOnce, type RolloutRun } from "./lib/rollout-run.ts";
+import { anchorsImage, RELIST_PERIOD_MS, rolloutOnce, type RolloutRun } from "./lib/rollout-run.ts";
 import { round, summarize } from "./lib/stats.ts";
 
 const ROUNDS = Number(process.env.LASTCALL_BENCH_ROLLOUT_ROUNDS ?? (QUICK ? 1 : 3));
@@ -22,8 +22,6 @@ const LOAD = {
   slowBytesPerSecond: 1_000_000,
 };
 const WARM_UP_ANSWERS = 60;
-/** The kubelet's PLEG relist period: round r restarts r/ROUNDS of it after the warm-up. */
-const RELIST_MS = 1000;
 // The app as Istio's injected pods and the gateway pairs' pods have it (no preStop), and as
 // lastcall's docs and `lastcall check` ask for it (examples/k8s/deployment.yaml: preStop sleep 5 s,
 // covering endpoint removal). LASTCALL_BENCH_ROLLOUT_WORKLOADS=id,id runs a subset.
@@ -45,6 +43,9 @@ const WORKLOADS = [
 );
 // LASTCALL_BENCH_CONTENDERS=id,id runs a subset (while working on the harness).
 const PICKED = process.env.LASTCALL_BENCH_CONTENDERS?.split(",");
+// LASTCALL_BENCH_ROLLOUT_LOGS=dir keeps the cluster's component logs there (the kubelet's at
+// --v=2: its relists, probes and hooks, for a pod's timeline).
+const KEEP_LOGS = process.env.LASTCALL_BENCH_ROLLOUT_LOGS;
 const log = (line: string) => progress("rollout", line);
 
 const skip = kubeClusterSkipReason();
@@ -74,6 +75,10 @@ const began = Date.now();
 let cluster: KubeCluster | undefined;
 let stopping: Promise<unknown> | undefined;
 const stopAll = () => (stopping ??= (async () => {
+  if (cluster && KEEP_LOGS) {
+    cpSync(join(cluster.dir, "log"), KEEP_LOGS, { recursive: true });
+    log(`the cluster's logs (kubelet, containerd, …) copied to ${KEEP_LOGS}`);
+  }
   const took = cluster
     ? await cluster.stop().catch((e) => log(`teardown failed: ${e}`))
     : undefined;
@@ -116,7 +121,7 @@ try {
             pod,
             load: LOAD,
             warmUpAnswers: WARM_UP_ANSWERS,
-            restartDelayMs: Math.round((r * RELIST_MS) / ROUNDS),
+            restartDelayMs: Math.round((r * RELIST_PERIOD_MS) / ROUNDS),
             log,
           });
           runs.push(run);

@@ -30,7 +30,7 @@ export interface RolloutRun {
   workload: string;
   contender: string;
   round: number;
-  /** Waited after the warm-up, before the restart (ms). */
+  /** The restart's phase: ms after a kubelet relist (as the initial pods' Ready placed it). */
   restart_delay_ms: number;
   /** `kubectl rollout restart` started → `kubectl rollout status` returned (ms). */
   rollout_ms: number;
@@ -104,8 +104,9 @@ export interface RolloutOnceOptions {
   /** Complete answers before the restart. */
   warmUpAnswers: number;
   /**
-   * Waited after the warm-up, before the restart: the rounds spread the restart over the
-   * kubelet's 1 s relist, which otherwise keeps the phase each contender's first pods set.
+   * The restart is sent this many ms after a relist of the kubelet (the first such moment after
+   * the warm-up): the rounds spread it over the relist, and every contender meets the same
+   * phases, whatever its warm-up took.
    * @default 0
    */
   restartDelayMs?: number;
@@ -151,7 +152,9 @@ export async function rolloutOnce(options: RolloutOnceOptions): Promise<RolloutR
       intervalMs: 50,
       what: `${options.warmUpAnswers} answers before the rollout`,
     });
-    await new Promise((done) => setTimeout(done, options.restartDelayMs ?? 0));
+    const relisted = lastReady(oldPods, pods.events);
+    const wait = untilPhase(relisted, Date.now(), options.restartDelayMs ?? 0);
+    await new Promise((done) => setTimeout(done, wait));
     const restartAt = Date.now();
     await kubectl(["rollout", "restart", "deployment/demo"]);
     await kubectl(["rollout", "status", "deployment/demo", timeout]);
@@ -238,6 +241,36 @@ function podEnd(pod: string, events: Watched[], loadStartedAt: number): PodEnd {
     deleted_at_ms: (deleted ?? Number.NaN) - loadStartedAt,
     exits,
   };
+}
+
+/**
+ * The kubelet's PLEG relist period here: one second after the last relist ended (`wait.Until`),
+ * so a few ms more (median 1004 ms over 92 relists in this cluster's kubelet log). Round r of the
+ * benchmark restarts r/rounds of it after a relist.
+ */
+export const RELIST_PERIOD_MS = 1004;
+
+/** When the last of `pods` was first seen Ready on the watch: a relist, plus a probe's few ms. */
+function lastReady(pods: string[], events: Watched[]): number {
+  const ready = pods.map((pod) =>
+    events.find((e) =>
+      e.object.metadata?.name === pod &&
+      (e.object.status?.conditions ?? []).some((c: { type: string; status: string }) =>
+        c.type === "Ready" && c.status === "True"
+      )
+    )?.at
+  );
+  if (ready.some((at) => at === undefined)) {
+    throw new Error(`the pod watch saw no Ready for every pod of ${pods.join(", ")}`);
+  }
+  return Math.max(...(ready as number[]));
+}
+
+/** ms from `now` to the first moment at or after it that is `phaseMs` after a relist. */
+function untilPhase(relistedAt: number, now: number, phaseMs: number): number {
+  const next = relistedAt + phaseMs +
+    Math.ceil((now - relistedAt - phaseMs) / RELIST_PERIOD_MS) * RELIST_PERIOD_MS;
+  return Math.max(0, next - now);
 }
 
 /** Pods not among `oldPods`: first seen → first seen with condition Ready (NaN if never). */
