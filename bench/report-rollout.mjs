@@ -96,7 +96,7 @@ export function rolloutSection({ rollout, line, chart, notAhead, goals, quickNot
   );
   if (delays.some((ms) => ms > 0)) {
     line(
-      `In round r the restart is sent r/rounds of a second after a relist of the kubelet (${
+      `In round r the restart is sent r/rounds of the kubelet's relist period after a relist (${
         delays.join(", ")
       } ms after it): the kubelet`,
     );
