@@ -60,11 +60,11 @@ export async function reportsAccepted(status: string): Promise<number> {
 
 /**
  * The agent's count (`/v1/state` `inflight`: the latest report of each process, summed) once
- * `reports` more filter reports have been accepted after the call. Each filter VM (every
- * worker's, and the main thread's) sends one heartbeat per period, plus, when its process is at
- * zero while the agent waits, one probe answer per zero hint: with `reports` more than the VMs
- * can send in one period (VMs + 1, or 2 × VMs + 1 when a process stands at zero during a drain),
- * a period has passed and every VM's latest heartbeat was composed after the call.
+ * `reports` more filter reports have been accepted after the call. Outside a drain each filter
+ * VM (every worker's, and the main thread's) sends one heartbeat per period: with `reports` =
+ * VMs + 1, a period has passed and every VM's latest heartbeat was composed after the call.
+ * During a drain a VM also sends its holders when asked and, at zero, a probe answer per zero
+ * hint, so there no count of reports proves that a period has passed.
  *
  * @example
  * ```ts
