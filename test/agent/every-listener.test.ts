@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { http1 } from "../filter/clients.ts";
-import { localCluster } from "../support/envoy-bootstrap.ts";
+import { localCluster, ROUTER } from "../support/envoy-bootstrap.ts";
 import { inboundConfig, type TestLastcall, writeConfig } from "../support/lastcall.ts";
 import { heldAcrossSigterm, serving, upstreamForFile } from "../support/serving.ts";
 
@@ -14,11 +14,6 @@ const app = upstreamForFile();
 const names = (lc: TestLastcall) => lc.events.map((e) => e.event);
 const HCM =
   "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
-const ROUTER = {
-  name: "envoy.filters.http.router",
-  typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router" },
-};
-
 /** An HTTP connection manager in front of cluster `app`. */
 function hcmChain(statPrefix: string): Record<string, unknown> {
   return {

@@ -3,16 +3,13 @@
 // Contour's xDS would give it, no certificates, no hostPorts; with a Service in front.
 import YAML from "yaml";
 import { contourDaemonSet } from "../support/contour-example.ts";
+import { ROUTER } from "../support/envoy-bootstrap.ts";
 
 /** The namespace the DaemonSet, its config and its Service are applied in. */
 export const NS = "projectcontour";
 
 /** Envoy's config where `contour bootstrap` and Contour's xDS would give it: admin on the socket. */
 function envoyConfig(demoIp: string) {
-  const router = {
-    name: "envoy.filters.http.router",
-    typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router" },
-  };
   const listener = (name: string, port: number, routes: Array<[string, string]>) => ({
     name,
     address: { socket_address: { address: "0.0.0.0", port_value: port } },
@@ -23,7 +20,7 @@ function envoyConfig(demoIp: string) {
           "@type":
             "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
           stat_prefix: name,
-          http_filters: [router],
+          http_filters: [ROUTER],
           route_config: {
             virtual_hosts: [{
               name,

@@ -1,12 +1,7 @@
 // The Envoy configs the deriveBootstrap tests (bootstrap.test.ts, bootstrap-listeners.test.ts)
 // build their inputs from: listeners with an HTTP connection manager or tcp_proxy, and options.
+import { ROUTER } from "../support/envoy-bootstrap.ts";
 import type { Json } from "../support/json.ts";
-
-/** The router, the last HTTP filter of every connection manager built here. */
-export const router = {
-  name: "envoy.filters.http.router",
-  typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router" },
-};
 
 /** An HTTP connection manager with `statPrefix` and only the router. */
 export function hcm(statPrefix: string): Json {
@@ -17,7 +12,7 @@ export function hcm(statPrefix: string): Json {
         "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
       stat_prefix: statPrefix,
       route_config: { virtual_hosts: [] },
-      http_filters: [router],
+      http_filters: [ROUTER],
     },
   };
 }

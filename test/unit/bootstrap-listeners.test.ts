@@ -4,13 +4,13 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { deriveBootstrap, FILTER_NAME } from "../../agent/envoy/bootstrap.ts";
+import { ROUTER } from "../support/envoy-bootstrap.ts";
 import type { Json } from "../support/json.ts";
 import {
   hcm,
   httpFilterNames,
   listener,
   options,
-  router,
   tcpProxy,
   withFilter,
 } from "./bootstrap-inputs.ts";
@@ -23,9 +23,9 @@ describe("deriveBootstrap", () => {
       },
     };
     const result = deriveBootstrap(input, withFilter);
-    expect(httpFilterNames(result.config, 0)).toEqual([FILTER_NAME, router.name]);
-    expect(httpFilterNames(result.config, 1)).toEqual([FILTER_NAME, router.name]);
-    expect(httpFilterNames(result.config, 2)).toEqual([FILTER_NAME, router.name]);
+    expect(httpFilterNames(result.config, 0)).toEqual([FILTER_NAME, ROUTER.name]);
+    expect(httpFilterNames(result.config, 1)).toEqual([FILTER_NAME, ROUTER.name]);
+    expect(httpFilterNames(result.config, 2)).toEqual([FILTER_NAME, ROUTER.name]);
     // Envoy's drain_listeners?inboundonly drains only listeners marked INBOUND.
     expect(result.config.static_resources.listeners.map((l: Json) => l.traffic_direction)).toEqual([
       "INBOUND",

@@ -9,13 +9,13 @@ import {
   deriveBootstrap,
   FILTER_NAME,
 } from "../../agent/envoy/bootstrap.ts";
+import { ROUTER } from "../support/envoy-bootstrap.ts";
 import type { Json } from "../support/json.ts";
 import {
   hcm,
   httpFilterNames,
   listener,
   options,
-  router,
   tcpProxy,
   withFilter,
 } from "./bootstrap-inputs.ts";
@@ -109,14 +109,14 @@ describe("deriveBootstrap", () => {
       },
     };
     const http = listener("in", "INBOUND");
-    http.filter_chains[0].filters[0].typed_config.http_filters = [{ name: "cors" }, theirs, router];
+    http.filter_chains[0].filters[0].typed_config.http_filters = [{ name: "cors" }, theirs, ROUTER];
     const theirsTcp = { name: `${FILTER_NAME}_tcp`, typed_config: {} };
     const { config } = deriveBootstrap({
       static_resources: { listeners: [http, listener("tcp", "INBOUND", [theirsTcp, tcpProxy])] },
     }, withFilter);
     const filters =
       config.static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters;
-    expect(filters.map((f: Json) => f.name)).toEqual(["cors", FILTER_NAME, router.name]);
+    expect(filters.map((f: Json) => f.name)).toEqual(["cors", FILTER_NAME, ROUTER.name]);
     expect(filters[1].typed_config.config.configuration.value).toBe(
       JSON.stringify({ heartbeat_ms: 1000 }),
     );
@@ -130,7 +130,7 @@ describe("deriveBootstrap", () => {
       { static_resources: { listeners: [listener("in", "INBOUND")] } },
       options,
     );
-    expect(httpFilterNames(result.config, 0)).toEqual([router.name]);
+    expect(httpFilterNames(result.config, 0)).toEqual([ROUTER.name]);
     expect(result).toMatchObject({ inboundStatPrefixes: ["in"], filteredListeners: [] });
     expect(result.listeners).toEqual([{
       name: "in",
@@ -224,15 +224,15 @@ describe("deriveBootstrap", () => {
       chain.filters[0].typed_config.http_filters.map((f: Json) => f.name);
     expect(names(result.config.static_resources.listeners[0].default_filter_chain)).toEqual([
       FILTER_NAME,
-      router.name,
+      ROUTER.name,
     ]);
     expect(names(result.config.static_resources.listeners[1].default_filter_chain)).toEqual([
       FILTER_NAME,
-      router.name,
+      ROUTER.name,
     ]);
     expect(names(result.config.static_resources.listeners[1].filter_chains[0])).toEqual([
       FILTER_NAME,
-      router.name,
+      ROUTER.name,
     ]);
     expect(result).toMatchObject({
       filteredListeners: ["d", "b"],

@@ -1,15 +1,11 @@
 // Envoy resources and bootstraps for the xDS tests, in Envoy's JSON: what a user's control plane
 // serves and what a user's bootstrap says. None of them carries the filter: lastcall adds it.
 import { request } from "node:http";
-import { localCluster } from "../support/envoy-bootstrap.ts";
+import { localCluster, ROUTER } from "../support/envoy-bootstrap.ts";
 import type { Json } from "../support/json.ts";
 
 const HCM =
   "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager";
-const ROUTER = {
-  name: "envoy.filters.http.router",
-  typed_config: { "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router" },
-};
 const H2 = {
   "envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
     "@type": "type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions",
