@@ -163,10 +163,13 @@ export function rolloutSection({ rollout, line, chart, notAhead, goals, quickNot
     "not in the shared bootstrap: an incumbent's pod is Ready when the app answers through Envoy (the app's probe on",
   );
   line(
-    ":10000), with no readiness probe of the proxy's own. lastcall's pods have inject's: the sidecar's readiness",
+    ":10000), with no readiness probe of the proxy's own. lastcall's have inject's: native, the app's own probe sent",
   );
   line(
-    "(`/healthz/ready`, Envoy LIVE) and the app's own probe (to the app), both must pass: its share of the Ready gap.",
+    "to Envoy's listener (as the incumbents'), and no sidecar probe; classic, the sidecar's readiness (`/healthz/ready`,",
+  );
+  line(
+    "Envoy LIVE) and the app's own probe (to the app), both must pass: its share of the Ready gap.",
   );
   line(
     "Each run's `first_failures` in the JSON has, per failed request, the pod it reached and when.",

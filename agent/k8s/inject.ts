@@ -25,6 +25,7 @@ import {
 import { bypasses, selects, serviceOf } from "./services.ts";
 import { configSource, seenConfig } from "./check-wiring.ts";
 import { type HoldApp, holdReason } from "./hold.ts";
+import { readinessThroughEnvoy, throughEnvoyNote } from "./probe-wiring.ts";
 import { addAppStopHooks, addVolume, compact, sequence, wrapApps } from "./pod-edits.ts";
 import {
   CONFIG_VOLUME,
@@ -230,11 +231,17 @@ function injectObject(
   const grace = graceSeconds(template.spec);
   const namespace = getPath(value, ["metadata", "namespace"]);
   const hold = holdReason(options.holdApp ?? "auto", wiring, context, namespace);
+  renameAppPorts(doc, spec, wiring.wires ?? []);
+  // Native: the sidecar starts first, so its Envoy serves before the kubelet first probes an app.
+  const throughEnvoy = options.mode === "native"
+    ? readinessThroughEnvoy(doc, spec, wiring.wires ?? [])
+    : [];
   const sidecar = {
     ...options,
     statusPort,
     ports: sidecarPorts(wiring.wires ?? []),
     hold: hold !== undefined,
+    readiness: throughEnvoy.length === 0,
   };
   const container = compact(
     doc.createNode(sidecarContainer(grace, sidecar), { aliasDuplicateObjects: false }),
@@ -245,7 +252,6 @@ function injectObject(
       false,
     );
   }
-  renameAppPorts(doc, spec, wiring.wires ?? []);
   if (options.mode === "native") {
     // Last among the init containers: the pod's own init steps run as before, and the app
     // containers start once the proxy's startup probe passes.
@@ -266,6 +272,7 @@ function injectObject(
     wrapApps(doc, spec, template, sidecar, (line) => warn(line, false));
   }
   const done = wired(value, template, wiring, context, before);
+  done.notes.push(...throughEnvoy.map((p) => `${template.ref}: ${throughEnvoyNote(p)}`));
   if (hold) {
     done.notes.push(
       `${template.ref}: the app waits for Envoy to be ready at start (${hold}; --hold-app never to start it at once)`,

@@ -32,6 +32,13 @@ export interface SidecarOptions {
    * probe; classic: its postStart `lastcall wait`). @default true
    */
   hold?: boolean;
+  /**
+   * Whether the sidecar has a readiness probe of its own. inject turns it off when an app
+   * container's readiness probe goes through Envoy: that probe already says Envoy serves, and a
+   * probe of the sidecar's costs a new pod a second on the kubelet (docs/kubernetes.md).
+   * @default true
+   */
+  readiness?: boolean;
 }
 
 /** Defaults of {@linkcode SidecarOptions}. */
@@ -138,6 +145,11 @@ export function sidecarContainer(
   };
   const mounts = { volumeMounts: [{ name: CONFIG_VOLUME, mountPath: CONFIG_DIR, readOnly: true }] };
   const hold = options.hold ?? true;
+  // Every second, not Kubernetes' 10 s: the pod is Ready only once this probe passed, and a
+  // rollout waits for each new pod (measured: 8.9 s against 3–4 s per step with 10 s).
+  const readiness = (options.readiness ?? true)
+    ? { readinessProbe: { ...ready, periodSeconds: 1 } }
+    : {};
   if (options.mode === "native") {
     return {
       ...common,
@@ -146,9 +158,7 @@ export function sidecarContainer(
       // app starts with the proxy ready (60 × 1 s, `lastcall wait`'s default timeout). Without
       // it the app starts as soon as the sidecar has started.
       ...(hold ? { startupProbe: { ...ready, periodSeconds: 1, failureThreshold: 60 } } : {}),
-      // Every second, not Kubernetes' 10 s: the pod is Ready only once this probe passed, and
-      // a rollout waits for each new pod (measured: 8.9 s against 3–4 s per step with 10 s).
-      readinessProbe: { ...ready, periodSeconds: 1 },
+      ...readiness,
       livenessProbe: probe("/healthz/live"),
       // A native sidecar's preStop runs when the pod starts terminating, its SIGTERM only after
       // the app has exited: draining at the start tells keep-alive clients to go elsewhere
@@ -159,7 +169,7 @@ export function sidecarContainer(
   }
   return {
     ...common,
-    readinessProbe: { ...ready, periodSeconds: 1 },
+    ...readiness,
     livenessProbe: probe("/healthz/live"),
     // Holding: the kubelet starts the next container only once this hook returns.
     ...(hold

@@ -151,6 +151,16 @@ export function withoutWiring(values: unknown[], inputs: unknown[]): unknown[] {
           }
         }
       }
+      // An app's readiness probe sent through Envoy's listener (native) probed the app before.
+      const originals = (podSpecOf(input)?.containers as Obj[] | undefined) ?? [];
+      for (
+        const c of ((spec?.containers as Obj[] | undefined) ?? []).filter((c) => c !== sidecar)
+      ) {
+        const http = (c.readinessProbe as Obj | undefined)?.httpGet as Obj | undefined;
+        if (!http || typeof http.port !== "number" || !appPortOf.has(http.port)) continue;
+        const was = originals.find((i) => i.name === c.name)?.readinessProbe as Obj | undefined;
+        http.port = (was?.httpGet as Obj | undefined)?.port;
+      }
     })
   );
   return kept;

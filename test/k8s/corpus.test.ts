@@ -43,6 +43,11 @@ const wrote = (ref: string, configMap: string, listeners: string) =>
     `^${ref}: Envoy config in ConfigMap ${configMap} \\(a new document after it\\): listeners ${listeners}$`,
   );
 
+const throughEnvoy = (ref: string, container: string, appPort: number, listener: number) =>
+  new RegExp(
+    `^${ref}: container "${container}" readiness probe: port ${appPort} → ${listener} \\(through Envoy, so the pod is Ready only while Envoy serves it; the sidecar has no readiness probe of its own\\)$`,
+  );
+
 /** Per file: the flags inject gets (default: none) and the outcome in each mode. */
 const CORPUS: Record<string, { args?: string[]; native: Outcome; classic: Outcome }> = {
   "plain-deployment.yaml": {
@@ -68,7 +73,11 @@ const CORPUS: Record<string, { args?: string[]; native: Outcome; classic: Outcom
       /^deployment\/checkout: service\/checkout port 9090 \(metrics\): targetPort 9090 → 19090 /,
       /^deployment\/checkout: service\/checkout-internal port 8080: targetPort 8080 → 18080 /,
     ];
-    return both(clean(1, ...lines));
+    // Native only: there the sidecar starts first, so Envoy serves before the app's first probe.
+    return {
+      native: clean(1, ...lines, throughEnvoy("deployment/checkout", "checkout", 8080, 18080)),
+      classic: clean(1, ...lines),
+    };
   })(),
   // Jobs serve no port: their Envoy config (outbound listeners) is the user's, so their apps
   // wait for Envoy at start.
@@ -136,6 +145,7 @@ const CORPUS: Record<string, { args?: string[]; native: Outcome; classic: Outcom
     native: refused(
       1,
       wrote("deployment/release-web", "release-web-lastcall-envoy", "10080 → app port 80"),
+      throughEnvoy("deployment/release-web", "web", 80, 10080),
       noPort("pod/release-web-test-connection"),
     ),
     classic: refused(

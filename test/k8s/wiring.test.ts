@@ -79,7 +79,7 @@ describe("inject of a workload with declared ports", () => {
     }]);
   });
 
-  it("moves the port's name to Envoy's port; the app's probe follows the new name", () => {
+  it("moves the port's name to Envoy's port; the app's readiness probe goes to Envoy's listener", () => {
     const spec = specOf(out[0]);
     expect(spec.initContainers[0].ports).toEqual([{ name: "http", containerPort: 18080 }, {
       containerPort: 19090,
@@ -88,8 +88,18 @@ describe("inject of a workload with declared ports", () => {
       containerPort: 9090,
     }]);
     expect(spec.containers[0].readinessProbe).toEqual({
+      httpGet: { path: "/ready", port: 18080 },
+    });
+    // That probe says Envoy serves: the sidecar has none of its own.
+    expect(spec.initContainers[0].readinessProbe).toBeUndefined();
+  });
+
+  it("in classic mode the app's probe follows the new name, and the sidecar keeps its own", () => {
+    const spec = specOf(objects(inject(text, { ...SIDECAR_DEFAULTS, mode: "classic" }).text)[0]);
+    expect(spec.containers[0].readinessProbe).toEqual({
       httpGet: { path: "/ready", port: "http-app" },
     });
+    expect(spec.containers[1].readinessProbe.httpGet.port).toBe(15020);
   });
 
   it("points the Services at the listeners and says so, one line each, with no warning", () => {
@@ -104,6 +114,7 @@ describe("inject of a workload with declared ports", () => {
       `deployment/shop: service/shop port 80 (web): targetPort http now names lastcall's listener 18080 (container "app" port 8080 is renamed http-app)`,
       `deployment/shop: service/shop port 9090 (admin): targetPort 9090 → 19090 (lastcall's listener in front of container "app" port 9090)`,
       `deployment/shop: service/shop-default port 8080: targetPort 8080 → 18080 (lastcall's listener in front of container "app" port 8080)`,
+      `deployment/shop: container "app" readiness probe: port 8080 → 18080 (through Envoy, so the pod is Ready only while Envoy serves it; the sidecar has no readiness probe of its own)`,
     ]);
     expect(result.warnings).toEqual([]);
   });
