@@ -231,15 +231,14 @@ function injectObject(
   const grace = graceSeconds(template.spec);
   const namespace = getPath(value, ["metadata", "namespace"]);
   const hold = holdReason(options.holdApp ?? "auto", wiring, context, namespace);
-  renameAppPorts(doc, spec, wiring.wires ?? []);
+  const wires = wiring.wires ?? [];
+  renameAppPorts(doc, spec, wires);
   // Native: the sidecar starts first, so its Envoy serves before the kubelet first probes an app.
-  const throughEnvoy = options.mode === "native"
-    ? readinessThroughEnvoy(doc, spec, wiring.wires ?? [])
-    : [];
+  const throughEnvoy = options.mode === "native" ? readinessThroughEnvoy(doc, spec, wires) : [];
   const sidecar = {
     ...options,
     statusPort,
-    ports: sidecarPorts(wiring.wires ?? []),
+    ports: sidecarPorts(wires),
     hold: hold !== undefined,
     readiness: throughEnvoy.length === 0,
   };

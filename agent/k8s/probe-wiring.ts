@@ -5,6 +5,7 @@ import { type Document, isMap, isSeq, type YAMLMap } from "yaml";
 import { containerName, type ContainerSpec } from "./containers.ts";
 import type { PortWire } from "./envoy-wiring.ts";
 import { ownIn, ownItem, ownValue, valueOf } from "./own-node.ts";
+import { tcpPorts } from "./services.ts";
 import { SIDECAR_NAME } from "./sidecar.ts";
 import { getPath } from "./workloads.ts";
 
@@ -29,7 +30,7 @@ export interface ProbeThroughEnvoy {
  * ```
  */
 export function probeWire(
-  c: ContainerSpec & { ports?: unknown; readinessProbe?: unknown },
+  c: ContainerSpec,
   wires: readonly PortWire[],
 ): PortWire | undefined {
   const http = getPath(c, ["readinessProbe", "httpGet"]) as Record<string, unknown> | undefined;
@@ -37,9 +38,7 @@ export function probeWire(
   if (http.scheme !== undefined && String(http.scheme).toUpperCase() !== "HTTP") return undefined;
   const port = typeof http.port === "number"
     ? http.port
-    : (Array.isArray(c.ports) ? c.ports : []).find((p) =>
-      (p as { name?: unknown } | null)?.name === http.port
-    )?.containerPort;
+    : tcpPorts(c).find((p) => p.name === http.port)?.port;
   const name = containerName(c);
   return wires.find((w) => w.container === name && w.appPort === port && w.protocol === "http");
 }

@@ -112,8 +112,16 @@ export function portTargets(service: ServiceObject, spec: Record<string, unknown
   });
 }
 
-/** A container's declared TCP ports. */
-function tcpPorts(c: ContainerSpec): { port: number; name?: string }[] {
+/**
+ * A container's declared TCP ports.
+ *
+ * @example
+ * ```ts
+ * tcpPorts({ name: "web", ports: [{ name: "http", containerPort: 8080 }] });
+ * // [{ port: 8080, name: "http" }]
+ * ```
+ */
+export function tcpPorts(c: ContainerSpec): { port: number; name?: string }[] {
   return (Array.isArray(c.ports) ? c.ports.filter(isRecord) : [])
     .filter((p) => typeof p.containerPort === "number" && (p.protocol ?? "TCP") === "TCP")
     .map((p) => ({

@@ -250,15 +250,17 @@ function podEnd(pod: string, events: Watched[], loadStartedAt: number): PodEnd {
  */
 export const RELIST_PERIOD_MS = 1004;
 
+/** Whether a watched pod has condition Ready. */
+function isReady(pod: Watched["object"]): boolean {
+  return (pod.status?.conditions ?? []).some((c: { type: string; status: string }) =>
+    c.type === "Ready" && c.status === "True"
+  );
+}
+
 /** When the last of `pods` was first seen Ready on the watch: a relist, plus a probe's few ms. */
 function lastReady(pods: string[], events: Watched[]): number {
   const ready = pods.map((pod) =>
-    events.find((e) =>
-      e.object.metadata?.name === pod &&
-      (e.object.status?.conditions ?? []).some((c: { type: string; status: string }) =>
-        c.type === "Ready" && c.status === "True"
-      )
-    )?.at
+    events.find((e) => e.object.metadata?.name === pod && isReady(e.object))?.at
   );
   if (ready.some((at) => at === undefined)) {
     throw new Error(`the pod watch saw no Ready for every pod of ${pods.join(", ")}`);
@@ -281,10 +283,7 @@ function newPods(oldPods: string[], events: Watched[]): Array<{ pod: string; rea
     if (oldPods.includes(name)) continue;
     const pod = seen.get(name) ?? { added: e.at };
     seen.set(name, pod);
-    const ready = (e.object.status?.conditions ?? []).some((c: { type: string; status: string }) =>
-      c.type === "Ready" && c.status === "True"
-    );
-    if (ready && pod.ready === undefined) pod.ready = e.at;
+    if (isReady(e.object) && pod.ready === undefined) pod.ready = e.at;
   }
   return [...seen].map(([pod, t]) => ({
     pod,
