@@ -166,10 +166,10 @@ export function rolloutSection({ rollout, line, chart, notAhead, goals, quickNot
     ":10000), with no readiness probe of the proxy's own. lastcall's have inject's: native, the app's own probe sent",
   );
   line(
-    "to Envoy's listener (as the incumbents'), and no sidecar probe; classic, the app's own probe sent to lastcall's",
+    "to Envoy's listener (as the incumbents'), and no sidecar probe; classic, the sidecar's readiness (`/healthz/ready`,",
   );
   line(
-    "`/v1/app-ready`, which waits for Envoy and asks the same path through that listener, and no sidecar probe.",
+    "Envoy LIVE) and the app's own probe (to the app), both must pass: its share of the Ready gap.",
   );
   line(
     "Each run's `first_failures` in the JSON has, per failed request, the pod it reached and when.",

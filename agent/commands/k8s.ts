@@ -16,7 +16,7 @@ export function addKubernetesCommands(
 ): void {
   program.command("inject")
     .description(
-      "print a manifest (YAML or JSON) with the lastcall sidecar added to every pod template (Pod, Deployment, StatefulSet, DaemonSet, Job, CronJob, and those in a List), wired: for each app containerPort P, Envoy listens on P+10000 (−10000 above 55535; the next free port when taken) and forwards to 127.0.0.1:P; that config is a new ConfigMap <workload>-lastcall-envoy after the workload; the app port's name moves to Envoy's port (the app's becomes <name>-app, its probes follow), so Services naming it reach Envoy; an app's plain HTTP readiness probe goes through Envoy instead (native: to its listener; classic: to lastcall's /v1/app-ready, which waits for Envoy and asks the same path through it), and then the sidecar has no readiness probe of its own; the manifest's Services that select the pod get numeric targetPorts moved to the listener (one line each on stderr), and one still reaching the app is a warning. Every app container without a preStop gets one, httpGet /v1/app-stop on lastcall's status port: its SIGTERM waits until nothing is in flight to it after endpoint removal (about 1 s on a liveness restart). A pod with another proxy, hostNetwork, or no containerPort (without --config-map), and two objects of one kind and name, are refused (exit 1, left as is); annotation lastcall/inject: \"false\" skips a workload",
+      "print a manifest (YAML or JSON) with the lastcall sidecar added to every pod template (Pod, Deployment, StatefulSet, DaemonSet, Job, CronJob, and those in a List), wired: for each app containerPort P, Envoy listens on P+10000 (−10000 above 55535; the next free port when taken) and forwards to 127.0.0.1:P; that config is a new ConfigMap <workload>-lastcall-envoy after the workload; the app port's name moves to Envoy's port (the app's becomes <name>-app, its probes follow), so Services naming it reach Envoy; native: an app's plain HTTP readiness probe goes to Envoy's listener instead, and then the sidecar has no readiness probe of its own; the manifest's Services that select the pod get numeric targetPorts moved to the listener (one line each on stderr), and one still reaching the app is a warning. Every app container without a preStop gets one, httpGet /v1/app-stop on lastcall's status port: its SIGTERM waits until nothing is in flight to it after endpoint removal (about 1 s on a liveness restart). A pod with another proxy, hostNetwork, or no containerPort (without --config-map), and two objects of one kind and name, are refused (exit 1, left as is); annotation lastcall/inject: \"false\" skips a workload",
     )
     .addOption(
       option("-f, --filename <file>", "the manifest (YAML, several documents allowed); - for stdin")
@@ -25,7 +25,7 @@ export function addKubernetesCommands(
     .addOption(
       option(
         "--mode <mode>",
-        "native: init container with restartPolicy Always (Kubernetes ≥ 1.29), stopped after the app; classic: the first container, stopped beside the apps",
+        "native: init container with restartPolicy Always (Kubernetes ≥ 1.29), stopped after the app; classic: a container after the apps (first when held), stopped beside them",
       )
         .default(SIDECAR_DEFAULTS.mode).argParser(choiceArg(["native", "classic"] as const)),
     )

@@ -115,20 +115,8 @@ export class InboundCloser {
   }
 }
 
-/**
- * The ports of an Envoy's inbound listeners, by their names (LDS ones are not known); none when
- * its admin does not answer.
- *
- * @example
- * ```ts
- * await inboundPorts(live, live.admin, AbortSignal.timeout(1000)); // [18080]
- * ```
- */
-export async function inboundPorts(
-  live: Epoch,
-  admin: AdminClient,
-  signal: AbortSignal,
-): Promise<number[]> {
+/** The ports of an Envoy's inbound listeners, by their names (LDS ones are not known). */
+async function inboundPorts(live: Epoch, admin: AdminClient, signal: AbortSignal) {
   const inbound = new Set(live.bootstrap.inboundListeners);
   const text = await admin.request("GET", "/listeners?format=json", signal).catch(() => "");
   const ports: number[] = [];

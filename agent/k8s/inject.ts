@@ -233,14 +233,8 @@ function injectObject(
   const hold = holdReason(options.holdApp ?? "auto", wiring, context, namespace);
   const wires = wiring.wires ?? [];
   renameAppPorts(doc, spec, wires);
-  // Native: the sidecar starts first, so its Envoy serves before the kubelet first probes an app;
-  // classic: the probe asks lastcall, which waits for Envoy.
-  const throughEnvoy = readinessThroughEnvoy(
-    doc,
-    spec,
-    wires,
-    options.mode === "classic" ? statusPort : undefined,
-  );
+  // Native: the sidecar starts first, so its Envoy serves before the kubelet first probes an app.
+  const throughEnvoy = options.mode === "native" ? readinessThroughEnvoy(doc, spec, wires) : [];
   const sidecar = {
     ...options,
     statusPort,
@@ -261,10 +255,13 @@ function injectObject(
     // Last among the init containers: the pod's own init steps run as before, and the app
     // containers start once the proxy's startup probe passes.
     sequence(doc, spec, "initContainers").items.push(container);
-  } else {
-    // First: the kubelet starts the containers in order, so lastcall's status port is bound
-    // before an app's first probe asks it; held, its postStart hook holds the apps too.
+  } else if (hold !== undefined) {
+    // First: its postStart hook (`lastcall wait`) holds the containers after it.
     sequence(doc, spec, "containers").items.unshift(container);
+  } else {
+    // Last: the kubelet starts the apps' containers before lastcall's start takes the CPU, so
+    // the pod's first sync ends sooner (docs/kubernetes.md, on the pods' second).
+    sequence(doc, spec, "containers").items.push(container);
   }
   addVolume(doc, spec, CONFIG_VOLUME, configVolume(wiring.configMap));
   addAppStopHooks(doc, spec, statusPort);

@@ -1,8 +1,7 @@
 // The app's own readiness probe, sent through Envoy: inject points an app container's HTTP
-// readiness probe at the listener in front of the port it probes (native), or at lastcall's
-// `/v1/app-ready`, which waits for Envoy and asks through that listener (classic). The pod is
-// Ready only while Envoy serves that port, and the sidecar needs no readiness probe of its own.
-import { type Document, isMap, isSeq, Scalar, type YAMLMap } from "yaml";
+// readiness probe at the listener in front of the port it probes, so the pod is Ready only while
+// Envoy serves that port, and the sidecar needs no readiness probe of its own.
+import { type Document, isMap, isSeq, type YAMLMap } from "yaml";
 import { containerName, type ContainerSpec } from "./containers.ts";
 import type { PortWire } from "./envoy-wiring.ts";
 import { ownIn, ownItem, ownValue, valueOf } from "./own-node.ts";
@@ -17,12 +16,7 @@ export interface ProbeThroughEnvoy {
   appPort: number;
   /** Envoy's listener in front of it. */
   listenerPort: number;
-  /** Classic: lastcall's status port, whose `/v1/app-ready` the probe now asks. */
-  statusPort?: number;
 }
-
-/** The kubelet's default probe timeout, in seconds. */
-const DEFAULT_TIMEOUT_S = 1;
 
 /**
  * The wire an app container's readiness probe can go through: an `httpGet` in plain HTTP to
@@ -52,9 +46,6 @@ export function probeWire(
 /**
  * Points each app container's HTTP readiness probe at Envoy's listener in front of its port
  * (after {@linkcode renameAppPorts}, whose names the probes may use). One entry per probe moved.
- * With `statusPort` (classic: the sidecar starts beside the app, so Envoy may not serve at the
- * first probe), the probe asks lastcall's `/v1/app-ready` there instead, which waits for Envoy
- * within the probe's timeout and then asks the same path through the listener.
  *
  * @example
  * ```ts
@@ -66,7 +57,6 @@ export function readinessThroughEnvoy(
   doc: Document,
   spec: YAMLMap,
   wires: readonly PortWire[],
-  statusPort?: number,
 ): ProbeThroughEnvoy[] {
   const containers = ownValue(doc, spec, "containers");
   if (!isSeq(containers)) return [];
@@ -86,39 +76,10 @@ export function readinessThroughEnvoy(
       container: wire.container,
       appPort: wire.appPort,
       listenerPort: wire.listenerPort,
-      ...(statusPort !== undefined ? { statusPort } : {}),
     });
-    if (statusPort === undefined) {
-      http.set("port", wire.listenerPort);
-      continue;
-    }
-    const timeout = getPath(value, ["readinessProbe", "timeoutSeconds"]);
-    // Quoted: Kubernetes' YAML parser refuses a `?` inside a plain scalar of a flow mapping.
-    const path = new Scalar(appReadyPath(wire.listenerPort, http.get("path"), timeout));
-    path.type = Scalar.QUOTE_DOUBLE;
-    http.set("path", path);
-    http.set("port", statusPort);
+    http.set("port", wire.listenerPort);
   }
   return moved;
-}
-
-/**
- * The path of lastcall's `/v1/app-ready` for a probe of `path` through listener `port`, within
- * the probe's timeout (`timeoutSeconds`, the kubelet's default 1 s when unset).
- *
- * @example
- * ```ts
- * appReadyPath(18080, "/ready", undefined); // "/v1/app-ready?port=18080&timeout_ms=1000&path=/ready"
- * ```
- */
-export function appReadyPath(port: number, path: unknown, timeoutSeconds: unknown): string {
-  const seconds = Number.isInteger(timeoutSeconds) && (timeoutSeconds as number) > 0
-    ? timeoutSeconds as number
-    : DEFAULT_TIMEOUT_S;
-  // A slash needs no escape in a query; everything else that could end the value does.
-  const asked = encodeURIComponent(typeof path === "string" && path !== "" ? path : "/")
-    .replaceAll("%2F", "/");
-  return `/v1/app-ready?port=${port}&timeout_ms=${seconds * 1000}&path=${asked}`;
 }
 
 /**
@@ -131,10 +92,7 @@ export function appReadyPath(port: number, path: unknown, timeoutSeconds: unknow
  * ```
  */
 export function throughEnvoyNote(p: ProbeThroughEnvoy): string {
-  const to = p.statusPort === undefined
-    ? `${p.listenerPort} (through Envoy`
-    : `lastcall's ${p.statusPort} /v1/app-ready (which waits for Envoy, then asks through its listener ${p.listenerPort}`;
-  return `container "${p.container}" readiness probe: port ${p.appPort} → ${to}, so the pod is Ready only while Envoy serves it; the sidecar has no readiness probe of its own)`;
+  return `container "${p.container}" readiness probe: port ${p.appPort} → ${p.listenerPort} (through Envoy, so the pod is Ready only while Envoy serves it; the sidecar has no readiness probe of its own)`;
 }
 
 function anchored(node: unknown): boolean {

@@ -19,22 +19,6 @@ const CLOSE_GRACE_MS = 500;
 /** What a warmed server asks itself once: its first probe then finds the request path compiled. */
 const WARM_PATH = "/healthz/live";
 
-/** When each request reached the server: a held one may wait for the app before it is seen. */
-const arrivals = new WeakMap<IncomingMessage, number>();
-
-/**
- * When `incoming` reached the status server (ms since the epoch); undefined for a request that
- * did not come through it (`app.request()` in tests).
- *
- * @example
- * ```ts
- * app.get("/", (c) => c.text(`waited ${Date.now() - (arrivedAt(c.env?.incoming) ?? Date.now())} ms`));
- * ```
- */
-export function arrivedAt(incoming: IncomingMessage | undefined): number | undefined {
-  return incoming ? arrivals.get(incoming) : undefined;
-}
-
 /** A listening status server. */
 export interface StatusServer {
   /** The port actually bound (useful with port 0). */
@@ -99,7 +83,6 @@ export function bindStatus(
     if (held) stop = resolve;
   });
   const server = createServer((incoming, outgoing) => {
-    arrivals.set(incoming, Date.now());
     const answering = Promise.race([warmed.then(load), stopped]);
     answering.then((answer) => answer(incoming, outgoing)).catch((error: Error) => {
       outgoing.statusCode = 500;

@@ -6,9 +6,6 @@ import type { DrainView } from "../drain/waiting.ts";
 import type { AgentState } from "../state.ts";
 import type { AppReport } from "../supervise/app-watch.ts";
 import type { AppStopAnswer } from "../drain/app-stop.ts";
-import { appReady, appReadyQuery } from "./app-ready.ts";
-import { arrivedAt } from "./listen.ts";
-import type { IncomingMessage } from "node:http";
 import { bodyCap, cappedBody, cappedJson } from "./body-cap.ts";
 import { loopbackOnly } from "./loopback-only.ts";
 import {
@@ -54,8 +51,6 @@ export interface StatusControls extends ReportControls {
    * never starts or ends a drain; see agent/drain/app-stop.ts.
    */
   appStop?(): Promise<AppStopAnswer>;
-  /** The ports of the serving Envoy's inbound listeners, for `GET /v1/app-ready`. */
-  inboundPorts?(): Promise<number[]>;
   /**
    * Who made the connection a control request (`/quitquitquit`, `/drain`, `/v1/app`) came on:
    * one made by an Envoy lastcall supervises is refused (see `connectionMaker`).
@@ -97,16 +92,6 @@ export function createStatusApp(controls: StatusControls): Hono {
   app.get("/v1/app-stop", async function appStop(c) {
     if (!controls.appStop) return c.json({ error: "not served here" }, 404);
     return c.json(await controls.appStop());
-  });
-  // An app container's readiness probe in a classic pod: through Envoy, once Envoy serves.
-  app.get("/v1/app-ready", async function appReadiness(c) {
-    const incoming = (c.env as { incoming?: IncomingMessage } | undefined)?.incoming;
-    const query = appReadyQuery((name) => c.req.query(name), arrivedAt(incoming));
-    if (typeof query === "string") return c.json({ error: query }, 400);
-    const inboundPorts = controls.inboundPorts ?? (() => Promise.resolve([]));
-    const ready = (waitMs: number) => readyWithin(controls, waitMs);
-    const answer = await appReady({ ready, inboundPorts }, query, c.req.header());
-    return c.json(answer, answer.ready ? 200 : 503);
   });
   app.get("/metrics", async function metrics(c) {
     return c.body(await controls.metrics(), 200, {

@@ -15,7 +15,6 @@ import type { DrainMetrics } from "../drain/drain-metrics.ts";
 import { connectionMaker } from "./not-through-envoy.ts";
 import type { AgentState } from "../state.ts";
 import type { AppStopAnswer } from "../drain/app-stop.ts";
-import { inboundPorts } from "../drain/inbound.ts";
 
 /** What the answers are made from. */
 export interface StatusView {
@@ -77,23 +76,6 @@ export async function readiness(v: StatusView): Promise<ReadinessAnswer> {
   }
   const answer = await newest.admin.readiness(1000);
   return { ready: false, reason: answer.reason ?? answer.state };
-}
-
-/** Each Envoy's inbound ports, asked once (its listeners are static or LDS, never renamed). */
-const portsOf = new WeakMap<Epoch, Promise<number[]>>();
-
-/** The ports of the serving Envoy's inbound listeners (none while no Envoy serves). */
-function servingInboundPorts(v: StatusView): Promise<number[]> {
-  const live = v.envoys.serving();
-  if (!live?.admin) return Promise.resolve([]);
-  let ports = portsOf.get(live);
-  if (!ports) {
-    ports = inboundPorts(live, live.admin, AbortSignal.timeout(1000));
-    portsOf.set(live, ports);
-    // An admin that did not answer is asked again at the next probe.
-    void ports.then((found) => found.length === 0 && portsOf.delete(live));
-  }
-  return ports;
 }
 
 /** What `/v1/state` answers. */
@@ -177,7 +159,6 @@ export function serveStatus(server: BoundServer, w: StatusWiring): StatusServer 
     quit: w.quit,
     drain: w.drain,
     appStop: w.appStop,
-    inboundPorts: () => servingInboundPorts(w.view()),
     // Control requests an Envoy of this agent carries (a user's route to the status port) are refused.
     connectionMaker: (ports) =>
       connectionMaker(ports, w.view().envoys.all().map((live) => live.info.pid)),

@@ -151,26 +151,14 @@ export function withoutWiring(values: unknown[], inputs: unknown[]): unknown[] {
           }
         }
       }
-      // An app's readiness probe sent through Envoy's listener (native), or through lastcall's
-      // `/v1/app-ready` to it (classic, the path in its query), probed the app before.
+      // An app's readiness probe sent through Envoy's listener (native) probed the app before.
       const originals = (podSpecOf(input)?.containers as Obj[] | undefined) ?? [];
       for (
         const c of ((spec?.containers as Obj[] | undefined) ?? []).filter((c) => c !== sidecar)
       ) {
         const http = (c.readinessProbe as Obj | undefined)?.httpGet as Obj | undefined;
-        const was = originals.find((i) => i.name === c.name)?.readinessProbe as Obj | undefined;
-        const appReady = typeof http?.path === "string" && http.path.startsWith("/v1/app-ready?")
-          ? new URLSearchParams(http.path.slice("/v1/app-ready?".length))
-          : undefined;
-        if (http && appReady && appPortOf.has(Number(appReady.get("port")))) {
-          const path = appReady.get("path");
-          const wasPath = (was?.httpGet as Obj | undefined)?.path;
-          if (wasPath === undefined && path === "/") delete http.path;
-          else http.path = path;
-          http.port = (was?.httpGet as Obj | undefined)?.port;
-          continue;
-        }
         if (!http || typeof http.port !== "number" || !appPortOf.has(http.port)) continue;
+        const was = originals.find((i) => i.name === c.name)?.readinessProbe as Obj | undefined;
         http.port = (was?.httpGet as Obj | undefined)?.port;
       }
     })
@@ -179,8 +167,8 @@ export function withoutWiring(values: unknown[], inputs: unknown[]): unknown[] {
 }
 
 /**
- * The names, port numbers and paths inject's wiring moves: the sidecar's port names, the app
- * ports behind listeners, the paths of probes sent through lastcall.
+ * The names and port numbers inject's wiring moves: the sidecar's port names, the app ports
+ * behind listeners.
  */
 export function wiredForms(values: unknown[]): Set<string> {
   const forms = new Set<string>();
@@ -192,12 +180,6 @@ export function wiredForms(values: unknown[]): Set<string> {
     ].find((c) => c.name === "lastcall");
     for (const p of (sidecar?.ports as Obj[] | undefined) ?? []) {
       if (typeof p.name === "string") forms.add(p.name);
-    }
-    // Classic: a readiness probe's path, now in the query of lastcall's `/v1/app-ready`.
-    for (const c of (spec?.containers as Obj[] | undefined) ?? []) {
-      const path = ((c.readinessProbe as Obj | undefined)?.httpGet as Obj | undefined)?.path;
-      if (typeof path !== "string" || !path.startsWith("/v1/app-ready?")) continue;
-      forms.add(new URLSearchParams(path.slice("/v1/app-ready?".length)).get("path") ?? "");
     }
     if (o.kind === "ConfigMap" && /-lastcall-envoy$/.test(String((o.metadata as Obj)?.name))) {
       for (const l of readWires(YAML.parse(String((o.data as Obj)["envoy.yaml"]))).listeners) {

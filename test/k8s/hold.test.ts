@@ -152,8 +152,8 @@ describe("--hold-app never and always", () => {
       holdApp: "never",
     });
     expect(sidecarOf(spec).lifecycle).toBeUndefined();
-    expect(spec.containers.map((c: { name: string }) => c.name)).toEqual(["lastcall", "app"]);
-    expect(spec.containers[1].command).toEqual(["./server"]);
+    expect(spec.containers.map((c: { name: string }) => c.name)).toEqual(["app", "lastcall"]);
+    expect(spec.containers[0].command).toEqual(["./server"]);
     expect(result.notes.filter((n) => /waits for Envoy/.test(n))).toEqual([]);
   });
 

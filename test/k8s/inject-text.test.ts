@@ -29,9 +29,8 @@ describe("the documents inject changes keep their author's layout", () => {
     const text =
       "kind: Pod\nmetadata: {name: web}\nspec:\n  containers: [{name: app, image: x, ports: [{containerPort: 80}]}]\n";
     const out = inject(text, classic).text;
-    expect(out).toContain("  containers:\n    - name: lastcall\n");
     expect(out).toContain(
-      "\n    - {name: app, image: x, ports: [{containerPort: 80}], lifecycle: {preStop: {httpGet: {path: /v1/app-stop, port: 15020}}}}\n",
+      "  containers:\n    - {name: app, image: x, ports: [{containerPort: 80}], lifecycle: {preStop: {httpGet: {path: /v1/app-stop, port: 15020}}}}\n    - name: lastcall\n",
     );
   });
 

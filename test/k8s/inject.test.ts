@@ -110,14 +110,14 @@ describe("native mode: an init container with restartPolicy Always", () => {
   });
 });
 
-describe("classic mode: a container before the apps", () => {
+describe("classic mode: a container after the apps (first when held)", () => {
   it.each(KINDS)("%s", (kind) => {
     const result = inject(manifest(workload(kind)), classic);
     const [out] = objects(result.text);
     const spec = specOf(out);
-    // First: the kubelet starts it before the app, so its status port answers the app's probes.
-    expect(spec.containers.map((c: { name: string }) => c.name)).toEqual(["lastcall", "app"]);
-    expect(spec.containers[0]).toEqual({
+    // Not held: after the app, whose container the kubelet then starts first.
+    expect(spec.containers.map((c: { name: string }) => c.name)).toEqual(["app", "lastcall"]);
+    expect(spec.containers[1]).toEqual({
       name: "lastcall",
       image: `lastcall:${VERSION}`,
       args: argsFor("30s"),
@@ -126,9 +126,9 @@ describe("classic mode: a container before the apps", () => {
       livenessProbe: live,
       volumeMounts: [{ name: "lastcall-config", mountPath: "/etc/envoy", readOnly: true }],
     });
-    expect(spec.containers[1].lifecycle).toEqual({ preStop: appStop });
+    expect(spec.containers[0].lifecycle).toEqual({ preStop: appStop });
     expect(() => validateWorkload(out)).not.toThrow();
-    expect(unknownContainerFields(spec.containers[0])).toEqual([]);
+    expect(unknownContainerFields(spec.containers[1])).toEqual([]);
   });
 
   it.each([
@@ -153,7 +153,9 @@ describe("classic mode: a container before the apps", () => {
       const [out] = objects(result.text);
       const spec = specOf(out);
       expect(result.warnings).toEqual([]);
-      expect(spec.containers.map((c: { name: string }) => c.name)).toEqual(["lastcall", "app"]);
+      // Held: first, its postStart hook holding the app's start; not held (a Job's): last.
+      const order = options.holdApp === "always" ? ["lastcall", "app"] : ["app", "lastcall"];
+      expect(spec.containers.map((c: { name: string }) => c.name)).toEqual(order);
       expect(appsIn(spec)[0]).toEqual({
         name: "app",
         image: "example/app:1",

@@ -3,10 +3,7 @@
 // is Ready only while Envoy serves, through exactly one gate (the app's probe or the sidecar's).
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { Hono } from "hono";
 import { injectManifest } from "../../agent/k8s/inject.ts";
-import { appReadyPath } from "../../agent/k8s/probe-wiring.ts";
-import { appReadyQuery } from "../../agent/status/app-ready.ts";
 import { SIDECAR_DEFAULTS } from "../../agent/k8s/sidecar.ts";
 import { objects, specOf, workload } from "./workloads.ts";
 import YAML from "yaml";
@@ -114,67 +111,13 @@ ${probes}`,
     expect(b.initContainers[0].readinessProbe).toBeUndefined();
   });
 
-  it("classic: the probe asks lastcall's /v1/app-ready (which waits for Envoy) with its path and timeout", () => {
-    const { app, sidecar, result } = injected(
-      {
-        readinessProbe: {
-          httpGet: {
-            path: "/ready?deep=1",
-            port: "http",
-            httpHeaders: [{ name: "x", value: "y" }],
-          },
-          timeoutSeconds: 3,
-          periodSeconds: 5,
-        },
-      },
-      "classic",
-    );
-    expect(app.readinessProbe).toEqual({
-      httpGet: {
-        path: "/v1/app-ready?port=18080&timeout_ms=3000&path=/ready%3Fdeep%3D1",
-        port: 15020,
-        httpHeaders: [{ name: "x", value: "y" }],
-      },
-      timeoutSeconds: 3,
-      periodSeconds: 5,
-    });
-    expect(sidecar.readinessProbe).toBeUndefined();
-    // Quoted: kubectl's YAML parser refuses `?` in a plain scalar of a flow mapping.
-    expect(result.text).toContain(
-      `path: "/v1/app-ready?port=18080&timeout_ms=3000&path=/ready%3Fdeep%3D1"`,
-    );
-    expect(result.notes.find((n) => n.includes("readiness probe"))).toContain(
-      `port 8080 → lastcall's 15020 /v1/app-ready (which waits for Envoy, then asks through its listener 18080`,
-    );
+  it("classic mode leaves the app's probe to the app (its Envoy may start after the app)", () => {
+    const { app, sidecar } = injected({ readinessProbe: { httpGet: { port: 8080 } } }, "classic");
+    expect(app.readinessProbe).toEqual({ httpGet: { port: 8080 } });
+    expect(sidecar.readinessProbe.httpGet.port).toBe(15020);
   });
 
-  it("classic: no path, the kubelet's default timeout", () => {
-    const { app } = injected({ readinessProbe: { httpGet: { port: 8080 } } }, "classic");
-    expect(app.readinessProbe.httpGet).toEqual({
-      path: "/v1/app-ready?port=18080&timeout_ms=1000&path=/",
-      port: 15020,
-    });
-  });
-
-  it("property: the path inject writes reads back, through the kubelet's URL and lastcall's route, as the app's own", async () => {
-    const echo = new Hono().get("/v1/app-ready", (c) => {
-      const query = appReadyQuery((n) => c.req.query(n));
-      return c.json(typeof query === "string" ? query : { ...query, askedAt: undefined });
-    });
-    await fc.assert(fc.asyncProperty(
-      fc.string({ unit: "grapheme", maxLength: 40 }).map((p) => `/${p}`),
-      fc.integer({ min: 1, max: 65535 }),
-      fc.integer({ min: 1, max: 600 }),
-      async (path, port, seconds) => {
-        const asked = appReadyPath(port, path, seconds);
-        // The kubelet sends the path as written: scheme, host and port before it.
-        const answer = await (await echo.request(new URL(asked, "http://10.0.0.7:15020"))).json();
-        expect(answer).toEqual({ port, path, timeoutMs: seconds * 1000 });
-      },
-    ));
-  });
-
-  it("property: any readiness probe, either mode, one gate on Envoy (the app's through a listener, or the sidecar's)", () => {
+  it("property: any readiness probe, one gate on Envoy (the app's through a listener, or the sidecar's)", () => {
     const port = fc.oneof(
       fc.constantFrom(8080, 9000, 8443, 7070, 9999, 1),
       fc.constantFrom("http", "grpc-api", "https-web", "nope"),
@@ -192,18 +135,13 @@ ${probes}`,
         }, { requiredKeys: ["port"] }),
       }),
     );
-    const mode = fc.constantFrom("native" as const, "classic" as const);
-    fc.assert(fc.property(probe, mode, (readinessProbe, mode) => {
+    fc.assert(fc.property(probe, (readinessProbe) => {
       const probes = readinessProbe
         ? { readinessProbe: JSON.parse(JSON.stringify(readinessProbe)) }
         : {};
-      const { app, sidecar } = injected(probes, mode);
+      const { app, sidecar } = injected(probes);
       const listener = [18080, 19000, 18443, 17070];
-      const http = app.readinessProbe?.httpGet;
-      const throughEnvoy = mode === "native"
-        ? listener.includes(http?.port)
-        : http?.port === 15020 &&
-          listener.some((p) => http.path.startsWith(`/v1/app-ready?port=${p}&`));
+      const throughEnvoy = listener.includes(app.readinessProbe?.httpGet?.port);
       expect(throughEnvoy !== (sidecar.readinessProbe !== undefined)).toBe(true);
       if (throughEnvoy) {
         expect(app.readinessProbe.httpGet.host).toBeUndefined();

@@ -94,12 +94,12 @@ describe("inject of a workload with declared ports", () => {
     expect(spec.initContainers[0].readinessProbe).toBeUndefined();
   });
 
-  it("in classic mode the app's probe asks lastcall, which asks through the listener; the sidecar has none of its own", () => {
+  it("in classic mode the app's probe follows the new name, and the sidecar keeps its own", () => {
     const spec = specOf(objects(inject(text, { ...SIDECAR_DEFAULTS, mode: "classic" }).text)[0]);
-    expect(spec.containers[1].readinessProbe).toEqual({
-      httpGet: { path: "/v1/app-ready?port=18080&timeout_ms=1000&path=/ready", port: 15020 },
+    expect(spec.containers[0].readinessProbe).toEqual({
+      httpGet: { path: "/ready", port: "http-app" },
     });
-    expect(spec.containers[0].readinessProbe).toBeUndefined();
+    expect(spec.containers[1].readinessProbe.httpGet.port).toBe(15020);
   });
 
   it("points the Services at the listeners and says so, one line each, with no warning", () => {
