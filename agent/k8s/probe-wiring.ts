@@ -29,7 +29,7 @@ export interface ProbeThroughEnvoy {
  *   readinessProbe: { httpGet: { path: "/", port: "http-app" } } }, wires); // the 8080 wire
  * ```
  */
-export function probeWire(
+function probeWire(
   c: ContainerSpec,
   wires: readonly PortWire[],
 ): PortWire | undefined {
