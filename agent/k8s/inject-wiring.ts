@@ -121,6 +121,23 @@ export function generatedName(object: Record<string, unknown>): string {
 export const WORKLOAD_ANNOTATION = "lastcall/workload";
 
 /**
+ * Why `metadata.name` is no name to Kubernetes, which reads YAML 1.1 (an unquoted `n` is the
+ * boolean false there); undefined when it is a string or absent.
+ *
+ * @example
+ * ```ts
+ * nameRefusal({ metadata: { name: false } }); // "metadata.name is read as false, not a string: …"
+ * ```
+ */
+export function nameRefusal(object: Record<string, unknown>): string | undefined {
+  const name = getPath(object, ["metadata", "name"]);
+  if (name === undefined || typeof name === "string") return undefined;
+  return `metadata.name is read as ${
+    JSON.stringify(name)
+  }, not a string: Kubernetes reads YAML 1.1, where an unquoted y, n, yes, no, on or off is a boolean (quote it)`;
+}
+
+/**
  * A workload's `Kind/name` (`generateName` when it has no name).
  *
  * @example

@@ -12,6 +12,7 @@ import { renderJson } from "./json-out.ts";
 import {
   configMapObject,
   contextOf,
+  nameRefusal,
   objectKey,
   objectsOf,
   renameAppPorts,
@@ -205,6 +206,11 @@ function injectObject(
     return undefined;
   }
   if (hasSidecar(template.spec) || optedOut(value, template)) return undefined;
+  const badName = nameRefusal(value);
+  if (badName) {
+    warn(`${template.ref}: ${badName}: left as is`, true);
+    return undefined;
+  }
   const copies = getPath(value, ["metadata", "name"]) === undefined
     ? 1
     : context.objects.get(objectKey(value)) ?? 1;

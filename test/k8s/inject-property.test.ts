@@ -5,6 +5,7 @@ import { isDeepStrictEqual } from "node:util";
 import { describe, expect, it } from "vitest";
 import YAML from "yaml";
 import { injectManifest } from "../../agent/k8s/inject.ts";
+import { MANIFEST_YAML } from "../../agent/k8s/manifest.ts";
 import { SIDECAR_DEFAULTS } from "../../agent/k8s/sidecar.ts";
 import { validateWorkload } from "./schema.ts";
 import { KINDS, objects, specOf, workload } from "./workloads.ts";
@@ -99,6 +100,10 @@ describe("inject on generated workloads", () => {
           expect(twice.injected).toBe(0);
 
           const before = objects(text);
+          // Names as Kubernetes reads them (YAML 1.1: an unquoted `n` is a boolean, no name).
+          const kubeNames = YAML.parseAllDocuments(text, MANIFEST_YAML).map((d) =>
+            d.toJS()?.metadata?.name
+          );
           // The ConfigMaps inject wrote, one right after each workload it wired.
           const all = objects(once.text);
           const after = all.filter((o, i) =>
@@ -119,15 +124,16 @@ describe("inject on generated workloads", () => {
             const original = specOf(before[i]);
             const named = (s: Json) =>
               [...s.containers, ...(s.initContainers ?? [])].filter((c) => c.name === "lastcall");
-            // Already has a sidecar, too short a grace period for one, no port to wire, or another
-            // object of its kind and name in the manifest: left as is.
+            // Already has a sidecar, too short a grace period for one, no port to wire, another
+            // object of its kind and name in the manifest, or a name that is no string to
+            // Kubernetes: left as is.
             const ported = original.containers.some((c: Json) => c.ports?.length);
             const twin = before.some((b, j) =>
               j !== i && b.kind === object.kind && b.metadata.name === object.metadata.name
             );
             if (
               named(original).length || (original.terminationGracePeriodSeconds ?? 30) < 8 ||
-              !ported || twin
+              !ported || twin || typeof kubeNames[i] !== "string"
             ) return expect(object).toEqual(before[i]);
             expect(named(spec)).toHaveLength(1);
             const apps = (s: Json) =>

@@ -282,6 +282,20 @@ describe("workloads of one name", () => {
     expect(out.map((o) => `${o.kind}/${o.metadata.name}`)).toEqual(eachOwn);
   });
 
+  it("a name YAML 1.1 reads as a boolean is refused, saying so, not taken for a twin", () => {
+    const text = manifest(workload("CronJob"), workload("CronJob"))
+      .replace(/name: web\n/, "name: n\n").replace(/name: web\n/, "name: y\n");
+    const result = inject(text);
+    expect(result.text).toBe(text);
+    expect(result.refused).toBe(2);
+    expect(result.warnings).toEqual(
+      [false, true].map((value) =>
+        `cronjob/unnamed: metadata.name is read as ${value}, not a string: Kubernetes reads YAML ` +
+        "1.1, where an unquoted y, n, yes, no, on or off is a boolean (quote it): left as is"
+      ),
+    );
+  });
+
   it("two objects of one kind and name are refused, each named", () => {
     const text = manifest(workload("Pod", portless), workload("Pod"));
     const result = inject(text);
