@@ -3,8 +3,17 @@
 import { describe, expect, it } from "vitest";
 import { errorLines, lastcall, run, someConfig } from "./cli-run.ts";
 
+/** A bad value, given by flag or environment, and what the one error line must name. */
+type BadValue = {
+  name: string;
+  args: string[];
+  env: Record<string, string>;
+  flag: string;
+  value: string;
+};
+
 describe("bad option values exit 2 with one line naming the flag and the value", () => {
-  it.each([
+  it.each<BadValue>([
     { name: "--grace abc", args: ["--grace", "abc"], env: {}, flag: "--grace", value: "abc" },
     {
       name: "--admin-port 70000",
@@ -82,7 +91,7 @@ describe("bad option values exit 2 with one line naming the flag and the value",
 
 describe("durations a timer cannot hold are refused at start", () => {
   // Above 2^31 − 1 ms setTimeout fires at once: --grace 99999999999999s would mean a hard stop.
-  it.each([
+  it.each<BadValue>([
     {
       name: "--grace 99999999999999s",
       args: run("--config", "/nonexistent.yaml", "--grace", "99999999999999s"),

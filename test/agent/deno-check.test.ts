@@ -1,11 +1,9 @@
 // The agent's source type-checks under Deno 2 as it is (the run under Deno is in smoke.test.ts).
 import { execFile } from "node:child_process";
-import { resolve } from "node:path";
 import { promisify } from "node:util";
 import { expect, it } from "vitest";
 import { resolveDeno } from "../../build/deno.mjs";
-
-const root = resolve(import.meta.dirname, "../..");
+import { root } from "../support/paths.ts";
 
 it("deno check passes on the entry point", async () => {
   const result = await promisify(execFile)(resolveDeno(), ["check", "--quiet", "agent/main.ts"], {

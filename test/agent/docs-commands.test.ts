@@ -4,7 +4,7 @@
 import { execFile } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import {
@@ -18,8 +18,8 @@ import { FILTER_WASM, localCluster } from "../support/envoy-bootstrap.ts";
 import { startEnvoy, stopAllEnvoys } from "../support/envoy.ts";
 import { runLastcall } from "../support/lastcall.ts";
 import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
+import { root } from "../support/paths.ts";
 
-const root = resolve(import.meta.dirname, "../..");
 const run = promisify(execFile);
 type Obj = Record<string, unknown>;
 

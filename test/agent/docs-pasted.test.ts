@@ -2,7 +2,7 @@
 // block does what the doc says. Envoy configs and command lines: docs-commands.test.ts.
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { basename, join, resolve } from "node:path";
+import { basename, join } from "node:path";
 import { describe, expect, it } from "vitest";
 import YAML from "yaml";
 import {
@@ -17,8 +17,8 @@ import { waitFor } from "../support/envoy.ts";
 import { startHook } from "../support/hook-command.ts";
 import { lastcallCommand, runLastcall } from "../support/lastcall.ts";
 import { createNetns, netnsSkipReason } from "../support/netns.ts";
+import { root } from "../support/paths.ts";
 
-const root = resolve(import.meta.dirname, "../..");
 type Obj = Record<string, unknown>;
 
 /** What the docs say of each Kubernetes block, by `blockKey`: a new block needs its line here. */

@@ -4,15 +4,15 @@
 import { spawnSync } from "node:child_process";
 import { mkdtempSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { drainHookCommand } from "../../agent/drain/hook.ts";
 import { http1 } from "../filter/clients.ts";
 import { inboundConfig, isAlive, startLastcall, type TestLastcall } from "../support/lastcall.ts";
 import { AS_PID_1, pid1Of, pid1Unavailable } from "../support/processes.ts";
 import { agentSees, serving, upstreamForFile } from "../support/serving.ts";
+import { root } from "../support/paths.ts";
 
-const root = resolve(import.meta.dirname, "../..");
 const app = upstreamForFile();
 const noPid1 = pid1Unavailable();
 

@@ -5,10 +5,10 @@ import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { http1 } from "../filter/clients.ts";
 import { inboundConfig, writeConfig } from "../support/lastcall.ts";
+import { root } from "../support/paths.ts";
 import { agentSees, agentState, serving, upstreamForFile } from "../support/serving.ts";
 
 const app = upstreamForFile();
-const root = join(import.meta.dirname, "../..");
 
 /** The HTTP filter as docs/filter.md shows it, with the filter built for the tests. */
 const pasted = {

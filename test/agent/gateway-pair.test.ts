@@ -2,7 +2,7 @@
 // against a real Envoy with the filter.
 import { existsSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { httpBootstrap } from "../support/envoy-bootstrap.ts";
 import { startEnvoy, stopAllEnvoys, type TestEnvoy } from "../support/envoy.ts";
@@ -10,8 +10,8 @@ import { type HookCommand, msBetween, startHook } from "../support/hook-command.
 import { inboundConfig, startLastcall, stopAllLastcalls } from "../support/lastcall.ts";
 import { createNetns, netnsSkipReason } from "../support/netns.ts";
 import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
+import { root } from "../support/paths.ts";
 
-const root = resolve(import.meta.dirname, "../..");
 let app: UpstreamApp;
 let envoyGateway: string;
 beforeAll(async () => {

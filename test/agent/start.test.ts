@@ -2,12 +2,11 @@
 // drains, nothing is left behind.
 import { type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { resolve } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { waitFor } from "../support/envoy.ts";
 import { createNetns, type Netns, netnsSkipReason } from "../support/netns.ts";
+import { root } from "../support/paths.ts";
 
-const root = resolve(import.meta.dirname, "../..");
 const skip = netnsSkipReason();
 /** The ports the demo takes: Envoy's listener and admin, lastcall's status server, the demo app. */
 const DEMO_PORTS = [8080, 10000, 15000, 15020];

@@ -2,7 +2,7 @@
 // their answer.
 import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildImages } from "../../build/image.mjs";
 import { waitFor } from "../support/envoy.ts";
@@ -17,8 +17,8 @@ import {
   removePod,
   runInPod,
 } from "../support/podman.ts";
+import { root } from "../support/paths.ts";
 
-const root = resolve(import.meta.dirname, "../..");
 // podman 4.3 names a Deployment's pod <name>-pod-0 and its containers <pod>-<container>.
 const POD = "caller-pod-0";
 const SIDECAR = `${POD}-lastcall`;

@@ -1,6 +1,6 @@
 // Contour's Envoy pod shape with lastcall's image, played by podman with the kubelet's termination
 // order: nothing in flight is lost.
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import YAML from "yaml";
 import { buildImages } from "../../build/image.mjs";
@@ -15,8 +15,8 @@ import {
   removePod,
   runInPod,
 } from "../support/podman.ts";
+import { root } from "../support/paths.ts";
 
-const root = resolve(import.meta.dirname, "../..");
 const POD = "envoy";
 const MANAGER = `${POD}-shutdown-manager`;
 const ENVOY = `${POD}-envoy`;

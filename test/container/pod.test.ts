@@ -1,7 +1,7 @@
 // The image in a real container runtime: podman plays the demo pod, stops it, and every request
 // gets its answer.
 import { readFileSync, writeFileSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { buildImages } from "../../build/image.mjs";
 import {
@@ -13,8 +13,8 @@ import {
   removePod,
   runInPod,
 } from "../support/podman.ts";
+import { root } from "../support/paths.ts";
 
-const root = resolve(import.meta.dirname, "../..");
 const POD = "lastcall-demo";
 const SIDECAR = `${POD}-lastcall`;
 const APP = `${POD}-app`;

@@ -1,15 +1,16 @@
 // What the `lastcall check` tables share: the fixtures, edits of their objects, and the runner
 // that asks both the check functions and the built CLI for each row's exact findings.
 import { readFileSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import YAML from "yaml";
 import { checkManifest, checkReport, summaryLine } from "../../agent/k8s/check.ts";
 import { runLastcall } from "../support/lastcall.ts";
 import type { Json } from "../support/json.ts";
+import { root } from "../support/paths.ts";
 
-export const root = resolve(import.meta.dirname, "../..");
-export const fixturePath = (name: string) => join(import.meta.dirname, "fixtures/check", name);
+export { root };
+export const fixturePath = (name: string) => join(root, "test/k8s/fixtures/check", name);
 const read = (path: string) => readFileSync(path, "utf8");
 /** The first document of a fixture as a plain object. */
 export const objectOf = (path: string): Json => YAML.parseAllDocuments(read(path))[0].toJS();

@@ -239,7 +239,7 @@ const rows: Row[] = [
   {
     name:
       "Contour's example Envoy DaemonSet: with no connection open, Envoy stops at the first check, at once",
-    file: join(import.meta.dirname, "fixtures/contour-envoy.yaml"),
+    file: join(root, "test/k8s/fixtures/contour-envoy.yaml"),
     findings: [
       "daemonset/envoy: envoy stops taking requests as early as 0s after termination starts (contour envoy shutdown --drain-delay 0s, default), before endpoint removal is over (~3s): clients still routed to the pod are refused; set contour envoy shutdown --drain-delay ≥ 5s",
     ],

@@ -10,6 +10,7 @@ import { formatFlagDuration, goDurationMs } from "../../agent/k8s/timing.ts";
 import { manifest, workload } from "./workloads.ts";
 import { app, deployment, lastcall, lines } from "./check-support.ts";
 import type { Json } from "../support/json.ts";
+import { root } from "../support/paths.ts";
 
 const fixture = (name: string) =>
   readFileSync(new URL(`fixtures/${name}`, import.meta.url), "utf8");
@@ -227,7 +228,7 @@ describe("clean manifests: no finding", () => {
       name:
         "Contour's example DaemonSet with lastcall's image swapped in (examples/k8s/contour-envoy.yaml): lastcall run keeps Envoy up for --min-drain",
       text: readFileSync(
-        join(import.meta.dirname!, "../../examples/k8s/contour-envoy.yaml"),
+        join(root, "examples/k8s/contour-envoy.yaml"),
         "utf8",
       ),
     },

@@ -4,13 +4,14 @@ import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import YAML from "yaml";
 import { injectManifest } from "../../agent/k8s/inject.ts";
 import { SIDECAR_DEFAULTS } from "../../agent/k8s/sidecar.ts";
 import { runLastcall } from "../support/lastcall.ts";
 import { manifest, podSpec, workload } from "./workloads.ts";
+import { root } from "../support/paths.ts";
 
 /** `lastcall <args>` to its end: exit code and output (the time is not compared). */
 async function lastcall(args: string[], input = "") {
@@ -18,9 +19,8 @@ async function lastcall(args: string[], input = "") {
   return { code, stdout, stderr };
 }
 
-const root = resolve(import.meta.dirname, "../..");
 const example = (name: string) => join(root, "examples/k8s", name);
-const fixture = (name: string) => join(import.meta.dirname, "fixtures", name);
+const fixture = (name: string) => join(root, "test/k8s/fixtures", name);
 const tempFile = (text: string) => {
   const path = join(mkdtempSync(join(tmpdir(), "lastcall-k8s-")), "manifest.yaml");
   writeFileSync(path, text);

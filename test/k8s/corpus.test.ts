@@ -5,6 +5,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type KubeApi, kubeApiSkipReason, startKubeApi } from "../support/kube-api.ts";
 import { runLastcall } from "../support/lastcall.ts";
+import { root } from "../support/paths.ts";
 import { tempDir } from "../support/temp.ts";
 import {
   type Obj,
@@ -17,7 +18,7 @@ import {
   withoutWiring,
 } from "./corpus-support.ts";
 
-const dir = join(import.meta.dirname!, "corpus");
+const dir = join(root, "test/k8s/corpus");
 type Mode = "native" | "classic";
 
 /** What inject does with a file: pods injected, the wiring, refusal and warning lines (patterns), the exit code. */

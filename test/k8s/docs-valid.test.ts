@@ -2,12 +2,12 @@
 // containers completed into Pods) and every manifest in examples/k8s, as the Kubernetes API
 // server itself judges them: server-side dry run with strict field validation (v1.34).
 import { readdirSync, readFileSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { docsKubernetesObjects, where } from "../support/docs-blocks.ts";
 import { type KubeApi, kubeApiSkipReason, startKubeApi } from "../support/kube-api.ts";
+import { root } from "../support/paths.ts";
 
-const root = resolve(import.meta.dirname, "../..");
 const examples = readdirSync(join(root, "examples/k8s")).filter((f) => /\.ya?ml$/.test(f)).sort();
 const skip = kubeApiSkipReason();
 

@@ -11,12 +11,13 @@ import {
   writeFileSync,
 } from "node:fs";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { parseDuration } from "../../agent/lib/duration.ts";
 import { flagValue } from "../../agent/k8s/containers.ts";
+import { root as repoRoot } from "../support/paths.ts";
 
-const unitPath = resolve(import.meta.dirname, "../../examples/vm/lastcall.service");
+const unitPath = join(repoRoot, "examples/vm/lastcall.service");
 const unit = readFileSync(unitPath, "utf8");
 /** The value of `Key=` in the unit (the last one wins, as in systemd). */
 const directive = (key: string) =>

@@ -2,7 +2,7 @@
 // restarts it, and inject's preStop is lastcall's `GET /v1/app-stop`. With no drain under way,
 // lastcall answers it after its 1 s (`no_drain`): the restart goes on, the pod is not drained.
 import { mkdirSync, writeFileSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../support/envoy.ts";
 import type { KubeCluster } from "../support/kube.ts";
@@ -16,8 +16,8 @@ import {
   removeDemo,
   startDemoCluster,
 } from "../support/kube-workload.ts";
+import { root } from "../support/paths.ts";
 
-const root = resolve(import.meta.dirname, "../..");
 const skip = demoClusterSkipReason();
 
 /** The demo Deployment, its app alive while /tmp/dead does not exist (checked every second). */

@@ -2,7 +2,7 @@
 // else applied (a Deployment with two ports, no preStop, and its Service as users write them):
 // pods Ready, requests through Envoy counted by lastcall, a request held across a pod delete answered.
 import { request } from "node:http";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { waitFor } from "../support/envoy.ts";
 import type { KubeCluster } from "../support/kube.ts";
@@ -13,8 +13,8 @@ import {
   followLogs,
   startDemoCluster,
 } from "../support/kube-workload.ts";
+import { root } from "../support/paths.ts";
 
-const root = resolve(import.meta.dirname, "../..");
 const skip = demoClusterSkipReason();
 
 /** An app answering `port P` on both ports (after ?ms=N); on SIGTERM it finishes what it serves, then exits. */

@@ -1,10 +1,9 @@
 // The code blocks of README.md and docs/*.md as a reader pastes them: YAML blocks recognised and
 // completed, and lastcall command lines.
 import { readdirSync, readFileSync } from "node:fs";
-import { basename, join, resolve } from "node:path";
+import { basename, join } from "node:path";
 import YAML from "yaml";
-
-const root = resolve(import.meta.dirname, "../..");
+import { root } from "./paths.ts";
 
 /** One fenced code block of a doc. */
 export interface DocBlock {

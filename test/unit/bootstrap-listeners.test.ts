@@ -27,11 +27,12 @@ describe("deriveBootstrap", () => {
     expect(httpFilterNames(result.config, 1)).toEqual([FILTER_NAME, ROUTER.name]);
     expect(httpFilterNames(result.config, 2)).toEqual([FILTER_NAME, ROUTER.name]);
     // Envoy's drain_listeners?inboundonly drains only listeners marked INBOUND.
-    expect(result.config.static_resources.listeners.map((l: Json) => l.traffic_direction)).toEqual([
-      "INBOUND",
-      "OUTBOUND",
-      "INBOUND",
-    ]);
+    expect((result.config as Json).static_resources.listeners.map((l: Json) => l.traffic_direction))
+      .toEqual([
+        "INBOUND",
+        "OUTBOUND",
+        "INBOUND",
+      ]);
     expect(input.static_resources.listeners[2].traffic_direction).toBeUndefined();
     expect(result).toMatchObject({
       inboundListeners: ["in", "plain"],
@@ -74,7 +75,7 @@ describe("deriveBootstrap", () => {
     };
     const result = deriveBootstrap(input, withFilter);
     expect(result.tcpListeners).toEqual(["in"]);
-    expect(result.config.static_resources.listeners[1].filter_chains[0].filters).toEqual([
+    expect((result.config as Json).static_resources.listeners[1].filter_chains[0].filters).toEqual([
       tcpProxy,
     ]);
   });
@@ -132,7 +133,7 @@ describe("deriveBootstrap", () => {
           const result = deriveBootstrap(input, filtered ? withFilter : options);
           specs.forEach(([d, k], i) => {
             const out = d === "OUTBOUND" || d === 2;
-            const written = result.config.static_resources.listeners[i];
+            const written = (result.config as Json).static_resources.listeners[i];
             const seen = result.listeners[i];
             expect(seen.name).toBe(`l${i}`);
             expect(result.inboundListeners.includes(`l${i}`)).toBe(!out);

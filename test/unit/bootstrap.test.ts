@@ -72,7 +72,7 @@ describe("deriveBootstrap", () => {
       statusAddress: "10.0.0.5",
       statusPort: 4000,
     });
-    const clusters = config.static_resources.clusters as Json[];
+    const clusters = (config as Json).static_resources.clusters as Json[];
     expect(clusters.map((c) => c.name)).toEqual(["app", AGENT_CLUSTER]);
     expect(clusters[1].load_assignment.endpoints[0].lb_endpoints[0].endpoint.address.socket_address)
       .toEqual({ address: "10.0.0.5", port_value: 4000 });
@@ -90,7 +90,8 @@ describe("deriveBootstrap", () => {
       withFilter,
     );
     const wasm =
-      config.static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters[0]
+      (config as Json).static_resources.listeners[0].filter_chains[0].filters[0].typed_config
+        .http_filters[0]
         .typed_config.config;
     expect(wasm).toMatchObject({
       root_id: FILTER_NAME,
@@ -115,12 +116,13 @@ describe("deriveBootstrap", () => {
       static_resources: { listeners: [http, listener("tcp", "INBOUND", [theirsTcp, tcpProxy])] },
     }, withFilter);
     const filters =
-      config.static_resources.listeners[0].filter_chains[0].filters[0].typed_config.http_filters;
+      (config as Json).static_resources.listeners[0].filter_chains[0].filters[0].typed_config
+        .http_filters;
     expect(filters.map((f: Json) => f.name)).toEqual(["cors", FILTER_NAME, ROUTER.name]);
     expect(filters[1].typed_config.config.configuration.value).toBe(
       JSON.stringify({ heartbeat_ms: 1000 }),
     );
-    const tcp = config.static_resources.listeners[1].filter_chains[0].filters;
+    const tcp = (config as Json).static_resources.listeners[1].filter_chains[0].filters;
     expect(tcp.map((f: Json) => f.name)).toEqual([`${FILTER_NAME}_tcp`, tcpProxy.name]);
     expect(tcp[0].typed_config.config.vm_config.vm_id).toBe("lastcall_inflight_tcp");
   });
@@ -144,7 +146,7 @@ describe("deriveBootstrap", () => {
     const result = deriveBootstrap({
       static_resources: { listeners: [listener("tcp", "INBOUND", [tcpProxy])] },
     }, withFilter);
-    const filters = result.config.static_resources.listeners[0].filter_chains[0].filters;
+    const filters = (result.config as Json).static_resources.listeners[0].filter_chains[0].filters;
     expect(filters).toHaveLength(2);
     expect(filters[1]).toEqual(tcpProxy);
     const wasm = filters[0].typed_config;
@@ -164,7 +166,7 @@ describe("deriveBootstrap", () => {
     const result = deriveBootstrap({
       static_resources: { listeners: [listener("tcp", "INBOUND", [tcpProxy])] },
     }, { ...withFilter, filter: undefined });
-    expect(result.config.static_resources.listeners[0].filter_chains[0].filters).toEqual([
+    expect((result.config as Json).static_resources.listeners[0].filter_chains[0].filters).toEqual([
       tcpProxy,
     ]);
     expect(result.tcpListeners).toEqual([]);
@@ -201,7 +203,7 @@ describe("deriveBootstrap", () => {
     expect(input).toEqual(before);
     expect(config.node).toEqual({ id: "n" });
     expect(config.stats_flush_interval).toBe("5s");
-    expect(config.static_resources.listeners[0].address).toEqual(
+    expect((config as Json).static_resources.listeners[0].address).toEqual(
       before.static_resources.listeners[0].address,
     );
   });
@@ -222,15 +224,17 @@ describe("deriveBootstrap", () => {
     );
     const names = (chain: Json) =>
       chain.filters[0].typed_config.http_filters.map((f: Json) => f.name);
-    expect(names(result.config.static_resources.listeners[0].default_filter_chain)).toEqual([
-      FILTER_NAME,
-      ROUTER.name,
-    ]);
-    expect(names(result.config.static_resources.listeners[1].default_filter_chain)).toEqual([
-      FILTER_NAME,
-      ROUTER.name,
-    ]);
-    expect(names(result.config.static_resources.listeners[1].filter_chains[0])).toEqual([
+    expect(names((result.config as Json).static_resources.listeners[0].default_filter_chain))
+      .toEqual([
+        FILTER_NAME,
+        ROUTER.name,
+      ]);
+    expect(names((result.config as Json).static_resources.listeners[1].default_filter_chain))
+      .toEqual([
+        FILTER_NAME,
+        ROUTER.name,
+      ]);
+    expect(names((result.config as Json).static_resources.listeners[1].filter_chains[0])).toEqual([
       FILTER_NAME,
       ROUTER.name,
     ]);

@@ -1,11 +1,11 @@
 // The defaults the docs name (`default \`--min-drain 5s\``) are the ones `lastcall run --help`
 // shows: both come from the option table (RUN_DEFAULTS), and this holds the docs to it.
 import { readdirSync, readFileSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { runOptionList } from "../../agent/options.ts";
+import { root } from "../support/paths.ts";
 
-const root = resolve(import.meta.dirname, "../..");
 const docs = [
   "README.md",
   ...readdirSync(join(root, "docs")).filter((f) => f.endsWith(".md")).map((f) => `docs/${f}`),

@@ -78,11 +78,9 @@ function runOptions(args: string[], env: Record<string, string> = {}): RunOption
   for (const opt of runOptionList()) command.addOption(opt);
   strictBooleanEnvironment(command, () => process.env);
   let options: RunOptions | undefined;
-  command.action((
-    envoyArgs: string[],
-    _o,
-    c: Command,
-  ) => (options = resolveRunOptions(c, envoyArgs)));
+  command.action((envoyArgs: string[], _o, c: Command) => {
+    options = resolveRunOptions(c, envoyArgs);
+  });
   command.parse(["--config", "envoy.yaml", ...args], { from: "user" });
   return options!;
 }

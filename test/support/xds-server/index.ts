@@ -4,11 +4,12 @@
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
-import { join, resolve } from "node:path";
+import { join } from "node:path";
 import { createInterface } from "node:readline";
+import { root } from "../paths.ts";
 
-const source = import.meta.dirname;
-const cacheDir = resolve(source, "../../../.cache/xds-server");
+const source = join(root, "test/support/xds-server");
+const cacheDir = join(root, ".cache/xds-server");
 
 /** Builds the server when its sources changed (quiet; the Go build cache makes repeats fast). */
 export function buildXdsServer(): string {
