@@ -2,7 +2,13 @@
 // the YAML syntax tree, so the user's comments and layout survive in the documents it touches,
 // and documents it does not touch are printed back byte for byte.
 import { Document, isMap, isSeq, type YAMLMap } from "yaml";
-import { MANIFEST_YAML, type ManifestDocument, readManifest, renderManifest } from "./manifest.ts";
+import {
+  jsonPieces,
+  MANIFEST_YAML,
+  type ManifestDocument,
+  readManifest,
+  renderManifest,
+} from "./manifest.ts";
 import { ownIn, ownValue, valueOf } from "./own-node.ts";
 import { findPodTemplate, getPath, isRecord, type PodTemplate } from "./workloads.ts";
 import { podContainers } from "./containers.ts";
@@ -120,7 +126,7 @@ export function injectManifest(text: string, options: InjectOptions): InjectResu
   // A file of comments only holds no document: it comes back as it is.
   const out = documents.length === 0 || changed.size === 0
     ? text
-    : isJson(text)
+    : jsonPieces(text)
     ? renderJson(all, text)
     : renderManifest(all, changed);
   return { text: out, warnings, notes, injected, refused };
@@ -373,11 +379,6 @@ function freeStatusPort(spec: Record<string, unknown>): number {
   let port = STATUS_PORT;
   while (taken.has(port)) port++;
   return port;
-}
-
-/** Whether the input is JSON (its first character opens an object or an array). */
-function isJson(text: string): boolean {
-  return /^\s*[{[]/.test(text);
 }
 
 /**

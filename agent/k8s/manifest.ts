@@ -38,47 +38,98 @@ export class ManifestError extends Error {
 }
 
 /**
- * Splits a manifest into its YAML documents.
+ * Splits a manifest into its YAML documents; a stream of JSON objects (`kubectl apply -f` reads
+ * them one after the other, YAML does not) into one document each.
  *
  * @example Two documents
  * ```ts
  * readManifest("kind: Pod\n---\nkind: Job\n").map((d) => d.doc.get("kind")); // ["Pod", "Job"]
+ * readManifest('{"kind": "Pod"}\n{"kind": "Job"}\n').length; // 2
  * ```
  * @throws {ManifestError} on the first document that is not valid YAML, or whose value cannot
  * be built (an alias bomb, a merge key on something not a mapping)
  */
 export function readManifest(text: string): ManifestDocument[] {
+  const pieces = jsonPieces(text);
+  if (!pieces || pieces.length === 1) return readDocuments(text, 0, 0);
+  let lines = 0;
+  return pieces.flatMap((piece, i) => {
+    const read = readDocuments(piece, i, lines);
+    lines += piece.split("\n").length - 1;
+    return read;
+  });
+}
+
+/** The documents of `text`, numbered after `before` of them, on lines after the `lines` first. */
+function readDocuments(text: string, before: number, lines: number): ManifestDocument[] {
   const docs = parseAllDocuments(text, MANIFEST_YAML);
   // An empty file parses to an empty list (or an EmptyStream): nothing to do.
   if (!Array.isArray(docs)) return [];
   return docs.map((doc, i) => {
+    const index = before + i + 1;
     const template = templateLine(doc, text);
     if (template !== undefined) {
       throw new ManifestError(
-        i + 1,
-        template,
+        index,
+        lines + template,
         "an unrendered template ({{ … }}): render it first (helm template, kustomize build) and inject what it prints",
       );
     }
     const error = doc.errors[0];
     if (error) {
       const reason = error.message.split("\n")[0].replace(/ at line \d+, column \d+:?$/, "");
-      throw new ManifestError(i + 1, error.linePos?.[0].line ?? 1, reason, { cause: error });
+      throw new ManifestError(index, lines + (error.linePos?.[0].line ?? 1), reason, {
+        cause: error,
+      });
     }
     try {
       // Built once here, so a document that cannot be built fails as a YAML error, not later.
       doc.toJS({ maxAliasCount: MANIFEST_YAML.maxAliasCount });
     } catch (error) {
       const line = text.slice(0, doc.contents?.range?.[0] ?? doc.range[0]).split("\n").length;
-      throw new ManifestError(i + 1, line, valueError(error as Error), { cause: error });
+      throw new ManifestError(index, lines + line, valueError(error as Error), { cause: error });
     }
     keepScalarForms(doc, text);
     // Each document owns the text from its own start (its `---`) to the next one's start; the
     // first also owns whatever precedes it, so the pieces always add up to the whole file.
     const start = i === 0 ? 0 : doc.range[0];
     const end = i + 1 < docs.length ? docs[i + 1].range[0] : text.length;
-    return { index: i + 1, doc, source: text.slice(start, end) };
+    return { index, doc, source: text.slice(start, end) };
   });
+}
+
+/**
+ * The input cut after each of its top-level JSON values (an object or an array; the whitespace
+ * between them goes with the value before it, what follows the last with the last), or
+ * undefined when it is not JSON values alone: YAML, JSON with YAML after it, or a value left
+ * open.
+ *
+ * @example Two objects, as `kubectl apply -f` reads them
+ * ```ts
+ * jsonPieces('{"kind": "Pod"}\n{"kind": "Job"}\n'); // ['{"kind": "Pod"}\n', '{"kind": "Job"}\n']
+ * jsonPieces("kind: Pod\n"); // undefined
+ * ```
+ */
+export function jsonPieces(text: string): string[] | undefined {
+  const ends: number[] = [];
+  let depth = 0;
+  let inString = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i];
+    if (inString) {
+      if (c === "\\") i++;
+      else if (c === '"') inString = false;
+    } else if (c === '"' && depth > 0) inString = true;
+    else if (c === "{" || c === "[") depth++;
+    else if (c === "}" || c === "]") {
+      if (--depth < 0) return undefined;
+      if (depth === 0) ends.push(i + 1);
+    } else if (depth === 0 && !/[\s\uFEFF]/.test(c)) return undefined;
+  }
+  if (depth !== 0 || inString || ends.length === 0) return undefined;
+  return ends.map((end, i) =>
+    text.slice(i === 0 ? 0 : ends[i - 1], i + 1 === ends.length ? text.length : end)
+  );
 }
 
 /** A Go template action as Helm charts write them: `{{ .Values.x }}`, `{{- include "a" . }}`, `{{ end }}`. */

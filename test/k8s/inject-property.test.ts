@@ -148,3 +148,32 @@ describe("inject on generated workloads", () => {
     );
   });
 });
+
+describe("inject of JSON", () => {
+  it("gives the objects and lines it gives for the same manifest in YAML, and reads its output", () => {
+    fc.assert(
+      fc.property(
+        fc.array(document, { minLength: 1, maxLength: 3 }),
+        fc.constantFrom("native", "classic") as fc.Arbitrary<"native" | "classic">,
+        (docs, mode) => {
+          const options = { ...SIDECAR_DEFAULTS, mode };
+          // YAML as Kubernetes reads it (1.1: a `y` name is quoted, as JSON has it).
+          const yaml = injectManifest(
+            docs.map((d) => YAML.stringify(d, { version: "1.1" })).join("---\n"),
+            options,
+          );
+          // JSON objects one after the other, as kubectl reads them.
+          const json = injectManifest(
+            `${docs.map((d) => JSON.stringify(d, null, 2)).join("\n")}\n`,
+            options,
+          );
+          expect(json.text.split(/\n(?=[{[])/).map((piece) => JSON.parse(piece)))
+            .toEqual(objects(yaml.text));
+          expect(json.warnings).toEqual(yaml.warnings);
+          expect(injectManifest(json.text, options).text).toBe(json.text);
+        },
+      ),
+      { numRuns: 200 },
+    );
+  });
+});

@@ -320,6 +320,20 @@ describe("the input's format", () => {
     ]);
   });
 
+  it("JSON in: the ports inject rewires are the ones it names, as from YAML", () => {
+    const objectsIn = [
+      shop({ readinessProbe: { httpGet: { path: "/ready", port: 8080 } } }),
+      service("shop", [{ name: "web", port: 80, targetPort: 8080 }, { name: "admin", port: 9090 }]),
+    ];
+    const yaml = inject(manifest(...objectsIn));
+    const json = inject(objectsIn.map((o) => JSON.stringify(o, null, 2)).join("\n"));
+    const out = json.text.split(/\n(?=\{)/).map((part) => JSON.parse(part));
+    expect(out).toEqual(objects(yaml.text));
+    expect(json.warnings).toEqual(yaml.warnings);
+    expect(out[0].spec.template.spec.containers[0].readinessProbe.httpGet.port).toBe(18080);
+    expect(out[2].spec.ports.map((p: Json) => p.targetPort)).toEqual([18080, 19090]);
+  });
+
   it("a List: the ConfigMap is the item after the workload", () => {
     const text = YAML.stringify({
       apiVersion: "v1",
