@@ -1,16 +1,60 @@
 // A Kubernetes manifest as a list of YAML documents, each kept with the exact text it came
 // from: a document nobody changes is printed back byte for byte (comments, quoting, `---`
 // markers and all), which is what makes `inject` of its own output a no-op.
-import { type Document, isCollection, parseAllDocuments, type ToStringOptions, visit } from "yaml";
+import {
+  type CollectionTag,
+  type Document,
+  isCollection,
+  parseAllDocuments,
+  type ScalarTag,
+  type Tags,
+  type ToStringOptions,
+  visit,
+} from "yaml";
 import { isDeepStrictEqual } from "node:util";
 import { keepScalarForms } from "./scalar-form.ts";
 
 /**
  * How manifests are read: as YAML 1.1, the YAML of Kubernetes' reader (go-yaml v2), where
- * `0644` is an octal 420 and `yes` a boolean; `<<` merge keys honoured; at most this many alias
- * expansions per document (yaml's default): more is an alias bomb.
+ * `0644` is an octal 420 and `yes` a boolean, with go-yaml's floats and no base 60
+ * (goYamlScalars); `<<` merge keys honoured; at most this many alias expansions per document
+ * (yaml's default): more is an alias bomb.
  */
-export const MANIFEST_YAML = { version: "1.1", merge: true, maxAliasCount: 100 } as const;
+export const MANIFEST_YAML = {
+  version: "1.1",
+  merge: true,
+  maxAliasCount: 100,
+  customTags: goYamlScalars,
+} as const;
+
+/**
+ * go-yaml v2's floats (`resolve.go`): `.5`, `-1.5e3`, `1_000.5`; a plain scalar with no digit
+ * before its exponent (`e1`, `.e1`, `+e5`) is a string there, where yaml's YAML 1.1 reads NaN.
+ */
+const GO_YAML_FLOAT =
+  /^(?:\.[0-9]+(?:[eE][-+]?[0-9]+)?|(?=[-+0-9])[-+]?_*(?:\.(?:[0-9]_*)+|(?:[0-9]_*)+(?:\.[0-9_]*)?)(?:[eE]_*[-+]?_*(?:[0-9]_*)+)?)$/;
+
+/**
+ * yaml's YAML 1.1 tags made go-yaml v2's: its floats, and no base 60 (`1:20` is a string to
+ * Kubernetes, 80 to YAML 1.1).
+ */
+function goYamlScalars(tags: Tags): Tags {
+  const kept: Tags = [];
+  for (const tag of tags) {
+    if (typeof tag === "string") kept.push(tag);
+    else if (tag.format === "TIME") continue;
+    else if (!isFloat(tag)) kept.push(tag);
+    else if (tag.format !== "EXP") {
+      const resolve = (s: string) => parseFloat(s.replace(/_/g, ""));
+      kept.push({ ...tag, test: GO_YAML_FLOAT, resolve } as ScalarTag);
+    }
+  }
+  return kept;
+}
+
+/** Whether a tag reads plain floats (yaml's `.inf` and `.nan` are go-yaml's too). */
+const isFloat = (tag: ScalarTag | CollectionTag) =>
+  tag.tag === "tag:yaml.org,2002:float" && "test" in tag && !!tag.test && !tag.test.test(".inf");
 
 /** One YAML document of a manifest. */
 export interface ManifestDocument {

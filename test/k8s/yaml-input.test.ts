@@ -5,7 +5,9 @@ import { describe, expect, it } from "vitest";
 import YAML from "yaml";
 import { checkManifest } from "../../agent/k8s/check.ts";
 import { injectManifest } from "../../agent/k8s/inject.ts";
+import { readManifest } from "../../agent/k8s/manifest.ts";
 import { SIDECAR_DEFAULTS } from "../../agent/k8s/sidecar.ts";
+import type { Json } from "../support/json.ts";
 import { runLastcall } from "../support/lastcall.ts";
 import { KINDS, specOf, workload } from "./workloads.ts";
 
@@ -186,5 +188,44 @@ describe("property: a container written through an anchor is injected and checke
       ),
       { numRuns: 150 },
     );
+  });
+});
+
+describe("plain scalars are read as go-yaml v2, Kubernetes' reader, reads them", () => {
+  it.each([
+    ["e1", "e1"],
+    ["E10", "E10"],
+    [".e1", ".e1"],
+    ["+e5", "+e5"],
+    ["1:20", "1:20"],
+    ["1e3", 1000],
+    ["-1.5e3", -1500],
+    ["1_000.5", 1000.5],
+    [".5", 0.5],
+    ["-.5", -0.5],
+    ["1.", 1],
+    ["0644", 420],
+    ["yes", true],
+  ])("%s", (written, value) => {
+    expect(readManifest(`x: ${written}\n`)[0].doc.toJS().x).toEqual(value);
+  });
+
+  it("a pod named e1 and a port named e4 are wired as strings", () => {
+    const pod = workload("Pod", {
+      containers: [{
+        name: "app",
+        image: "example/app:1",
+        ports: [{ name: "PORT", containerPort: 8080 }],
+        readinessProbe: { httpGet: { path: "/ready", port: "PORT" } },
+      }],
+    }, "NAME");
+    const text = YAML.stringify(pod).replace("NAME", "e1").replace(/PORT/g, "e4");
+    const result = injectManifest(text, SIDECAR_DEFAULTS);
+    expect(result.injected).toBe(1);
+    const spec = specOf(objects(result.text)[0]);
+    const sidecar = spec.initContainers.find((c: Json) => c.name === "lastcall");
+    expect(spec.containers[0].ports).toEqual([{ name: "e4-app", containerPort: 8080 }]);
+    expect(sidecar.ports).toContainEqual({ name: "e4", containerPort: 18080 });
+    expect(spec.containers[0].readinessProbe.httpGet.port).toBe(18080);
   });
 });
