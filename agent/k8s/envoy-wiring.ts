@@ -63,7 +63,7 @@ export function declaredAppPorts(
 /**
  * Envoy's port for each declared app port: the app port + {@linkcode LISTENER_OFFSET} (− when
  * that passes 65535), or the next port up that no container of the pod declares and that is
- * not one of lastcall's ({@linkcode OWN_PORTS}, `statusPort`). With `given` (app port →
+ * not one of lastcall's (`own`: its status server's and Envoy's admin). With `given` (app port →
  * listener port, read from a user's config), only those app ports, on those listeners.
  *
  * @example
@@ -75,12 +75,12 @@ export function declaredAppPorts(
 export function planWires(
   apps: readonly ContainerSpec[],
   others: readonly ContainerSpec[],
-  statusPort = 15020,
+  own: readonly number[] = OWN_PORTS,
   given?: ReadonlyMap<number, number>,
 ): PortWire[] {
   const all = [...apps, ...others];
   const portsOf = (c: ContainerSpec) => (Array.isArray(c.ports) ? c.ports.filter(isRecord) : []);
-  const taken = new Set<number>([...OWN_PORTS, statusPort]);
+  const taken = new Set<number>(own);
   const names = new Set<string>();
   for (const p of all.flatMap(portsOf)) {
     for (const n of [p.containerPort, p.hostPort]) if (typeof n === "number") taken.add(n);

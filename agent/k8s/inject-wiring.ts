@@ -2,11 +2,12 @@
 // the user's ConfigMap when the manifest has it), the app ports' names moved to Envoy's ports,
 // the generated ConfigMap, and the Services of the manifest pointed at Envoy's listeners.
 import { type Document, isMap, isSeq, parse, stringify, type YAMLMap } from "yaml";
-import { containerName, type ContainerSpec } from "./containers.ts";
+import { containerName, type ContainerSpec, podContainers } from "./containers.ts";
 import { envoyConfig, planWires, type PortWire, readWires } from "./envoy-wiring.ts";
 import { ownIn, ownItem, ownValue, valueOf } from "./own-node.ts";
 import { portTargets, selects, type ServiceObject, serviceOf } from "./services.ts";
 import type { ManifestDocument } from "./manifest.ts";
+import { ADMIN_PORT, STATUS_PORT } from "./sidecar.ts";
 import { getPath, isRecord, type PodTemplate } from "./workloads.ts";
 
 /** The key of the Envoy config in the ConfigMap (mounted as /etc/envoy/envoy.yaml). */
@@ -162,7 +163,7 @@ const key = (namespace: unknown, name: string) =>
  *
  * @example
  * ```ts
- * const wiring = wiringOf(object, template, undefined, 15020, context);
+ * const wiring = wiringOf(object, template, undefined, [15020, 15000], context);
  * if (typeof wiring === "string") warn(wiring); // the pod cannot be wired
  * ```
  */
@@ -170,7 +171,7 @@ export function wiringOf(
   object: Record<string, unknown>,
   template: PodTemplate,
   given: string | undefined,
-  statusPort: number,
+  lastcallPorts: readonly number[],
   context: WiringContext,
 ): Wiring | string {
   const namespace = getPath(object, ["metadata", "namespace"]);
@@ -187,10 +188,10 @@ export function wiringOf(
     return {
       configMap: own,
       generate: false,
-      ...(typeof text === "string" ? { wires: wiresFrom(text, apps, others, statusPort) } : {}),
+      ...(typeof text === "string" ? { wires: wiresFrom(text, apps, others, lastcallPorts) } : {}),
     };
   }
-  const wires = planWires(apps, others, statusPort);
+  const wires = planWires(apps, others, lastcallPorts);
   // Two workloads of one name (a Deployment and a Job `web`): the second's name has its kind.
   const taken = context.generated.has(key(namespace, generated)) || found !== undefined;
   const name = taken
@@ -215,7 +216,7 @@ function wiresFrom(
   text: string,
   apps: ContainerSpec[],
   others: ContainerSpec[],
-  statusPort: number,
+  own: readonly number[],
 ): PortWire[] {
   let config: unknown;
   try {
@@ -227,7 +228,35 @@ function wiresFrom(
   for (const l of readWires(config).listeners) {
     for (const port of l.appPorts) if (!given.has(port)) given.set(port, l.port);
   }
-  return planWires(apps, others, statusPort, given);
+  return planWires(apps, others, own, given);
+}
+
+/**
+ * The ports lastcall takes in a pod: its status server's ({@linkcode STATUS_PORT}) and Envoy's
+ * admin ({@linkcode ADMIN_PORT}), each unless a container of the pod declares it (then the next
+ * port up that none declares), so no probe reaches another process and no app loses its port.
+ *
+ * @example
+ * ```ts
+ * ownPorts({ containers: [{ name: "app", ports: [{ containerPort: 15000 }] }] });
+ * // { status: 15020, admin: 15001 }
+ * ```
+ */
+export function ownPorts(spec: Record<string, unknown>): { status: number; admin: number } {
+  const taken = new Set(
+    podContainers(spec).flatMap(({ container }) =>
+      Array.isArray(container.ports)
+        ? container.ports.filter(isRecord).flatMap((p) => [p.containerPort, p.hostPort])
+        : []
+    ),
+  );
+  const free = (from: number) => {
+    let port = from;
+    while (taken.has(port)) port++;
+    return taken.add(port), port;
+  };
+  const status = free(STATUS_PORT);
+  return { status, admin: free(ADMIN_PORT) };
 }
 
 /**

@@ -10,7 +10,7 @@ import {
   renderManifest,
 } from "./manifest.ts";
 import { ownIn, ownValue, valueOf } from "./own-node.ts";
-import { findPodTemplate, getPath, isRecord, type PodTemplate } from "./workloads.ts";
+import { findPodTemplate, getPath, type PodTemplate } from "./workloads.ts";
 import { podContainers } from "./containers.ts";
 import { otherProxies } from "./other-proxies.ts";
 import { lastcallArgs } from "./proxy-lastcall.ts";
@@ -21,6 +21,7 @@ import {
   nameRefusal,
   objectKey,
   objectsOf,
+  ownPorts,
   renameAppPorts,
   rewireServices,
   sidecarPorts,
@@ -35,6 +36,7 @@ import { type HoldApp, holdReason } from "./hold.ts";
 import { readinessThroughEnvoy, throughEnvoyNote } from "./probe-wiring.ts";
 import { addAppStopHooks, addVolume, compact, sequence, wrapApps } from "./pod-edits.ts";
 import {
+  ADMIN_PORT,
   CONFIG_VOLUME,
   configVolume,
   DEFAULT_GRACE_SECONDS,
@@ -229,9 +231,9 @@ function injectObject(
     );
     return undefined;
   }
-  const statusPort = freeStatusPort(template.spec);
+  const own = ownPorts(template.spec);
   const wiring = refusalOf(template, options) ??
-    wiringOf(value, template, options.configMap, statusPort, context);
+    wiringOf(value, template, options.configMap, [own.status, own.admin], context);
   if (typeof wiring === "string") {
     warn(`${template.ref}: ${wiring}`, true);
     return undefined;
@@ -249,7 +251,8 @@ function injectObject(
   const throughEnvoy = options.mode === "native" ? readinessThroughEnvoy(doc, spec, wires) : [];
   const sidecar = {
     ...options,
-    statusPort,
+    statusPort: own.status,
+    adminPort: own.admin,
     ports: sidecarPorts(wires),
     hold: hold !== undefined,
     readiness: throughEnvoy.length === 0,
@@ -257,11 +260,16 @@ function injectObject(
   const container = compact(
     doc.createNode(sidecarContainer(grace, sidecar), { aliasDuplicateObjects: false }),
   );
-  if (sidecar.statusPort !== STATUS_PORT) {
-    warn(
-      `${template.ref}: port ${STATUS_PORT} is taken in this pod: lastcall's status server uses ${sidecar.statusPort}`,
-      false,
-    );
+  for (
+    const [port, what, moved] of [[STATUS_PORT, "lastcall's status server", own.status], [
+      ADMIN_PORT,
+      "Envoy's admin",
+      own.admin,
+    ]] as const
+  ) {
+    if (moved !== port) {
+      warn(`${template.ref}: port ${port} is taken in this pod: ${what} uses ${moved}`, false);
+    }
   }
   if (options.mode === "native") {
     // Last among the init containers: the pod's own init steps run as before, and the app
@@ -276,7 +284,7 @@ function injectObject(
     sequence(doc, spec, "containers").items.push(container);
   }
   addVolume(doc, spec, CONFIG_VOLUME, configVolume(wiring.configMap));
-  addAppStopHooks(doc, spec, statusPort);
+  addAppStopHooks(doc, spec, own.status);
   // Without the hold, a long-running app needs no wrap: its preStop orders its SIGTERM after
   // the inbound quiet. A Job's app keeps it: its end is what quits a classic sidecar.
   if (options.mode === "classic" && (hold || template.runsToCompletion)) {
@@ -362,23 +370,6 @@ function optedOut(object: unknown, template: PodTemplate): boolean {
   return [own, template.annotations[OPT_OUT_ANNOTATION]].some((v) =>
     v === false || (typeof v === "string" && /^(false|no|off|disabled)$/i.test(v))
   );
-}
-
-/**
- * The status port for a pod: {@linkcode STATUS_PORT} unless a container of the pod declares it
- * (then the next port no container declares), so probes never reach another process.
- */
-function freeStatusPort(spec: Record<string, unknown>): number {
-  const taken = new Set(
-    podContainers(spec).flatMap(({ container }) =>
-      Array.isArray(container.ports)
-        ? container.ports.filter(isRecord).flatMap((p) => [p.containerPort, p.hostPort])
-        : []
-    ),
-  );
-  let port = STATUS_PORT;
-  while (taken.has(port)) port++;
-  return port;
 }
 
 /**

@@ -25,6 +25,8 @@ export interface SidecarOptions {
   configMap?: string;
   /** The status server's port, when {@linkcode STATUS_PORT} is taken in the pod. @default 15020 */
   statusPort?: number;
+  /** Envoy's admin port, when {@linkcode ADMIN_PORT} is taken in the pod. @default 15000 */
+  adminPort?: number;
   /** The container's `ports`: Envoy's listeners, named as the app ports they front. */
   ports?: Record<string, unknown>[];
   /**
@@ -48,6 +50,8 @@ export const SIDECAR_DEFAULTS: SidecarOptions = { mode: "native", image: `lastca
 export const SIDECAR_NAME = "lastcall";
 /** The status server's port: probes and `lastcall wait` / `exec` talk to it. */
 export const STATUS_PORT = 15020;
+/** Envoy's admin port in the pod (on 127.0.0.1): `lastcall run`'s default. */
+export const ADMIN_PORT = 15000;
 /** How long the sidecar's readiness probe lets a starting Envoy take (`/healthz/ready?wait_ms=`). */
 export const READY_PROBE_WAIT_MS = 2900;
 /** The readiness probe's `timeoutSeconds`: above its wait, so the kubelet hears the answer. */
@@ -94,8 +98,13 @@ export const MIN_GRACE_SECONDS = 8;
  * server listens on all addresses because the kubelet probes the pod IP, and the config is
  * watched because Kubernetes updates ConfigMap volumes in place (a hot restart follows).
  */
-export function runArgs(graceSeconds: number, statusPort = STATUS_PORT): string[] {
+export function runArgs(
+  graceSeconds: number,
+  statusPort = STATUS_PORT,
+  adminPort = ADMIN_PORT,
+): string[] {
   const port = statusPort === STATUS_PORT ? [] : ["--status-port", String(statusPort)];
+  const admin = adminPort === ADMIN_PORT ? [] : ["--admin-port", String(adminPort)];
   return [
     "run",
     "--config",
@@ -105,6 +114,7 @@ export function runArgs(graceSeconds: number, statusPort = STATUS_PORT): string[
     "--status-address",
     "0.0.0.0",
     ...port,
+    ...admin,
     "--watch",
     CONFIG_FILE,
   ];
@@ -140,7 +150,7 @@ export function sidecarContainer(
   const common = {
     name: SIDECAR_NAME,
     image: options.image,
-    args: runArgs(graceSeconds, port),
+    args: runArgs(graceSeconds, port, options.adminPort),
     ...(options.ports?.length ? { ports: options.ports } : {}),
   };
   const mounts = { volumeMounts: [{ name: CONFIG_VOLUME, mountPath: CONFIG_DIR, readOnly: true }] };

@@ -150,6 +150,23 @@ describe("listener ports and names", () => {
     ], [18080, 28080]]);
   });
 
+  it("an app on lastcall's ports moves them, with a line each, and no listener takes them", () => {
+    const ports = [15000, 15020, 5001, 5021].map((containerPort) => ({ containerPort }));
+    const result = inject(
+      manifest(workload("Pod", { containers: [{ name: "app", image: "x", ports }] })),
+    );
+    const spec = specOf(objects(result.text)[0]);
+    const sidecar = spec.initContainers.find((c: Json) => c.name === "lastcall");
+    expect(sidecar.args).toEqual(
+      expect.arrayContaining(["--status-port", "15021", "--admin-port", "15001"]),
+    );
+    expect(sidecar.ports.map((p: Json) => p.containerPort)).toEqual([25000, 25020, 15002, 15022]);
+    expect(result.warnings).toEqual(expect.arrayContaining([
+      "pod/web: port 15020 is taken in this pod: lastcall's status server uses 15021",
+      "pod/web: port 15000 is taken in this pod: Envoy's admin uses 15001",
+    ]));
+  });
+
   it("the app's new name stays a valid port name: at most 15 characters, unique in the pod", () => {
     const wires = planWires([
       app([{ name: "metrics-exporter", containerPort: 9100 }, { name: "http", containerPort: 80 }, {
