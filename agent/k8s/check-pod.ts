@@ -5,7 +5,7 @@ import { containerName, podContainers, type PreStop, preStopOf } from "./contain
 import { findProxies } from "./proxies.ts";
 import { earlier, formatFlagDuration, type ProxyTiming, type Setting } from "./timing.ts";
 import type { PodTemplate } from "./workloads.ts";
-import { DEFAULT_GRACE_SECONDS } from "./sidecar.ts";
+import { graceSeconds } from "./sidecar.ts";
 
 /**
  * How long endpoint controllers, kube-proxy and ingress controllers take to stop sending new
@@ -50,10 +50,7 @@ interface Pod {
 export function checkPod(template: PodTemplate, proxies?: ProxyTiming[]): string[] {
   const spec = template.spec;
   if (!spec) return [];
-  const graceMs =
-    (typeof spec.terminationGracePeriodSeconds === "number"
-      ? spec.terminationGracePeriodSeconds
-      : DEFAULT_GRACE_SECONDS) * 1000;
+  const graceMs = graceSeconds(spec) * 1000;
   proxies ??= findProxies(
     spec,
     { ...template.labels, ...template.annotations },

@@ -39,13 +39,15 @@ import {
   ADMIN_PORT,
   CONFIG_VOLUME,
   configVolume,
-  DEFAULT_GRACE_SECONDS,
+  graceSeconds,
+  MAX_GRACE_SECONDS,
   MIN_GRACE_SECONDS,
   SIDECAR_NAME,
   sidecarContainer,
   type SidecarOptions,
   STATUS_PORT,
 } from "./sidecar.ts";
+import { MAX_DURATION_TEXT } from "../lib/duration.ts";
 
 /** Options of {@linkcode injectManifest}: the sidecar's, and what inject may touch. */
 export interface InjectOptions extends SidecarOptions {
@@ -243,6 +245,11 @@ function injectObject(
   if (!isMap(spec)) return undefined;
   const before = structuredClone(template.spec);
   const grace = graceSeconds(template.spec);
+  if (grace > MAX_GRACE_SECONDS) {
+    const line =
+      `is longer than lastcall can time (${MAX_DURATION_TEXT}): --grace ${MAX_GRACE_SECONDS}s`;
+    warn(`${template.ref}: terminationGracePeriodSeconds ${grace} ${line}`, false);
+  }
   const namespace = getPath(value, ["metadata", "namespace"]);
   const hold = holdReason(options.holdApp ?? "auto", wiring, context, namespace);
   const wires = wiring.wires ?? [];
@@ -359,7 +366,9 @@ function refusalOf(template: PodTemplate, options: InjectOptions): string | unde
   }
   const grace = graceSeconds(spec);
   if (grace < MIN_GRACE_SECONDS) {
-    return `terminationGracePeriodSeconds ${grace} leaves lastcall no time to drain (it needs at least ${MIN_GRACE_SECONDS}): left as is`;
+    const written = spec.terminationGracePeriodSeconds;
+    const read = written === grace ? `${grace}` : `${written} (the API server makes it ${grace})`;
+    return `terminationGracePeriodSeconds ${read} leaves lastcall no time to drain (it needs at least ${MIN_GRACE_SECONDS}): left as is`;
   }
   return undefined;
 }
@@ -382,12 +391,4 @@ function hasSidecar(spec: Record<string, unknown>): boolean {
     container.name === SIDECAR_NAME ||
     ["run", "shutdown-manager"].includes(lastcallArgs(container)?.[0] ?? "")
   );
-}
-
-/** The pod's termination grace period in seconds (Kubernetes' default when absent). */
-export function graceSeconds(spec: Record<string, unknown>): number {
-  const value = spec.terminationGracePeriodSeconds;
-  return typeof value === "number" && Number.isInteger(value) && value >= 0
-    ? value
-    : DEFAULT_GRACE_SECONDS;
 }

@@ -1,6 +1,7 @@
 // What `lastcall inject` adds to a pod, as plain objects: the sidecar container in its two
 // shapes, the Envoy config volume, and (classic mode) the copy of the binary that lets the app
 // container run `lastcall exec`.
+import { MAX_DURATION_MS } from "../lib/duration.ts";
 import { drainHookCommand } from "../drain/hook.ts";
 import { VERSION } from "../version.ts";
 
@@ -92,6 +93,18 @@ export const BIN_PATH = `${BIN_DIR}/lastcall`;
  * must end `--stop-margin` (2 s) before `--grace`, and lasts at least `--min-drain` (5 s).
  */
 export const MIN_GRACE_SECONDS = 8;
+/** The longest `--grace` `lastcall run` takes, in whole seconds (a timer's most). */
+export const MAX_GRACE_SECONDS = Math.floor(MAX_DURATION_MS / 1000);
+
+/**
+ * The pod's termination grace period in seconds: Kubernetes' default when absent, 1 when
+ * negative (the API server makes a pod's so, with a warning).
+ */
+export function graceSeconds(spec: Record<string, unknown>): number {
+  const value = spec.terminationGracePeriodSeconds;
+  if (typeof value !== "number" || !Number.isInteger(value)) return DEFAULT_GRACE_SECONDS;
+  return Math.max(value, 1);
+}
 
 /**
  * The `lastcall run` arguments for a pod whose grace period is `graceSeconds`: the status
@@ -110,7 +123,7 @@ export function runArgs(
     "--config",
     CONFIG_FILE,
     "--grace",
-    `${graceSeconds}s`,
+    `${Math.min(graceSeconds, MAX_GRACE_SECONDS)}s`,
     "--status-address",
     "0.0.0.0",
     ...port,

@@ -1,6 +1,12 @@
 // The vocabulary of the timing checks: a proxy's termination timeline as settings that each
 // know where they were read from and which knob changes them.
-import { formatDuration, parseAnyDuration, parseGoDuration } from "../lib/duration.ts";
+import {
+  DurationTooLongError,
+  formatDuration,
+  MAX_DURATION_TEXT,
+  parseAnyDuration,
+  parseGoDuration,
+} from "../lib/duration.ts";
 import type { ContainerSpec } from "./containers.ts";
 
 /** One timing of a proxy, with the knob that changes it. */
@@ -78,8 +84,12 @@ export function setting(
   let ms: number;
   try {
     ms = parseAnyDuration(value);
-  } catch {
-    throw new RangeError(`${name} "${value}" is not a duration`);
+  } catch (error) {
+    throw new RangeError(
+      error instanceof DurationTooLongError
+        ? `${name} "${value}" is longer than lastcall can time (${MAX_DURATION_TEXT})`
+        : `${name} "${value}" is not a duration`,
+    );
   }
   return {
     ms,

@@ -87,6 +87,13 @@ describe("lastcall sidecars", () => {
         'deployment/web: lastcall: cannot read its timings: --grace "abc" is not a duration',
       ],
     },
+    {
+      name: "a duration longer than lastcall can time",
+      text: deployment({ containers: [lastcall(["--grace", "2592000s"]), app(5)] }),
+      findings: [
+        'deployment/web: lastcall: cannot read its timings: --grace "2592000s" is longer than lastcall can time (2147483647ms, about 24.8 days)',
+      ],
+    },
   ])("$name", ({ text, findings }) => {
     expect(lines(text)).toEqual(findings);
   });

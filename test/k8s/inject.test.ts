@@ -90,6 +90,16 @@ describe("native mode: an init container with restartPolicy Always", () => {
     expect(out.initContainers[0].args).toEqual(argsFor("45s"));
   });
 
+  it("caps --grace at what lastcall can time, with a line", () => {
+    const result = inject(
+      manifest(workload("Deployment", podSpec({ terminationGracePeriodSeconds: 2592000 }))),
+    );
+    expect(specOf(objects(result.text)[0]).initContainers[0].args).toEqual(argsFor("2147483s"));
+    expect(result.warnings).toContain(
+      "deployment/web: terminationGracePeriodSeconds 2592000 is longer than lastcall can time (2147483647ms, about 24.8 days): --grace 2147483s",
+    );
+  });
+
   it("uses --image and --config-map", () => {
     const out = specOf(
       objects(
@@ -302,6 +312,17 @@ describe("what inject leaves alone", () => {
       ],
       notes: [],
       injected: 0,
+      refused: 1,
+    });
+  });
+
+  it("a negative grace period is the API server's 1 s: too short, with a warning", () => {
+    const text = manifest(workload("Deployment", podSpec({ terminationGracePeriodSeconds: -1 })));
+    expect(inject(text)).toMatchObject({
+      text,
+      warnings: [
+        "deployment/web: terminationGracePeriodSeconds -1 (the API server makes it 1) leaves lastcall no time to drain (it needs at least 8): left as is",
+      ],
       refused: 1,
     });
   });
