@@ -1,6 +1,6 @@
 // The Kubernetes commands: `inject` and `check` work on manifests (no cluster needed), `drain`
 // is the native sidecar's preStop hook.
-import type { Command } from "commander";
+import { type Command, InvalidArgumentError } from "commander";
 import { HOLD_APP_CHOICES } from "../k8s/hold.ts";
 import { SIDECAR_DEFAULTS } from "../k8s/sidecar.ts";
 import { choiceArg, durationArg, option } from "../options.ts";
@@ -29,12 +29,15 @@ export function addKubernetesCommands(
       )
         .default(SIDECAR_DEFAULTS.mode).argParser(choiceArg(["native", "classic"] as const)),
     )
-    .addOption(option("--image <image>", "the lastcall image").default(SIDECAR_DEFAULTS.image))
+    .addOption(
+      option("--image <image>", "the lastcall image").default(SIDECAR_DEFAULTS.image)
+        .argParser(imageArg),
+    )
     .addOption(
       option(
         "--config-map <name>",
         "your ConfigMap with envoy.yaml (your listeners), mounted at /etc/envoy instead of the generated one; also used when the manifest holds a ConfigMap named <workload>-lastcall-envoy; never overwritten",
-      ),
+      ).argParser(configMapArg),
     )
     .addOption(
       option(
@@ -83,4 +86,19 @@ export function addKubernetesCommands(
     )
     .exitOverride()
     .action((o) => run(requestDrain({ statusUrl: o.statusUrl, timeoutMs: o.timeout })));
+}
+
+/** An image reference: not empty, no spaces (the API server refuses both). */
+function imageArg(value: string): string {
+  if (/^\S+$/.test(value)) return value;
+  throw new InvalidArgumentError("An image reference cannot be empty or hold spaces.");
+}
+
+/** A ConfigMap's name as the API server takes it: a DNS subdomain (RFC 1123). */
+function configMapArg(value: string): string {
+  const label = "[a-z0-9]([-a-z0-9]*[a-z0-9])?";
+  if (value.length <= 253 && new RegExp(`^${label}(\\.${label})*$`).test(value)) return value;
+  throw new InvalidArgumentError(
+    "A ConfigMap name is lowercase letters, digits, '-' and '.', begins and ends with a letter or digit, and has at most 253 characters.",
+  );
 }

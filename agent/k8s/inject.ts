@@ -10,7 +10,7 @@ import {
   renderManifest,
 } from "./manifest.ts";
 import { ownIn, ownValue, valueOf } from "./own-node.ts";
-import { findPodTemplate, getPath, type PodTemplate } from "./workloads.ts";
+import { findPodTemplate, getPath, isRecord, type PodTemplate } from "./workloads.ts";
 import { podContainers } from "./containers.ts";
 import { otherProxies } from "./other-proxies.ts";
 import { lastcallArgs } from "./proxy-lastcall.ts";
@@ -369,6 +369,10 @@ function refusalOf(template: PodTemplate, options: InjectOptions): string | unde
     const written = spec.terminationGracePeriodSeconds;
     const read = written === grace ? `${grace}` : `${written} (the API server makes it ${grace})`;
     return `terminationGracePeriodSeconds ${read} leaves lastcall no time to drain (it needs at least ${MIN_GRACE_SECONDS}): left as is`;
+  }
+  const volumes = Array.isArray(spec.volumes) ? spec.volumes.filter(isRecord) : [];
+  if (volumes.some((v) => v.name === CONFIG_VOLUME)) {
+    return `has a volume named ${CONFIG_VOLUME}, the name lastcall's Envoy config is mounted under: left as is (rename that volume)`;
   }
   return undefined;
 }

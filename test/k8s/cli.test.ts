@@ -111,6 +111,20 @@ describe("lastcall inject", () => {
     expect(result.stderr).toContain("--mode");
     expect(result.stderr).toContain("'sidecar'");
   });
+
+  it.each([
+    ["--image", ""],
+    ["--image", "lastcall :1"],
+    ["--config-map", ""],
+    ["--config-map", "Envoy_Config"],
+    ["--config-map", `${"a".repeat(254)}`],
+  ])("refuses %s %j with one line naming it, exit 2", async (flag, value) => {
+    const result = await lastcall(["inject", "-f", "-", flag, value], "kind: Pod\n");
+    expect(result).toMatchObject({ code: 2, stdout: "" });
+    expect(result.stderr.trimEnd().split("\n")).toHaveLength(1);
+    expect(result.stderr).toContain(`option '${flag} <`);
+    expect(result.stderr).toContain(`argument '${value}' is invalid`);
+  });
 });
 
 /** The note check prints for a workload without proxy. */

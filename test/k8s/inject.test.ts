@@ -327,6 +327,18 @@ describe("what inject leaves alone", () => {
     });
   });
 
+  it("a pod with a volume of the name lastcall mounts its config under, with a warning", () => {
+    const spec = podSpec({ volumes: [{ name: "lastcall-config", emptyDir: {} }] });
+    const text = manifest(workload("Deployment", spec));
+    expect(inject(text)).toMatchObject({
+      text,
+      warnings: [
+        "deployment/web: has a volume named lastcall-config, the name lastcall's Envoy config is mounted under: left as is (rename that volume)",
+      ],
+      refused: 1,
+    });
+  });
+
   it("a workload without containers, with a warning", () => {
     const text = manifest({
       apiVersion: "apps/v1",
