@@ -10,10 +10,9 @@ import {
   renderManifest,
 } from "./manifest.ts";
 import { ownIn, ownValue, valueOf } from "./own-node.ts";
-import { findPodTemplate, getPath, isRecord, type PodTemplate } from "./workloads.ts";
+import { findPodTemplate, getPath, type PodTemplate } from "./workloads.ts";
 import { podContainers } from "./containers.ts";
-import { otherProxies } from "./other-proxies.ts";
-import { lastcallArgs } from "./proxy-lastcall.ts";
+import { hasSidecar, optedOut, refusalOf, unknownKind } from "./inject-refusals.ts";
 import { renderJson } from "./json-out.ts";
 import {
   configMapObject,
@@ -41,7 +40,6 @@ import {
   configVolume,
   graceSeconds,
   MAX_GRACE_SECONDS,
-  MIN_GRACE_SECONDS,
   SIDECAR_NAME,
   sidecarContainer,
   type SidecarOptions,
@@ -77,12 +75,6 @@ export interface InjectResult {
   /** How many pod templates were left as they are for a reason a warning gives (not opt-outs). */
   refused: number;
 }
-
-/**
- * The annotation that keeps a workload out of `inject`: `lastcall/inject: "false"` on the pod
- * template or on the workload itself.
- */
-export const OPT_OUT_ANNOTATION = "lastcall/inject";
 
 /**
  * Adds the lastcall sidecar to each Pod, Deployment, StatefulSet, DaemonSet, Job and CronJob
@@ -204,7 +196,11 @@ function injectObject(
 ): Injected | undefined {
   const value = valueOf(doc, object) as Record<string, unknown>;
   const template = findPodTemplate(value);
-  if (!template) return undefined;
+  if (!template) {
+    const line = unknownKind(value);
+    if (line) warn(line, false);
+    return undefined;
+  }
   if (
     !template.spec || !Array.isArray(template.spec.containers) ||
     template.spec.containers.length === 0
@@ -234,7 +230,7 @@ function injectObject(
     return undefined;
   }
   const own = ownPorts(template.spec);
-  const wiring = refusalOf(template, options) ??
+  const wiring = refusalOf(template, options.hostNetwork === true) ??
     wiringOf(value, template, options.configMap, [own.status, own.admin], context);
   if (typeof wiring === "string") {
     warn(`${template.ref}: ${wiring}`, true);
@@ -348,51 +344,4 @@ function wired(
     rewired,
     ...(wiring.generate ? { configMap: configMapObject(value, wiring.configMap, wires) } : {}),
   };
-}
-
-/** Why a pod is left as it is, or undefined when it can take the sidecar. */
-function refusalOf(template: PodTemplate, options: InjectOptions): string | undefined {
-  const spec = template.spec!;
-  const others = otherProxies(spec, { ...template.labels, ...template.annotations });
-  if (others.length > 0) {
-    return `already has ${
-      others.map((o) => o.what).join(" and ")
-    }: a second proxy would take the same ports and drain on its own; left as is. To move to lastcall: ${
-      others[0].migrate
-    }`;
-  }
-  if (spec.hostNetwork === true && !options.hostNetwork) {
-    return `uses hostNetwork: its sidecar would take the node's ports (${STATUS_PORT}, Envoy's admin and listeners) on every node it runs on; left as is (--host-network to inject it anyway)`;
-  }
-  const grace = graceSeconds(spec);
-  if (grace < MIN_GRACE_SECONDS) {
-    const written = spec.terminationGracePeriodSeconds;
-    const read = written === grace ? `${grace}` : `${written} (the API server makes it ${grace})`;
-    return `terminationGracePeriodSeconds ${read} leaves lastcall no time to drain (it needs at least ${MIN_GRACE_SECONDS}): left as is`;
-  }
-  const volumes = Array.isArray(spec.volumes) ? spec.volumes.filter(isRecord) : [];
-  if (volumes.some((v) => v.name === CONFIG_VOLUME)) {
-    return `has a volume named ${CONFIG_VOLUME}, the name lastcall's Envoy config is mounted under: left as is (rename that volume)`;
-  }
-  return undefined;
-}
-
-/** Whether the workload or its pod template says `lastcall/inject: "false"`. */
-function optedOut(object: unknown, template: PodTemplate): boolean {
-  const own = getPath(object, ["metadata", "annotations", OPT_OUT_ANNOTATION]);
-  return [own, template.annotations[OPT_OUT_ANNOTATION]].some((v) =>
-    v === false || (typeof v === "string" && /^(false|no|off|disabled)$/i.test(v))
-  );
-}
-
-/**
- * Whether the pod already has lastcall: a container named `lastcall` (injected, or written by
- * hand), or one running `lastcall run` or `lastcall shutdown-manager` (Contour's Envoy pod with
- * lastcall swapped in).
- */
-function hasSidecar(spec: Record<string, unknown>): boolean {
-  return podContainers(spec).some(({ container }) =>
-    container.name === SIDECAR_NAME ||
-    ["run", "shutdown-manager"].includes(lastcallArgs(container)?.[0] ?? "")
-  );
 }

@@ -339,6 +339,30 @@ describe("what inject leaves alone", () => {
     });
   });
 
+  it("a kind it does not wire that carries a pod (a ReplicaSet, Argo's Rollout), with a line", () => {
+    const replicaSet = { ...workload("Deployment"), kind: "ReplicaSet" };
+    const rollout = {
+      ...workload("Deployment"),
+      apiVersion: "argoproj.io/v1alpha1",
+      kind: "Rollout",
+    };
+    const text = manifest(replicaSet, rollout, {
+      apiVersion: "v1",
+      kind: "ConfigMap",
+      metadata: { name: "c" },
+    });
+    expect(inject(text)).toEqual({
+      text,
+      warnings: [
+        "replicaset/web: ReplicaSet is not a kind inject wires: left as is",
+        "rollout/web: Rollout is not a kind inject wires: left as is",
+      ],
+      notes: [],
+      injected: 0,
+      refused: 0,
+    });
+  });
+
   it("a workload without containers, with a warning", () => {
     const text = manifest({
       apiVersion: "apps/v1",
