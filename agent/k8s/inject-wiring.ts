@@ -1,6 +1,7 @@
 // What makes traffic go through the injected Envoy: the wires of a pod (generated, or read from
 // the user's ConfigMap when the manifest has it), the app ports' names moved to Envoy's ports,
 // the generated ConfigMap, and the Services of the manifest pointed at Envoy's listeners.
+import { createHash } from "node:crypto";
 import { type Document, isMap, isSeq, parse, stringify, type YAMLMap } from "yaml";
 import { containerName, type ContainerSpec, podContainers } from "./containers.ts";
 import { envoyConfig, planWires, type PortWire, readWires } from "./envoy-wiring.ts";
@@ -102,7 +103,9 @@ export interface Wiring {
 }
 
 /**
- * The ConfigMap name inject writes for a workload: `<name>-lastcall-envoy`.
+ * The ConfigMap name inject writes for a workload: `<name>-lastcall-envoy`; a name too long
+ * for that (a ConfigMap's is at most 253 characters, with room left for `-<kind>` when two
+ * workloads share it) is cut and ends with 8 hex digits of its hash, so it stays its own.
  *
  * @example
  * ```ts
@@ -110,9 +113,13 @@ export interface Wiring {
  * ```
  */
 export function generatedName(object: Record<string, unknown>): string {
-  const name = getPath(object, ["metadata", "name"]) ??
+  const written = getPath(object, ["metadata", "name"]) ??
     String(getPath(object, ["metadata", "generateName"]) ?? "").replace(/-+$/, "");
-  return `${typeof name === "string" && name ? name : "workload"}-lastcall-envoy`;
+  const name = typeof written === "string" && written ? written : "workload";
+  const longest = 253 - "-lastcall-envoy".length - "-statefulset".length;
+  if (name.length <= longest) return `${name}-lastcall-envoy`;
+  const hash = createHash("sha256").update(name).digest("hex").slice(0, 8);
+  return `${name.slice(0, longest - 9).replace(/[-.]+$/, "")}-${hash}-lastcall-envoy`;
 }
 
 /**

@@ -351,6 +351,14 @@ describe("the input's format", () => {
     expect(out[2].spec.ports.map((p: Json) => p.targetPort)).toEqual([18080, 19090]);
   });
 
+  it("a long workload name: the ConfigMap's name is cut to what the API takes, with a hash", () => {
+    const long = (c: string) => workload("Deployment", podSpec(), `${"a".repeat(240)}${c}`);
+    const [a, b] = ["x", "y"].map((c) => objects(inject(manifest(long(c))).text)[1].metadata.name);
+    expect(a).toMatch(/^a+-[0-9a-f]{8}-lastcall-envoy$/);
+    expect(a.length).toBeLessThanOrEqual(253 - "-statefulset".length);
+    expect(b).not.toBe(a);
+  });
+
   it("a List: the ConfigMap is the item after the workload", () => {
     const text = YAML.stringify({
       apiVersion: "v1",
