@@ -10,10 +10,30 @@ import { setTimeout } from "node:timers";
 // its exit status (exitWith); one that writes an event log (writeLog) keeps its own.
 let outputLost = false;
 let outputIsLog = false;
+/** The streams a write to failed: nothing more is flushed to them (Deno never calls back). */
+const failed = new Set<NodeJS.WriteStream>();
+/** Why standard output failed when its reader did not just go away (a full disk: ENOSPC). */
+let outputFault: string | undefined;
 for (const stream of [process.stdout, process.stderr]) {
-  stream.on("error", () => {
-    outputLost = true;
-  });
+  stream.on("error", (error: NodeJS.ErrnoException) => lost(stream, error));
+}
+
+/** Notes a failed write: Node reports it as an event, Deno throws it from the write. */
+function lost(stream: NodeJS.WriteStream, error: NodeJS.ErrnoException): void {
+  outputLost = true;
+  failed.add(stream);
+  if (stream === process.stdout && error.code !== "EPIPE") {
+    outputFault ??= error.code ?? error.message;
+  }
+}
+
+/** Writes to standard output or error; a write that fails is noted, never thrown. */
+function write(stream: NodeJS.WriteStream, chunk: string | Uint8Array): void {
+  try {
+    stream.write(chunk);
+  } catch (error) {
+    lost(stream, error as NodeJS.ErrnoException);
+  }
 }
 
 /** Environment variables of the agent's process. */
@@ -38,7 +58,7 @@ export function ownPid(): number {
 
 /** Writes one line to standard output. */
 export function writeOut(line: string): void {
-  process.stdout.write(line.endsWith("\n") ? line : `${line}\n`);
+  write(process.stdout, line.endsWith("\n") ? line : `${line}\n`);
 }
 
 /** Writes one line of the event log to standard output (a lost log line is no lost result). */
@@ -49,12 +69,12 @@ export function writeLog(line: string): void {
 
 /** Writes one line to standard error. */
 export function writeErr(line: string): void {
-  process.stderr.write(line.endsWith("\n") ? line : `${line}\n`);
+  write(process.stderr, line.endsWith("\n") ? line : `${line}\n`);
 }
 
 /** Passes a chunk of a child's output through to standard error as it is. */
 export function writeErrChunk(chunk: Uint8Array): void {
-  process.stderr.write(chunk);
+  write(process.stderr, chunk);
 }
 
 /** The exit status of a command whose printed result was lost (as SIGPIPE's). */
@@ -64,17 +84,25 @@ export const OUTPUT_LOST_STATUS = 141;
  * Ends the agent with an exit code once everything written to standard output and error has
  * been taken by their readers: a pipe takes 64 KiB at a time, and `process.exit` drops what the
  * runtime still queues. A reader that went away makes a success {@linkcode OUTPUT_LOST_STATUS},
- * unless what it lost was an event log.
+ * unless what it lost was an event log; standard output that failed otherwise (a full disk)
+ * makes it exit 1, with one line on standard error.
  */
 export async function exitWith(code: number): Promise<never> {
   process.exitCode = code;
   await Promise.all([flushed(process.stdout), flushed(process.stderr)]);
+  if (outputFault && !outputIsLog && code === 0) {
+    writeErr(
+      `lastcall: cannot write standard output (${outputFault}): what it printed is incomplete`,
+    );
+    await flushed(process.stderr);
+    process.exit(1);
+  }
   process.exit(outputLost && !outputIsLog && code === 0 ? OUTPUT_LOST_STATUS : code);
 }
 
 /** Resolves once `stream` has handed everything written before to the kernel (or failed). */
 function flushed(stream: NodeJS.WriteStream): Promise<void> {
-  if (stream.destroyed) return Promise.resolve();
+  if (stream.destroyed || failed.has(stream)) return Promise.resolve();
   return new Promise((resolve) => stream.write("", () => resolve()));
 }
 

@@ -140,3 +140,19 @@ describe("a reader that goes away", () => {
     },
   );
 });
+
+describe("output that cannot be written", () => {
+  it.each<Runtime>(["bundle", "deno"])(
+    "ends %s with 1 and one line naming why: a full disk is no closed pipe",
+    async (runtime) => {
+      const full = openSync("/dev/full", "w");
+      const { exited } = lastcall(runtime, ["inject", "-f", bigManifest(20)], full);
+      closeSync(full);
+      const exit = await exited;
+      expect(exit.code).toBe(1);
+      expect(exit.stderr.trimEnd().split("\n").at(-1)).toBe(
+        "lastcall: cannot write standard output (ENOSPC): what it printed is incomplete",
+      );
+    },
+  );
+});
