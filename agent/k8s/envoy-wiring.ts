@@ -1,13 +1,42 @@
 // Traffic through the sidecar without capture: one inbound Envoy listener per app port, on a port
 // of its own that Services are pointed at. Plans the ports, writes the Envoy config, and reads
 // back which app ports a config's listeners forward to (inject of a user's config, and check).
-import { containerName, type ContainerSpec } from "./containers.ts";
+import { containerName, type ContainerSpec, podContainers } from "./containers.ts";
+import { ADMIN_PORT, STATUS_PORT } from "./sidecar.ts";
 import { isRecord } from "./workloads.ts";
 
 /** How far a listener's port is from the app port it fronts: 8080 → 18080. */
 export const LISTENER_OFFSET = 10000;
 /** Ports lastcall's sidecar itself takes: Envoy's admin (15000) and the status server (15020). */
 export const OWN_PORTS: readonly number[] = [15000, 15020];
+
+/**
+ * The ports lastcall takes in a pod: its status server's ({@linkcode STATUS_PORT}) and Envoy's
+ * admin ({@linkcode ADMIN_PORT}), each unless a container of the pod declares it (then the next
+ * port up that none declares), so no probe reaches another process and no app loses its port.
+ *
+ * @example
+ * ```ts
+ * ownPorts({ containers: [{ name: "app", ports: [{ containerPort: 15000 }] }] });
+ * // { status: 15020, admin: 15001 }
+ * ```
+ */
+export function ownPorts(spec: Record<string, unknown>): { status: number; admin: number } {
+  const taken = new Set(
+    podContainers(spec).flatMap(({ container }) =>
+      Array.isArray(container.ports)
+        ? container.ports.filter(isRecord).flatMap((p) => [p.containerPort, p.hostPort])
+        : []
+    ),
+  );
+  const free = (from: number) => {
+    let port = from;
+    while (taken.has(port)) port++;
+    return taken.add(port), port;
+  };
+  const status = free(STATUS_PORT);
+  return { status, admin: free(ADMIN_PORT) };
+}
 
 /** One declared app port and what fronts it. */
 export interface PortWire {

@@ -3,12 +3,11 @@
 // the generated ConfigMap, and the Services of the manifest pointed at Envoy's listeners.
 import { createHash } from "node:crypto";
 import { type Document, isMap, isSeq, parse, stringify, type YAMLMap } from "yaml";
-import { containerName, type ContainerSpec, podContainers } from "./containers.ts";
+import { containerName, type ContainerSpec } from "./containers.ts";
 import { envoyConfig, planWires, type PortWire, readWires } from "./envoy-wiring.ts";
 import { ownIn, ownItem, ownValue, valueOf } from "./own-node.ts";
 import { portTargets, selects, type ServiceObject, serviceOf } from "./services.ts";
 import type { ManifestDocument } from "./manifest.ts";
-import { ADMIN_PORT, STATUS_PORT } from "./sidecar.ts";
 import { getPath, isRecord, type PodTemplate } from "./workloads.ts";
 
 /** The key of the Envoy config in the ConfigMap (mounted as /etc/envoy/envoy.yaml). */
@@ -190,8 +189,12 @@ export function wiringOf(
   const own = given ?? (ours ? generated : undefined);
   const { apps, others } = splitContainers(template.spec!);
   if (own !== undefined) {
-    const data = context.configMaps.get(key(namespace, own))?.data;
+    const inManifest = context.configMaps.get(key(namespace, own));
+    const data = inManifest?.data;
     const text = isRecord(data) ? data[CONFIG_KEY] : undefined;
+    if (inManifest && typeof text !== "string") {
+      return `ConfigMap ${own} in this manifest has no ${CONFIG_KEY}, the file lastcall runs Envoy with: left as is (add it)`;
+    }
     return {
       configMap: own,
       generate: false,
@@ -236,34 +239,6 @@ function wiresFrom(
     for (const port of l.appPorts) if (!given.has(port)) given.set(port, l.port);
   }
   return planWires(apps, others, own, given);
-}
-
-/**
- * The ports lastcall takes in a pod: its status server's ({@linkcode STATUS_PORT}) and Envoy's
- * admin ({@linkcode ADMIN_PORT}), each unless a container of the pod declares it (then the next
- * port up that none declares), so no probe reaches another process and no app loses its port.
- *
- * @example
- * ```ts
- * ownPorts({ containers: [{ name: "app", ports: [{ containerPort: 15000 }] }] });
- * // { status: 15020, admin: 15001 }
- * ```
- */
-export function ownPorts(spec: Record<string, unknown>): { status: number; admin: number } {
-  const taken = new Set(
-    podContainers(spec).flatMap(({ container }) =>
-      Array.isArray(container.ports)
-        ? container.ports.filter(isRecord).flatMap((p) => [p.containerPort, p.hostPort])
-        : []
-    ),
-  );
-  const free = (from: number) => {
-    let port = from;
-    while (taken.has(port)) port++;
-    return taken.add(port), port;
-  };
-  const status = free(STATUS_PORT);
-  return { status, admin: free(ADMIN_PORT) };
 }
 
 /**

@@ -13,6 +13,7 @@ import { ownIn, ownValue, valueOf } from "./own-node.ts";
 import { findPodTemplate, getPath, type PodTemplate } from "./workloads.ts";
 import { podContainers } from "./containers.ts";
 import { hasSidecar, optedOut, refusalOf, unknownKind } from "./inject-refusals.ts";
+import { ownPorts } from "./envoy-wiring.ts";
 import { renderJson } from "./json-out.ts";
 import {
   configMapObject,
@@ -20,7 +21,6 @@ import {
   nameRefusal,
   objectKey,
   objectsOf,
-  ownPorts,
   renameAppPorts,
   rewireServices,
   sidecarPorts,

@@ -363,6 +363,23 @@ describe("what inject leaves alone", () => {
     });
   });
 
+  it("a ConfigMap of its name in the manifest without envoy.yaml, with a warning", () => {
+    const configMap = {
+      apiVersion: "v1",
+      kind: "ConfigMap",
+      metadata: { name: "web-lastcall-envoy" },
+      data: { "envoy.json": "{}" },
+    };
+    const text = manifest(workload("Deployment"), configMap);
+    expect(inject(text)).toMatchObject({
+      text,
+      warnings: [
+        "deployment/web: ConfigMap web-lastcall-envoy in this manifest has no envoy.yaml, the file lastcall runs Envoy with: left as is (add it)",
+      ],
+      refused: 1,
+    });
+  });
+
   it("a workload without containers, with a warning", () => {
     const text = manifest({
       apiVersion: "apps/v1",
