@@ -1,8 +1,7 @@
-import { readSync } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { YAMLError } from "yaml";
 import { ManifestError } from "../k8s/manifest.ts";
-import { writeErr } from "../runtime/process.ts";
+import { readStandardInput, writeErr } from "../runtime/process.ts";
 
 /** Exit code of `inject` and `check` when the input cannot be read or is not YAML. */
 export const EXIT_UNREADABLE = 2;
@@ -14,33 +13,7 @@ export function inputName(path: string): string {
 
 /** Reads a manifest file, or standard input for `-`. */
 export function readInput(path: string): Promise<string> {
-  return path === "-" ? Promise.resolve(readStandardInput()) : readFile(path, "utf8");
-}
-
-/**
- * Reads file descriptor 0 to its end. The runtime module imports `node:process`, which sets up
- * `process.stdin` and with it puts a pipe or socket on fd 0 in non-blocking mode: reads then
- * fail with EAGAIN until data arrives, so they are retried after a short pause.
- */
-function readStandardInput(): string {
-  const chunks: Uint8Array[] = [];
-  const buffer = new Uint8Array(1 << 16);
-  const pause = new Int32Array(new SharedArrayBuffer(4));
-  for (;;) {
-    let n: number;
-    try {
-      n = readSync(0, buffer, 0, buffer.length, null);
-    } catch (error) {
-      if ((error as { code?: string }).code !== "EAGAIN") throw error;
-      Atomics.wait(pause, 0, 0, 10);
-      continue;
-    }
-    if (n === 0) break;
-    chunks.push(buffer.slice(0, n));
-  }
-  const all = new Uint8Array(chunks.reduce((sum, c) => sum + c.length, 0));
-  chunks.reduce((at, c) => (all.set(c, at), at + c.length), 0);
-  return new TextDecoder().decode(all);
+  return path === "-" ? readStandardInput() : readFile(path, "utf8");
 }
 
 /**

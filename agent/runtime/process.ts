@@ -56,6 +56,20 @@ export function ownPid(): number {
   return process.pid;
 }
 
+/**
+ * Reads standard input to its end, as a stream the event loop waits on: a signal meanwhile is
+ * handled at once (a blocking read held it until the writer closed the pipe).
+ */
+export async function readStandardInput(): Promise<string> {
+  const chunks: Uint8Array[] = [];
+  for await (const chunk of process.stdin) {
+    chunks.push(typeof chunk === "string" ? new TextEncoder().encode(chunk) : chunk);
+  }
+  const all = new Uint8Array(chunks.reduce((sum, c) => sum + c.length, 0));
+  chunks.reduce((at, c) => (all.set(c, at), at + c.length), 0);
+  return new TextDecoder().decode(all);
+}
+
 /** Writes one line to standard output. */
 export function writeOut(line: string): void {
   write(process.stdout, line.endsWith("\n") ? line : `${line}\n`);

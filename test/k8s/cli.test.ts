@@ -1,15 +1,16 @@
 // `lastcall inject`, `check` and `drain` through the built bundle: exit codes, stdout, stderr,
 // standard input, and the examples in examples/k8s staying what the CLI generates.
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:http";
-import { tmpdir } from "node:os";
+import { constants, tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import YAML from "yaml";
 import { injectManifest } from "../../agent/k8s/inject.ts";
 import { SIDECAR_DEFAULTS } from "../../agent/k8s/sidecar.ts";
-import { runLastcall } from "../support/lastcall.ts";
+import { waitFor } from "../support/envoy.ts";
+import { lastcallCommand, runLastcall } from "../support/lastcall.ts";
 import { manifest, podSpec, workload } from "./workloads.ts";
 import { root } from "../support/paths.ts";
 
@@ -307,4 +308,34 @@ describe.each([
     ], { encoding: "utf8" });
     expect(out).toContain("OK");
   });
+});
+
+/** Resolves once process `pid` has a handler for `signal` (its SigCgt mask in /proc). */
+async function catches(pid: number, signal: NodeJS.Signals): Promise<void> {
+  const bit = 1n << BigInt(constants.signals[signal] - 1);
+  await waitFor(() => {
+    const mask = /^SigCgt:\s*([0-9a-f]+)$/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+    return mask !== null && (BigInt(`0x${mask[1]}`) & bit) !== 0n ? true : undefined;
+  }, { what: `pid ${pid} to handle ${signal}` });
+}
+
+describe("a stop signal while standard input is still open", () => {
+  it.each(["inject", "check"])(
+    "%s -f - stops at once, prints nothing, exits 143",
+    async (command) => {
+      const [bin, ...prefix] = lastcallCommand();
+      const child = spawn(bin, [...prefix, command, "-f", "-"]);
+      let out = "";
+      child.stdout.setEncoding("utf8").on("data", (s: string) => (out += s));
+      child.stderr.setEncoding("utf8").on("data", (s: string) => (out += s));
+      const exited = new Promise((resolve) => child.on("close", resolve));
+      child.stdin.write("apiVersion: v1\nkind: Pod\n");
+      // Node itself catches SIGTERM from its start; SIGUSR2 is caught once lastcall's handlers are.
+      await catches(child.pid!, "SIGUSR2");
+      child.kill("SIGTERM");
+      expect(await exited).toBe(143);
+      expect(out).toBe("lastcall: stopped by SIGTERM\n");
+      child.stdin.destroy();
+    },
+  );
 });
