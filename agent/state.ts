@@ -28,8 +28,6 @@ export interface AgentState {
   current?: EpochInfo;
   /** The Envoy that serves traffic: the newest that became ready (a hot-restart parent until its child is). */
   serving?: EpochInfo;
-  /** Set while the serving Envoy's admin has not answered for a while (hung, or stopped). */
-  unresponsiveSince?: number;
   /** Every live Envoy, hot-restart parents included. */
   epochs: EpochInfo[];
   /** Crash restarts since start. */

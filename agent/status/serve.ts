@@ -78,15 +78,25 @@ export async function readiness(v: StatusView): Promise<ReadinessAnswer> {
   return { ready: false, reason: answer.reason ?? answer.state };
 }
 
-/** What `/v1/state` answers. */
-export type StateSnapshot = AgentState & { inflight: number; filter: string; drain?: DrainView };
+/**
+ * What `/v1/state` answers: the state, the in-flight view, and `unresponsiveSince` while the
+ * serving Envoy's admin has not answered for a while (hung, or stopped): when it last did.
+ */
+export type StateSnapshot = AgentState & {
+  inflight: number;
+  filter: string;
+  drain?: DrainView;
+  unresponsiveSince?: number;
+};
 
 /** A copy of the state with the in-flight view, for `/v1/state`. */
 export function snapshot(v: StatusView): StateSnapshot {
   const reporters = v.envoys.serving()?.reporters ?? v.envoys.newest()?.reporters ?? [];
   const drain = v.drain?.();
+  const silentSince = v.envoys.serving()?.silentSince;
   return {
     ...structuredClone(v.state),
+    ...(silentSince !== undefined ? { unresponsiveSince: silentSince } : {}),
     inflight: v.tracker.inflight(v.envoys.reporters()),
     filter: !v.filtered
       ? "disabled"

@@ -68,6 +68,8 @@ export interface Epoch {
   adminHandedOver: boolean;
   /** Its admin has not answered for a while (see health.ts). */
   hung: boolean;
+  /** While hung: when its admin last answered (or it started). */
+  silentSince?: number;
   /** Its listeners were asked to drain. */
   listenersDraining: boolean;
   /** Ids its filters report under. */

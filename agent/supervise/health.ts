@@ -42,6 +42,7 @@ export function watchHealth(
       lastAnswer.set(envoy, now);
       if (envoy.hung) {
         envoy.hung = false;
+        envoy.silentSince = undefined;
         log("envoy_responsive", { epoch: envoy.info.epoch, pid: envoy.info.pid });
       }
       return;
@@ -49,6 +50,7 @@ export function watchHealth(
     const since = lastAnswer.get(envoy) ?? envoy.startedAt;
     if (!envoy.hung && envoy.ready && now - since >= silentMs && envoy.process.running) {
       envoy.hung = true;
+      envoy.silentSince = since;
       log("envoy_unresponsive", {
         epoch: envoy.info.epoch,
         pid: envoy.info.pid,

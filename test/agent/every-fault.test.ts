@@ -11,6 +11,7 @@ import {
   isAlive,
   lastcallCommand,
   type LastcallEvent,
+  runLastcall,
   type TestLastcall,
   writeConfig,
 } from "../support/lastcall.ts";
@@ -178,6 +179,9 @@ describe("a hung or busy Envoy", () => {
       expect(ready.status).toBe(503);
       expect((await ready.json() as { reason: string }).reason).toMatch(/not answering/);
       expect(await metric(status, "lastcall_ready")).toBe(0);
+      // `lastcall status` says it too, with how long (from /v1/state's unresponsiveSince).
+      const said = await runLastcall(["status", "--status-url", status]);
+      expect(said.stdout).toMatch(/^ {2}admin not answering for \d+(\.\d)? m?s$/m);
     } finally {
       process.kill(envoyPid, "SIGCONT");
     }
