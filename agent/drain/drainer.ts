@@ -28,9 +28,17 @@ export function freshReading(last: Settled | undefined): Settled | undefined {
 /** Why waiting ended early, as an abort reason. */
 export class DrainEnded extends Error {
   override name = "DrainEnded";
-  /** Every reason a wait can be ended for (the wait itself logs none of them). */
-  static readonly reasons: readonly string[] = ["deadline", "stopped_now", "envoy_exited"];
-  constructor(readonly reason: "deadline" | "stopped_now" | "envoy_exited") {
+  /**
+   * Every reason a wait can be ended for (the wait itself logs none of them); `taken_over`: a
+   * termination's wait replaced a `POST /drain`'s.
+   */
+  static readonly reasons: readonly string[] = [
+    "deadline",
+    "stopped_now",
+    "envoy_exited",
+    "taken_over",
+  ];
+  constructor(readonly reason: "deadline" | "stopped_now" | "envoy_exited" | "taken_over") {
     super(reason);
   }
 }
@@ -206,6 +214,8 @@ export class Drainer {
   #plan?: DrainPlan;
   /** The last reading of the drain's wait. */
   #settled?: Settled;
+  /** Ends the wait under way (see {@linkcode Drainer.wait}). */
+  #waiting?: AbortController;
   /** Aborted once every app has gone: the drain's floor no longer holds. */
   readonly #floorCut = new AbortController();
   /** `POST /drain?sidecar=native` came: the sidecar's SIGTERM will mean every app has exited. */
@@ -351,7 +361,11 @@ export class Drainer {
    */
   async wait(plan: DrainPlan, stopNow?: AbortSignal): Promise<string> {
     const { epochs, watch, app } = this.#deps;
+    // One wait at a time: a termination's, with its own deadline, replaces a POST /drain's (two
+    // would each log every line of the wait).
+    this.#waiting?.abort(new DrainEnded("taken_over"));
     const ended = new AbortController();
+    this.#waiting = ended;
     const end = (reason: DrainEnded["reason"]) => () => ended.abort(new DrainEnded(reason));
     const timer = setTimeout(end("deadline"), Math.max(0, plan.deadline - Date.now()));
     stopNow?.addEventListener("abort", end("stopped_now"), { once: true });

@@ -78,6 +78,22 @@ describe("signals and hooks", () => {
     });
   });
 
+  it("POST /drain, then SIGTERM while a request is held: one wait goes on, its lines said once", async () => {
+    const { lc, port, status } = await serving(["--min-drain", "0s"]);
+    const held = http1(port, "/hold");
+    await app.until((a) => a.held === 1);
+    await agentSees(status, 1);
+    expect((await fetch(`${status}/drain`, { method: "POST" })).status).toBe(200);
+    await lc.event("listeners_draining");
+    lc.signal("SIGTERM");
+    await lc.event("drain_deadline");
+    app.release();
+    expect(await held).toEqual({ status: 200, reset: false });
+    expect(await lc.event("terminated")).toMatchObject({ reason: "inflight_zero" });
+    expect(names(lc).filter((n) => n === "drain_wait_done")).toHaveLength(1);
+    expect(await lc.exited).toEqual({ code: 0, signal: null });
+  });
+
   it("falls back to Envoy's request count when the filter never reports", async () => {
     const { lc, port } = await serving(["--min-drain", "0s", "--no-filter"], { filter: false });
     const held = http1(port, "/hold");
