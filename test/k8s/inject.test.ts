@@ -316,27 +316,34 @@ describe("what inject leaves alone", () => {
     });
   });
 
-  it("a negative grace period is the API server's 1 s: too short, with a warning", () => {
-    const text = manifest(workload("Deployment", podSpec({ terminationGracePeriodSeconds: -1 })));
-    expect(inject(text)).toMatchObject({
-      text,
-      warnings: [
+  it.each([
+    {
+      name: "a negative grace period, the API server's 1 s: too short",
+      text: manifest(workload("Deployment", podSpec({ terminationGracePeriodSeconds: -1 }))),
+      line:
         "deployment/web: terminationGracePeriodSeconds -1 (the API server makes it 1) leaves lastcall no time to drain (it needs at least 8): left as is",
-      ],
-      refused: 1,
-    });
-  });
-
-  it("a pod with a volume of the name lastcall mounts its config under, with a warning", () => {
-    const spec = podSpec({ volumes: [{ name: "lastcall-config", emptyDir: {} }] });
-    const text = manifest(workload("Deployment", spec));
-    expect(inject(text)).toMatchObject({
-      text,
-      warnings: [
+    },
+    {
+      name: "a volume of the name lastcall mounts its config under",
+      text: manifest(
+        workload("Deployment", podSpec({ volumes: [{ name: "lastcall-config", emptyDir: {} }] })),
+      ),
+      line:
         "deployment/web: has a volume named lastcall-config, the name lastcall's Envoy config is mounted under: left as is (rename that volume)",
-      ],
-      refused: 1,
-    });
+    },
+    {
+      name: "a ConfigMap of its name in the manifest without envoy.yaml",
+      text: manifest(workload("Deployment"), {
+        apiVersion: "v1",
+        kind: "ConfigMap",
+        metadata: { name: "web-lastcall-envoy" },
+        data: { "envoy.json": "{}" },
+      }),
+      line:
+        "deployment/web: ConfigMap web-lastcall-envoy in this manifest has no envoy.yaml, the file lastcall runs Envoy with: left as is (add it)",
+    },
+  ])("refuses $name, with one line", ({ text, line }) => {
+    expect(inject(text)).toMatchObject({ text, warnings: [line], refused: 1 });
   });
 
   it("a kind it does not wire that carries a pod (a ReplicaSet, Argo's Rollout), with a line", () => {
@@ -360,23 +367,6 @@ describe("what inject leaves alone", () => {
       notes: [],
       injected: 0,
       refused: 0,
-    });
-  });
-
-  it("a ConfigMap of its name in the manifest without envoy.yaml, with a warning", () => {
-    const configMap = {
-      apiVersion: "v1",
-      kind: "ConfigMap",
-      metadata: { name: "web-lastcall-envoy" },
-      data: { "envoy.json": "{}" },
-    };
-    const text = manifest(workload("Deployment"), configMap);
-    expect(inject(text)).toMatchObject({
-      text,
-      warnings: [
-        "deployment/web: ConfigMap web-lastcall-envoy in this manifest has no envoy.yaml, the file lastcall runs Envoy with: left as is (add it)",
-      ],
-      refused: 1,
     });
   });
 
