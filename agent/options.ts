@@ -286,7 +286,7 @@ export function runOptionList(): Option[] {
       .default([]).argParser(listArg),
     option(
       "--no-hot-restart",
-      "reload (SIGHUP, --watch) by a cold restart: no shared memory needed",
+      "reload (SIGHUP, --watch) by a cold restart: no shared memory needed, but not ready (no listener after the drain time) until the old Envoy has finished and the new one is LIVE",
     ),
     option(
       "--restart-budget <n>",

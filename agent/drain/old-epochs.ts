@@ -140,6 +140,8 @@ async function finishOldEpochs(
   try {
     if (request.kind === "cold") {
       for (const l of old) {
+        // It takes no new connection once Envoy's --drain-time has passed: not ready (serve.ts).
+        l.listenersDraining = true;
         if (l.admin && !l.adminHandedOver) {
           void drainListeners(plan, l.admin, deps.log, ended.signal);
         }

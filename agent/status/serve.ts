@@ -27,11 +27,14 @@ export interface StatusView {
   drain?(): DrainView | undefined;
 }
 
-/** The Envoy that serves, when it is ready and answering and no drain began. */
+/**
+ * The Envoy that serves, when it is ready and answering, no drain began, and its listeners are
+ * not draining (a cold reload's old Envoy: the next starts only after it).
+ */
 function servingReady(v: StatusView): Epoch | undefined {
   if (v.state.drainStartedAt !== undefined) return undefined;
   const serving = v.envoys.serving();
-  return serving && !serving.hung ? serving : undefined;
+  return serving && !serving.hung && !serving.listenersDraining ? serving : undefined;
 }
 
 /** Readiness as `/healthz/ready` would answer it, without asking Envoy (for `lastcall_ready`). */
@@ -56,6 +59,13 @@ export async function readiness(v: StatusView): Promise<ReadinessAnswer> {
       ready: false,
       reason:
         `Envoy epoch ${serving.info.epoch} (pid ${serving.info.pid}) is not answering its admin`,
+    };
+  }
+  if (serving?.listenersDraining) {
+    return {
+      ready: false,
+      reason:
+        `Envoy epoch ${serving.info.epoch} finishes its requests for a cold reload: the next starts after it`,
     };
   }
   if (serving) return { ready: true, reason: "LIVE" };

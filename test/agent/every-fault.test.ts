@@ -227,6 +227,11 @@ describe("drains that survive what Envoy does", () => {
     const { held } = await holdOne(app, port, status);
     lc.signal("SIGHUP");
     await lc.event("reload");
+    await lc.event("epoch_draining");
+    // No Envoy takes new connections from its --drain-time on until the next is LIVE: not ready.
+    const ready = await fetch(`${status}/healthz/ready`);
+    expect(ready.status).toBe(503);
+    expect((await ready.json() as { reason: string }).reason).toMatch(/cold reload/);
     await new Promise((done) => setTimeout(done, 1500));
     expect(isAlive(envoyPid)).toBe(true); // still draining its held request
     app.release();
@@ -236,5 +241,6 @@ describe("drains that survive what Envoy does", () => {
       inflight_at_stop: 0,
     });
     await lc.event("ready", (e) => e.pid !== envoyPid);
+    expect((await fetch(`${status}/healthz/ready`)).status).toBe(200);
   });
 });
