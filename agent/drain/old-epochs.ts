@@ -126,6 +126,15 @@ async function finishOldEpochs(
   const timer = setTimeout(() => ended.abort(new DrainEnded("deadline")), o.parentShutdownMs);
   const onAbort = () => ended.abort(request.signal.reason);
   request.signal.addEventListener("abort", onAbort, { once: true });
+  // One that exits unasked (a kill -9) took what it held with it: the drain ends, and says so.
+  let lost: number | undefined;
+  for (const l of old) {
+    void l.process.exited.then(() => {
+      if (l.stopAsked || ended.signal.aborted) return;
+      lost = (lost ?? 0) + deps.epochs.reported(l.reporters);
+      ended.abort(new DrainEnded("envoy_exited"));
+    });
+  }
   const epochs = old.map((l) => l.info.epoch);
   const idleWatch = new AbortController(); // ends with the drain
   const idle = closeIdleConnections(old, deps.log, idleWatch.signal);
@@ -191,10 +200,11 @@ async function finishOldEpochs(
   const last = DrainEnded.reasons.includes(reason) ? undefined : settled;
   const zeroAt = last?.inflight === 0 ? last.at : undefined;
   // The wait's last reading when it is fresh, else a count read now (a report is a hint only).
-  const [inflight, left] = await Promise.all([
+  const [counted, left] = await Promise.all([
     freshReading(last)?.inflight ?? countNow(deps.epochs, 500, reporters),
     undelivered(old),
   ]);
+  const inflight = lost ?? counted;
   const { bytesUnsent, unchecked } = deliveryReading(left);
   const cut = {
     inflight_at_stop: inflight,

@@ -222,6 +222,41 @@ describe("drains that survive what Envoy does", () => {
     expect(isAlive(Number(restarted.pid))).toBe(false);
   });
 
+  it("a reload's old Envoy killed while it holds a request: its drain says envoy_exited and the cut", async () => {
+    const { lc, port, status, envoyPid } = await serving(app.port, []);
+    const { held } = await holdOne(app, port, status);
+    lc.signal("SIGHUP");
+    await lc.event("epoch_draining");
+    process.kill(envoyPid, "SIGKILL");
+    expect(await lc.event("epoch_drained")).toMatchObject({
+      reason: "envoy_exited",
+      inflight_at_stop: 1,
+    });
+    expect((await held).reset).toBe(true);
+    app.release();
+  });
+
+  it("a termination during a reload's drain takes it over: no line says the cut parent drained", async () => {
+    const { lc, port, status } = await serving(app.port, []);
+    const { held } = await holdOne(app, port, status);
+    lc.signal("SIGHUP");
+    await lc.event("epoch_draining");
+    lc.signal("SIGINT");
+    await lc.event("listeners_draining");
+    lc.signal("SIGINT");
+    expect(await lc.event("terminated")).toMatchObject({
+      reason: "stopped_now",
+      inflight_at_stop: 1,
+    });
+    await lc.exited;
+    expect((await held).reset).toBe(true);
+    app.release();
+    const parentDrained = lc.events.filter((e) =>
+      e.event === "epoch_drained" || (e.event === "drain_wait_done" && e.epochs)
+    );
+    expect(parentDrained).toEqual([]);
+  });
+
   it("a cold reload (--no-hot-restart) drains the old Envoy before stopping it", async () => {
     const { lc, port, status, envoyPid } = await serving(app.port, ["--no-hot-restart"]);
     const { held } = await holdOne(app, port, status);
