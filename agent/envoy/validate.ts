@@ -9,7 +9,9 @@ export interface Validation {
 
 /**
  * Checks a config with `envoy --mode validate`, which loads everything (the wasm filter
- * included) without serving. Used before every start and every hot restart.
+ * included) without serving, with the arguments lastcall passes Envoy after `--` (`args`): an
+ * unknown flag or a bad `-l` fails here too. Used before every hot restart, and when a start
+ * fails or is slow.
  *
  * @example
  * ```ts
@@ -20,11 +22,14 @@ export function validateConfig(
   binary: string,
   configPath: string,
   signal?: AbortSignal,
+  args: readonly string[] = [],
 ): Promise<Validation> {
+  // The user's log level, when given, replaces this check's (Envoy refuses -l twice).
+  const level = args.some((a) => /^(-l|--log-level)(=|$)/.test(a)) ? [] : ["-l", "error"];
   return new Promise((resolve, reject) => {
     execFile(
       binary,
-      ["--mode", "validate", "-c", configPath, "--disable-hot-restart", "-l", "error"],
+      ["--mode", "validate", "-c", configPath, "--disable-hot-restart", ...level, ...args],
       { encoding: "utf8", maxBuffer: 16 * 1024 * 1024, signal, killSignal: "SIGKILL" },
       (error, stdout, stderr) => {
         if (signal?.aborted) return reject(signal.reason);

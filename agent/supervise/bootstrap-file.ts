@@ -108,8 +108,15 @@ export async function checkBootstrap(
   path: string,
   signal?: AbortSignal,
 ): Promise<void> {
-  const validation = await validateConfig(envoyBinary, path, signal);
-  if (!validation.ok) throw new StartError(`Envoy rejected config ${o.config}`, validation.errors);
+  const validation = await validateConfig(envoyBinary, path, signal, o.envoyArgs);
+  if (validation.ok) return;
+  // Refused with the arguments after `--`: without them, which of the two it was.
+  const alone = o.envoyArgs.length ? await validateConfig(envoyBinary, path, signal) : validation;
+  if (alone.ok) {
+    const args = o.envoyArgs.join(" ");
+    throw new StartError(`Envoy refused the arguments after --: ${args}`, validation.errors);
+  }
+  throw new StartError(`Envoy rejected config ${o.config}`, alone.errors);
 }
 
 /**

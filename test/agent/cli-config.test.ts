@@ -54,6 +54,23 @@ describe("configs lastcall cannot run exit 2 before Envoy starts", () => {
     expect(raw.filter((l) => !l.startsWith("lastcall: ") && !l.startsWith("  "))).toEqual([]);
   });
 
+  it.each([
+    [["--bogus-flag"], /PARSE ERROR: Argument: --bogus-flag/],
+    [["-l", "bogus"], /invalid log level specified 'bogus'/],
+  ])("an Envoy argument Envoy refuses (-- %j): one line naming it, Envoy's words, exit 2", async (
+    args,
+    words,
+  ) => {
+    const path = writeConfig(inboundConfig({ upstreamPort: 9 }));
+    const result = await lastcall(run("--config", path, "--", ...args));
+    expect(result.code).toBe(2);
+    const lines = errorLines(result.stderr);
+    expect(lines[0]).toBe(
+      `lastcall: Envoy refused the arguments after --: ${args.join(" ")}`,
+    );
+    expect(lines.slice(1).join("\n")).toMatch(words);
+  });
+
   it("a status port already in use", async () => {
     const { createServer } = await import("node:net");
     const taken = createServer();
