@@ -86,7 +86,7 @@ function renewLease(statusUrl: string, news: AppNews): () => Promise<void> {
  * ```
  */
 export async function execApp(command: string[], options: ExecOptions): Promise<number> {
-  if (command.length === 0) {
+  if (command.length === 0 || command[0] === "") {
     writeErr("lastcall exec: no command given (usage: lastcall exec [options] -- CMD ARGS...)");
     return 2;
   }
@@ -127,9 +127,10 @@ async function runApp(
     ? async () => {}
     : renewLease(options.statusUrl, running);
   const status = await new Promise<number>((resolve) => {
-    child.once("error", (error) => {
+    child.once("error", (error: NodeJS.ErrnoException) => {
       writeErr(`lastcall exec: cannot run ${command[0]}: ${error.message}`);
-      resolve(127);
+      // As shells: 127 not found, 126 found but not runnable (a folder, no x bit).
+      resolve(error.code === "ENOENT" ? 127 : 126);
     });
     child.once("exit", (code, signal) => resolve(exitStatus(code, signal)));
   });

@@ -1,6 +1,6 @@
 // `lastcall run`: the options resolved and checked (Istio's variables, timers made to agree),
 // then the agent run to its exit code.
-import { accessSync, constants } from "node:fs";
+import { accessSync, constants, statSync } from "node:fs";
 import { delimiter, join } from "node:path";
 import type { Command } from "commander";
 import { EXIT, StartError } from "../lib/errors.ts";
@@ -26,7 +26,7 @@ export function findEnvoy(explicit: string | undefined, env = environment()): st
   const isExecutable = (path: string) => {
     try {
       accessSync(path, constants.X_OK);
-      return true;
+      return statSync(path).isFile(); // a folder passes X_OK too
     } catch {
       return false;
     }

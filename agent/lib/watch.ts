@@ -1,7 +1,8 @@
 import { createHash } from "node:crypto";
-import { type FSWatcher, watch } from "node:fs";
+import { existsSync, type FSWatcher, watch } from "node:fs";
 import { readFile } from "node:fs/promises";
 import { basename, dirname, resolve } from "node:path";
+import { StartError } from "./errors.ts";
 
 /** Options of {@linkcode watchFiles}. */
 export interface WatchOptions {
@@ -49,6 +50,10 @@ export async function watchFiles(
     }, settleMs);
   };
   for (const dir of new Set(files.map((f) => dirname(f)))) {
+    if (!existsSync(dir)) {
+      const watched = files.filter((f) => dirname(f) === dir).join(", ");
+      throw new StartError(`Cannot watch ${watched}: no folder ${dir}`);
+    }
     const watcher = watch(dir, (_event, name) => {
       // Kubernetes swaps a `..data` symlink; other names are our files themselves.
       if (!name || names.has(String(name)) || String(name).startsWith("..")) settle();

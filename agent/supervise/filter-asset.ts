@@ -5,6 +5,7 @@ import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { writePrivateFile } from "./run-dir.ts";
+import { StartError } from "../lib/errors.ts";
 
 // The bundles' require() (the single executable's knows the built-in modules only); import()
 // fails in the executable, whose code is cached. Undefined in the sources' ESM and under Deno.
@@ -55,7 +56,7 @@ export async function filterWasmPath(
   runDir: string,
 ): Promise<string> {
   if (explicit) {
-    if (!existsSync(explicit)) throw new Error(`Filter module not found: ${explicit}`);
+    if (!existsSync(explicit)) throw new StartError(`Filter module not found: ${explicit}`);
     return explicit;
   }
   const asset = embedded();

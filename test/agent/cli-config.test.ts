@@ -71,6 +71,24 @@ describe("configs lastcall cannot run exit 2 before Envoy starts", () => {
     expect(lines.slice(1).join("\n")).toMatch(words);
   });
 
+  it.each([
+    [
+      ["--filter-wasm", "/nonexistent.wasm"],
+      "lastcall: Filter module not found: /nonexistent.wasm",
+    ],
+    [
+      ["--watch", "/nonexistent/envoy.yaml"],
+      "lastcall: Cannot watch /nonexistent/envoy.yaml: no folder /nonexistent",
+    ],
+    [["--envoy", "/tmp"], "lastcall: Envoy binary from --envoy is not executable: /tmp"],
+  ])("%j: one line, exit 2", async (args, line) => {
+    const result = await lastcall(
+      run("--config", writeConfig(inboundConfig({ upstreamPort: 9 })), ...args),
+    );
+    expect(result.code).toBe(2);
+    expect(errorLines(result.stderr)).toEqual([line]);
+  });
+
   it("a status port already in use", async () => {
     const { createServer } = await import("node:net");
     const taken = createServer();

@@ -258,3 +258,13 @@ describe("contradictory timings are refused with the numbers", () => {
     expect(errorLines(result.stderr)).toEqual([line]);
   });
 });
+
+describe("lastcall exec with an empty command", () => {
+  it("exec -- '': one line, exit 2, nothing waited for", async () => {
+    const result = await lastcall(["exec", "--", ""]);
+    expect(result).toMatchObject({ code: 2, stdout: "" });
+    expect(result.stderr).toBe(
+      "lastcall exec: no command given (usage: lastcall exec [options] -- CMD ARGS...)\n",
+    );
+  });
+});
