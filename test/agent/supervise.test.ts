@@ -220,11 +220,11 @@ describe("crash restarts", () => {
   });
 
   it("gives up after the budget when Envoy passes validation but fails at run time, naming the exit", async () => {
-    // An Envoy flag that `--mode validate` never sees (lastcall validates with its own
-    // arguments): every real start fails with code 1.
+    // A hot-restart socket in a folder that does not exist: `--mode validate` (no hot restart)
+    // passes, and every real start fails with code 1 (`unable to bind domain socket`).
     const lc = startLastcall(inboundConfig({ upstreamPort: app.port }), {
       args: ["--restart-budget", "2"],
-      envoyArgs: ["--no-such-envoy-flag"],
+      envoyArgs: ["--socket-path", "/nonexistent/lastcall-test-socket"],
     });
 
     const exit = await lc.exited;
