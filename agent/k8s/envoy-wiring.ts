@@ -8,7 +8,15 @@ import { isRecord } from "./workloads.ts";
 /** How far a listener's port is from the app port it fronts: 8080 → 18080. */
 export const LISTENER_OFFSET = 10000;
 /** Ports lastcall's sidecar itself takes: Envoy's admin (15000) and the status server (15020). */
-export const OWN_PORTS: readonly number[] = [15000, 15020];
+export const OWN_PORTS: readonly number[] = [ADMIN_PORT, STATUS_PORT];
+
+/** The declared ports of `containers`: each one's `ports` that are objects. */
+const portsOf = (containers: readonly ContainerSpec[]) =>
+  containers.flatMap((c) => (Array.isArray(c.ports) ? c.ports.filter(isRecord) : []));
+
+/** The port numbers `containers` take in the pod (`containerPort`, `hostPort`). */
+const takenBy = (containers: readonly ContainerSpec[]) =>
+  new Set(portsOf(containers).flatMap((p) => [p.containerPort, p.hostPort]));
 
 /**
  * The ports lastcall takes in a pod: its status server's ({@linkcode STATUS_PORT}) and Envoy's
@@ -22,13 +30,7 @@ export const OWN_PORTS: readonly number[] = [15000, 15020];
  * ```
  */
 export function ownPorts(spec: Record<string, unknown>): { status: number; admin: number } {
-  const taken = new Set(
-    podContainers(spec).flatMap(({ container }) =>
-      Array.isArray(container.ports)
-        ? container.ports.filter(isRecord).flatMap((p) => [p.containerPort, p.hostPort])
-        : []
-    ),
-  );
+  const taken: Set<unknown> = takenBy(podContainers(spec).map(({ container }) => container));
   const free = (from: number) => {
     let port = from;
     while (taken.has(port)) port++;
@@ -108,13 +110,8 @@ export function planWires(
   given?: ReadonlyMap<number, number>,
 ): PortWire[] {
   const all = [...apps, ...others];
-  const portsOf = (c: ContainerSpec) => (Array.isArray(c.ports) ? c.ports.filter(isRecord) : []);
-  const taken = new Set<number>(own);
-  const names = new Set<string>();
-  for (const p of all.flatMap(portsOf)) {
-    for (const n of [p.containerPort, p.hostPort]) if (typeof n === "number") taken.add(n);
-    if (typeof p.name === "string") names.add(p.name);
-  }
+  const taken: Set<unknown> = new Set([...own, ...takenBy(all)]);
+  const names = new Set(portsOf(all).map((p) => p.name).filter((n) => typeof n === "string"));
   const declared = declaredAppPorts(apps).filter(({ port }) => !given || given.has(port));
   return declared.map(({ container, port, name }) => {
     let listener = given?.get(port) ??

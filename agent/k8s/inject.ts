@@ -263,16 +263,12 @@ function injectObject(
   const container = compact(
     doc.createNode(sidecarContainer(grace, sidecar), { aliasDuplicateObjects: false }),
   );
-  for (
-    const [port, what, moved] of [[STATUS_PORT, "lastcall's status server", own.status], [
-      ADMIN_PORT,
-      "Envoy's admin",
-      own.admin,
-    ]] as const
-  ) {
-    if (moved !== port) {
-      warn(`${template.ref}: port ${port} is taken in this pod: ${what} uses ${moved}`, false);
-    }
+  const moves = [
+    { port: STATUS_PORT, what: "lastcall's status server", now: own.status },
+    { port: ADMIN_PORT, what: "Envoy's admin", now: own.admin },
+  ].filter((m) => m.now !== m.port);
+  for (const { port, what, now } of moves) {
+    warn(`${template.ref}: port ${port} is taken in this pod: ${what} uses ${now}`, false);
   }
   if (options.mode === "native") {
     // Last among the init containers: the pod's own init steps run as before, and the app

@@ -61,13 +61,10 @@ export function ownPid(): number {
  * handled at once (a blocking read held it until the writer closed the pipe).
  */
 export async function readStandardInput(): Promise<string> {
-  const chunks: Uint8Array[] = [];
-  for await (const chunk of process.stdin) {
-    chunks.push(typeof chunk === "string" ? new TextEncoder().encode(chunk) : chunk);
-  }
-  const all = new Uint8Array(chunks.reduce((sum, c) => sum + c.length, 0));
-  chunks.reduce((at, c) => (all.set(c, at), at + c.length), 0);
-  return new TextDecoder().decode(all);
+  process.stdin.setEncoding("utf8"); // a character split across two chunks is decoded whole
+  let text = "";
+  for await (const chunk of process.stdin) text += chunk;
+  return text;
 }
 
 /** Writes one line to standard output. */
