@@ -78,8 +78,8 @@ describe("signals and hooks", () => {
     });
   });
 
-  it("POST /drain, then SIGTERM while a request is held: one wait goes on, its lines said once", async () => {
-    const { lc, port, status } = await serving(["--min-drain", "0s"]);
+  it("POST /drain, then SIGTERM while a request is held (the defaults): one wait goes on, its lines said once", async () => {
+    const { lc, port, status } = await serving([]);
     const held = http1(port, "/hold");
     await app.until((a) => a.held === 1);
     await agentSees(status, 1);
