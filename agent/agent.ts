@@ -56,12 +56,8 @@ export class Agent {
   readonly #app: AppWatch;
   readonly #closing = new AbortController();
   readonly #tasks: TaskChain;
-  /** The termination's sources, `began` (aborted as it begins), the operator's insistence. */
-  readonly #termination = {
-    sources: [] as string[],
-    began: new AbortController(),
-    stopNow: new AbortController(),
-  };
+  /** The termination's requests: their sources, whether it began, and the operator's insistence. */
+  readonly #termination = { sources: [] as string[], began: false, stopNow: new AbortController() };
   #run?: Running;
   #failure?: string;
 
@@ -159,7 +155,7 @@ export class Agent {
       });
       for (;;) {
         const event = await this.#events.next();
-        const terminating = this.#termination.began.signal.aborted;
+        const terminating = this.#termination.began;
         switch (event.type) {
           case "exited":
             this.#onExit(event.instance, event.exit);
@@ -185,7 +181,7 @@ export class Agent {
             if (!terminating) this.#drainInPlace(run, event.request);
             break;
           case "terminate":
-            this.#termination.began.abort();
+            this.#termination.began = true;
             this.#terminate(run, event.source);
             break;
           case "done":
@@ -255,10 +251,8 @@ export class Agent {
       l !== live && l.info.generation === live.info.generation && l.info.epoch < live.info.epoch &&
       l.process.running
     );
-    // A termination takes their drain over: its own counts every Envoy.
-    const ends = AbortSignal.any([this.#closing.signal, this.#termination.began.signal]);
-    if (parents.length > 0 && !ends.aborted) {
-      old.finish(parents, "hot", ends).catch((error) =>
+    if (parents.length > 0 && !this.#termination.began) {
+      old.finish(parents, "hot", this.#closing.signal).catch((error) =>
         this.#log("epoch_drain_failed", { error: String(error) })
       );
     }
@@ -286,7 +280,7 @@ export class Agent {
       ...live?.drained,
     };
     const asked = live?.stopAsked === true;
-    if (!asked && this.#termination.began.signal.aborted) {
+    if (!asked && this.#termination.began) {
       // Killed under the drain (the OOM killer, a kill -9): what it held is lost, and said so.
       this.#log("epoch_exit", { ...fields, unexpected: true, inflight_at_exit: inflightBefore });
       return;

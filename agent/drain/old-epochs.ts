@@ -126,12 +126,15 @@ async function finishOldEpochs(
   const timer = setTimeout(() => ended.abort(new DrainEnded("deadline")), o.parentShutdownMs);
   const onAbort = () => ended.abort(request.signal.reason);
   request.signal.addEventListener("abort", onAbort, { once: true });
-  // One that exits unasked (a kill -9) took what it held with it: the drain ends, and says so.
+  // One that exits while drained ends the drain. Unasked (a kill -9), it took what it held with
+  // it, and the drain says so; stopped by a termination, the termination says what was cut.
   let lost: number | undefined;
+  let stoppedByOthers = false;
   for (const l of old) {
     void l.process.exited.then(() => {
-      if (l.stopAsked || ended.signal.aborted) return;
-      lost = (lost ?? 0) + deps.epochs.reported(l.reporters);
+      if (ended.signal.aborted) return;
+      if (l.stopAsked) stoppedByOthers = true;
+      else lost = (lost ?? 0) + deps.epochs.reported(l.reporters);
       ended.abort(new DrainEnded("envoy_exited"));
     });
   }
@@ -192,7 +195,7 @@ async function finishOldEpochs(
     idleWatch.abort();
     request.signal.removeEventListener("abort", onAbort);
   }
-  if (request.signal.aborted) {
+  if (request.signal.aborted || stoppedByOthers) {
     metered?.ended();
     return "aborted";
   }
