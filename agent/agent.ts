@@ -30,7 +30,7 @@ type AgentEvent =
   | { type: "restart_due" }
   | { type: "reload"; reason: string }
   | { type: "drain"; request: DrainRequest }
-  | { type: "terminate"; source: string }
+  | { type: "terminate"; source: string; byApps?: boolean }
   | { type: "done"; code: number }
   | { type: "fatal"; error: unknown };
 
@@ -93,13 +93,17 @@ export class Agent {
     return this.#failure;
   }
 
-  /** SIGTERM, SIGINT, SIGQUIT, `POST /quitquitquit`: run the termination, then exit. */
-  terminate(source: string): void {
+  /**
+   * SIGTERM, SIGINT, SIGQUIT, `POST /quitquitquit`: run the termination, then exit. `byApps`: the
+   * apps' preStop found nothing left for the proxy (`app-stop`): the drain's deadline holds.
+   */
+  terminate(source: string, byApps = false): void {
     const { sources, stopNow } = this.#termination;
     const first = sources.length === 0;
     const secondInterrupt = source === "SIGINT" && sources.includes("SIGINT");
+    if (byApps && !first) return; // the termination under way ends the proxy already
     sources.push(source);
-    if (first) return this.#events.push({ type: "terminate", source });
+    if (first) return this.#events.push({ type: "terminate", source, byApps });
     if (secondInterrupt) {
       this.#log("stop_now", { source });
       stopNow.abort();
@@ -182,7 +186,7 @@ export class Agent {
             break;
           case "terminate":
             this.#termination.began = true;
-            this.#terminate(run, event.source);
+            this.#terminate(run, event.source, event.byApps);
             break;
           case "done":
             return event.code;
@@ -357,12 +361,13 @@ export class Agent {
   }
 
   /** Runs the termination (drain/termination.ts), pre-empting a reload or crash restart, and applies its outcome. */
-  #terminate(run: Running, source: string): void {
+  #terminate(run: Running, source: string, byApps = false): void {
     const { drainer, epochs, drainMetrics, appStop } = run;
     const metered = drainMetrics.started("termination", () => drainer.plan?.deadline ?? Date.now());
     const preempted = this.#tasks.preempt(new Error("terminating"));
     const context = { log: this.#log, state: this.#state, drain: drainer, epochs, appStop };
-    terminate(context, source, { preempted, stopNow: this.#termination.stopNow.signal }).then(
+    const stopNow = this.#termination.stopNow.signal;
+    terminate(context, source, { preempted, stopNow, byApps }).then(
       (outcome: TerminationOutcome) => {
         const { reason, drainMs, inflightAtStop, bytesUnsentAtStop, lastZeroToStopMs } = outcome;
         metered.ended({

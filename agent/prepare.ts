@@ -67,7 +67,7 @@ export interface AgentParts {
 
 /** What the status server and the watched files ask of the agent. */
 export interface AgentControls {
-  terminate(source: string): void;
+  terminate(source: string, byApps?: boolean): void;
   reload(reason: string): void;
   drainInPlace(request?: DrainRequest): void;
 }
@@ -124,6 +124,8 @@ export async function prepareRun(a: AgentParts, controls: AgentControls): Promis
       plan: () => drainer.plan,
       inboundInflight: (signal) => epochs.inboundInflight(signal),
       closeInbound: (why) => epochs.closeInbound(why),
+      proxyEndsWithApps: () => drainer.podEnding && !epochs.carriesCallsOut() && !app.watched(),
+      endProxy: () => controls.terminate("app-stop", true),
       log,
       closing,
     });

@@ -1,8 +1,9 @@
 // `GET /v1/app-stop`, an app container's preStop: holds the app's SIGTERM until the proxy's inbound
 // side is quiet (the floor passed, nothing in flight inbound) or the deadline, then stops taking
-// new inbound requests. It only waits: no caller can start or end a drain with it.
+// new inbound requests; at a pod's end with nothing left for Envoy, once Envoy has stopped. No
+// caller can start a drain with it, nor end one sooner than the pod's end would.
 import { readdir, readFile, readlink } from "node:fs/promises";
-import { delay } from "../lib/async.ts";
+import { delay, unlessAborted } from "../lib/async.ts";
 import type { EventLog } from "../lib/log.ts";
 import { isDrainHook } from "./hook.ts";
 import { type DrainPlan, floorAt } from "./plan.ts";
@@ -30,6 +31,8 @@ export interface AppStopAnswer {
   reason: AppStopReason;
   /** Whether lastcall has stopped taking new inbound requests. */
   inbound_closed: boolean;
+  /** Whether Envoy had stopped (nothing left for it once the apps stop): no request can come. */
+  envoy_stopped: boolean;
   /** From the first hook of this drain to its answer. */
   waited_ms: number;
 }
@@ -42,6 +45,14 @@ export interface AppStopDeps {
   inboundInflight(signal: AbortSignal): Promise<number | undefined>;
   /** Stops taking new inbound requests (in-flight ones go on; outbound listeners stay). */
   closeInbound(why: string): Promise<void>;
+  /**
+   * Whether Envoy has nothing left to do once the apps stop: the pod is ending (a termination,
+   * or a native sidecar's preStop), no listener carries calls out, and the termination would wait
+   * for no app. The hook then has the proxy stopped before it answers.
+   */
+  proxyEndsWithApps(): boolean;
+  /** Begins the termination by the apps (`app-stop`), unless one began. */
+  endProxy(): void;
   log: EventLog;
   /** Aborts when lastcall closes: held hooks are answered. */
   closing: AbortSignal;
@@ -88,9 +99,17 @@ export class AppStopGate {
   #began!: () => void;
   readonly #begun = new Promise<void>((resolve) => (this.#began = resolve));
   #wait?: Promise<AppStopAnswer>;
+  #stopped!: () => void;
+  /** Settles once the termination has stopped Envoy ({@linkcode AppStopGate.proxyStopped}). */
+  readonly #proxyStopped = new Promise<void>((resolve) => (this.#stopped = resolve));
 
   constructor(deps: AppStopDeps) {
     this.#deps = deps;
+  }
+
+  /** The termination has stopped Envoy: a hook waiting for it is answered. */
+  proxyStopped(): void {
+    this.#stopped();
   }
 
   /** A drain began (the termination, or `POST /drain`): hooks waiting for one go on. */
@@ -120,7 +139,8 @@ export class AppStopGate {
     const plan = this.#deps.plan();
     if (!plan) {
       this.#deps.log("app_stop", { reason: "no_drain", waited_ms: Date.now() - asked });
-      return { reason: "no_drain", inbound_closed: false, waited_ms: Date.now() - asked };
+      const waited = Date.now() - asked;
+      return { reason: "no_drain", inbound_closed: false, envoy_stopped: false, waited_ms: waited };
     }
     this.#wait ??= this.#quiet(plan);
     return await this.#wait;
@@ -139,18 +159,32 @@ export class AppStopGate {
     await this.#wait;
   }
 
-  /** Waits for the floor and an inbound zero (or the deadline), then closes inbound. */
+  /**
+   * Waits for the floor and an inbound zero (or the deadline), then closes inbound. Where nothing
+   * is left for the proxy, it is stopped first: a kept-alive connection could still bring a
+   * request, which would reach an app told to stop; Envoy's exit closes them all.
+   */
   async #quiet(plan: DrainPlan): Promise<AppStopAnswer> {
     const started = Date.now();
     this.#deps.log("app_stop_wait", {
       floor_in_ms: Math.max(0, floorAt(plan) - started),
       deadline_in_ms: plan.deadline - started,
     });
-    const reason = await this.#untilQuiet(plan);
+    let reason = await this.#untilQuiet(plan);
     if (reason !== "stopping") await this.#deps.closeInbound(`app-stop: ${reason}`);
+    let stopped = false;
+    if (reason !== "stopping" && this.#deps.proxyEndsWithApps()) {
+      this.#deps.endProxy();
+      stopped = await unlessAborted(this.#proxyStopped, this.#deps.closing).then(
+        () => true,
+        () => false,
+      );
+      if (!stopped) reason = "stopping";
+    }
     const answer: AppStopAnswer = {
       reason,
       inbound_closed: reason !== "stopping",
+      envoy_stopped: stopped,
       waited_ms: Date.now() - started,
     };
     this.#deps.log("app_stop", { ...answer });

@@ -9,7 +9,7 @@ import type { EventLog } from "../lib/log.ts";
 import type { RunOptions } from "../options.ts";
 import type { Envoys, Epoch } from "../supervise/envoys.ts";
 import { undeliveredBy } from "./delivery.ts";
-import { InboundCloser, inboundInflight } from "./inbound.ts";
+import { countsOutbound, InboundCloser, inboundInflight } from "./inbound.ts";
 import type { InflightTracker } from "./in-flight.ts";
 import type { ModeContext } from "./modes/context.ts";
 import type { DrainPlan } from "./plan.ts";
@@ -288,6 +288,11 @@ export class LiveEpochs implements DrainedEpochs {
   /** Stops taking new inbound requests on every live epoch, once (`inbound_closed`). */
   closeInbound(why: string): Promise<void> {
     return this.#inbound.close(this.#deps.envoys.all(), why);
+  }
+
+  /** Whether a live epoch carries calls out: the apps may need it while they stop. */
+  carriesCallsOut(): boolean {
+    return this.#deps.envoys.all().some((l) => l.process.running && countsOutbound(l));
   }
 
   /** Requests in flight on inbound listeners now (see inbound.ts). */

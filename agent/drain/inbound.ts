@@ -18,8 +18,11 @@ export const STOP_INBOUND = "/drain_listeners?inboundonly";
 /** How long lastcall looks for the inbound sockets to close after Envoy said it closes them. */
 const CLOSE_SEEN_MS = 1000;
 
-/** Whether an Envoy's filter gauge also counts outbound requests (OUTBOUND listeners, LDS). */
-function countsOutbound(live: Epoch): boolean {
+/**
+ * Whether an Envoy carries calls out (OUTBOUND listeners, or LDS ones lastcall cannot tell), so
+ * its filter gauge also counts outbound requests.
+ */
+export function countsOutbound(live: Epoch): boolean {
   return live.bootstrap.outboundListeners.length > 0 || live.bootstrap.unseenListeners.length > 0;
 }
 

@@ -6,7 +6,7 @@ import type { RunOptions } from "../options.ts";
 import type { DrainMetrics } from "./drain-metrics.ts";
 import { drainBegins, undeliveredBy } from "./delivery.ts";
 import { DELIVERY_POLL_MS, deliveryReading } from "./delivery-reading.ts";
-import { DrainEnded, freshReading, type Settled, waitDrained } from "./drainer.ts";
+import { DrainEnded, freshReading, type Settled, waitDrained } from "./wait.ts";
 import { countNow, drainListeners, type LiveEpochs } from "./epochs.ts";
 import type { DrainPlan } from "./plan.ts";
 import { delay } from "../lib/async.ts";

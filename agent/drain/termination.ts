@@ -5,7 +5,8 @@ import { EXIT } from "../lib/errors.ts";
 import type { EventLog } from "../lib/log.ts";
 import type { AgentState } from "../state.ts";
 import { deliveryReading } from "./delivery-reading.ts";
-import { DrainEnded, type Drainer, freshReading } from "./drainer.ts";
+import type { Drainer } from "./drainer.ts";
+import { DrainEnded, freshReading } from "./wait.ts";
 import {
   countNow,
   type DiedDraining,
@@ -41,8 +42,8 @@ export interface TerminationContext {
   /** The drain: its plan begins, it waits, and it says what its wait read last. */
   drain: Pick<Drainer, "begin" | "wait" | "settled">;
   epochs: DrainedEpochs;
-  /** The apps' preStop hooks (`GET /v1/app-stop`): Envoy stops once those held are answered. */
-  appStop?: Pick<AppStopGate, "settled">;
+  /** The apps' preStop hooks (`GET /v1/app-stop`): those held are answered once Envoy stopped. */
+  appStop?: Pick<AppStopGate, "settled" | "proxyStopped">;
 }
 
 /** Options of {@linkcode terminate}. */
@@ -51,6 +52,8 @@ export interface TerminateOptions {
   preempted?: Promise<void>;
   /** Aborts when the operator insists (SIGINT twice): the wait ends at once. */
   stopNow?: AbortSignal;
+  /** Begun by the apps' preStop (nothing left for the proxy): the drain's deadline holds. */
+  byApps?: boolean;
 }
 
 /**
@@ -72,7 +75,7 @@ export async function terminate(
   const died = noteUnaskedExits(epochs);
   // 1. Fail readiness: the drain begins, /healthz/ready answers 503 from now on (drainer.ts).
   // 2. Drain listeners: every ready epoch fails its health check, waits --drain-delay, drains.
-  const plan = drain.begin(source, true);
+  const plan = drain.begin(source, options.byApps ? "by apps" : true);
   await options.preempted;
   died.note(); // an epoch the pre-empted task had just started
   const hadEpoch = epochs.running().length > 0;
@@ -80,11 +83,8 @@ export async function terminate(
   let reason = hadEpoch ? "envoy_not_ready" : "envoy_not_running";
   let cut: Cut = { inflightAtStop: 0 };
   if (epochs.running().length > 0) {
-    // 3. Wait by mode, 4. then for delivery, until the deadline (drainer.ts: waitDrained), and
-    // for the answer to an app's held preStop, which ends on the same quiet.
+    // 3. Wait by mode, 4. then for delivery, until the deadline (wait.ts: waitDrained).
     reason = await drain.wait(plan, options.stopNow);
-    const answered = c.appStop?.settled() ?? Promise.resolve();
-    await (options.stopNow ? unlessAborted(answered, options.stopNow) : answered).catch(() => {});
     // 5. Stop Envoy within what is left of the grace period.
     c.state.phase = "stopping";
     cut = await stopAll(c, plan);
@@ -92,6 +92,10 @@ export async function terminate(
     const counting = plan.mode === "inflight" || plan.mode === "requests";
     if (!counting || DrainEnded.reasons.includes(reason)) delete cut.lastZeroToStopMs;
   }
+  // An app's preStop held until Envoy stopped is answered now, from a running lastcall.
+  c.appStop?.proxyStopped();
+  const answered = c.appStop?.settled() ?? Promise.resolve();
+  await (options.stopNow ? unlessAborted(answered, options.stopNow) : answered).catch(() => {});
   // 6. Say what was cut. Epochs killed under the drain took their requests with them.
   const inflightAtStop = cut.inflightAtStop + died.list.reduce((sum, d) => sum + d.inflight, 0);
   if (died.list.length > 0 && reason === "inflight_zero") reason = "envoy_exited";

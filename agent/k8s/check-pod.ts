@@ -91,8 +91,9 @@ export function checkPod(template: PodTemplate, proxies?: ProxyTiming[]): string
 }
 
 /**
- * How long lastcall's `GET /v1/app-stop` holds the app: until the drain's floor (it also waits
- * for the inbound quiet), or 1 s when the sidecar starts no drain of its own at the pod's end;
+ * How long lastcall's `GET /v1/app-stop` holds the app: until the drain's floor at the least (it
+ * also waits for the inbound quiet, and where nothing is left for Envoy, for its last bytes and
+ * its stop), or 1 s when the sidecar starts no drain of its own at the pod's end;
  * 0 when no lastcall of the pod serves that port (the kubelet's GET fails at once).
  */
 function appStopMs(port: unknown, proxies: ProxyTiming[]): number | undefined {

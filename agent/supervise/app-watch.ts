@@ -188,6 +188,15 @@ export class AppWatch {
     ) => (lease.pid === undefined ? { id } : { id, pid: lease.pid }));
   }
 
+  /**
+   * Whether a termination would wait for an app here: `lastcall exec` said one runs, or the app's
+   * port is watched (no `lastcall exec` heard).
+   */
+  watched(): boolean {
+    this.expire();
+    return this.#running.size > 0 || (!this.#heard && this.#port !== undefined);
+  }
+
   /** Whether an app is known to run now. */
   async running(): Promise<boolean> {
     this.expire();

@@ -8,6 +8,7 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it, onTestFinished } from "vitest";
 import { http1, type Outcome, outcomeOf } from "../filter/clients.ts";
+import { envoyConfig } from "../../agent/k8s/envoy-wiring.ts";
 import { waitFor } from "../support/envoy.ts";
 import {
   freePort,
@@ -18,7 +19,9 @@ import {
   type TestLastcall,
 } from "../support/lastcall.ts";
 import { agentSees, serving, upstreamForFile } from "../support/serving.ts";
+import { slowDownload, slowH2Download } from "../support/slow-reader.ts";
 import { tempDir } from "../support/temp.ts";
+import { BODY, RATE } from "./delivery-support.ts";
 import { ASKED_AT_MAX_AGE_MS } from "../../agent/drain/plan.ts";
 
 const app = upstreamForFile();
@@ -86,8 +89,13 @@ describe("the app's preStop (GET /v1/app-stop)", () => {
     expect(answered).toBeUndefined();
     expect(app.releaseWhere((r) => r.url === "/hold/in")).toBe(1);
     expect(await inbound).toEqual({ status: 200, reset: false });
-    // The outbound call is still held: the hook waited for the inbound side only.
-    expect(await hook).toMatchObject({ reason: "quiet", inbound_closed: true });
+    // The outbound call is still held: the hook waited for the inbound side only, and Envoy
+    // still carries the app's calls out.
+    expect(await hook).toMatchObject({
+      reason: "quiet",
+      inbound_closed: true,
+      envoy_stopped: false,
+    });
     expect(app.held).toBe(1);
     expect(order(lc, "inbound_closed")).toBeGreaterThan(order(lc, "app_stop_wait"));
     expect(await connectOutcome(port)).toBe("ECONNREFUSED");
@@ -167,9 +175,36 @@ describe("the app's preStop (GET /v1/app-stop)", () => {
       reason: "inflight_zero",
       inflight_at_stop: 0,
     });
-    // Both ended on the same quiet: the hook was answered before Envoy was asked to quit.
-    expect(order(lc, "app_stop")).toBeLessThan(order(lc, "envoy_quit_requested"));
+    // Both ended on the same quiet; nothing is left for the proxy (no outbound listener): the
+    // hook was answered once Envoy had stopped, so no request can reach the app after it.
+    expect(order(lc, "app_stop", (e) => e.envoy_stopped === true)).toBeGreaterThan(
+      order(lc, "envoy_quit_requested"),
+    );
   });
+});
+
+describe("the app's preStop ends a proxy left with nothing to do, once every byte is delivered", () => {
+  for (const protocol of ["HTTP/1.1", "HTTP/2"] as const) {
+    it(`a slow ${protocol} reader across the pod's end (native, the defaults) gets every byte; the hook answers once Envoy stopped after it`, async () => {
+      const { lc, port, status } = await serving(app.port, []);
+      const download = protocol === "HTTP/1.1"
+        ? slowDownload(port, `/bytes?n=${BODY}`, RATE)
+        : slowH2Download(port, `/bytes?n=${BODY}`, RATE);
+      await download.reached(RATE);
+      expect((await runLastcall(["drain", "--status-url", status])).code).toBe(0);
+      const answer = await appStop(status);
+      expect(answer).toMatchObject({ reason: "quiet", inbound_closed: true, envoy_stopped: true });
+      const read = await download.done;
+      expect(read).toMatchObject({ status: 200, expected: BODY, received: BODY });
+      expect(await lc.event("terminated")).toMatchObject({
+        reason: "inflight_zero",
+        inflight_at_stop: 0,
+        bytes_unsent_at_stop: 0,
+      });
+      // The answer came once Envoy had stopped, which it did only with every byte delivered.
+      expect(order(lc, "app_stop")).toBeGreaterThan(order(lc, "envoy_quit_requested"));
+    });
+  }
 });
 
 /** A client pool that keeps idle sockets and reuses the latest first (as in the failing CI run). */
@@ -203,18 +238,47 @@ async function refusedNot503(pool: { get(): Promise<Outcome> }): Promise<void> {
 }
 
 describe("once the app's preStop is answered, no new inbound request can come", () => {
-  it("idle keep-alive connections are closed with the listeners (inbound-only config, the defaults): the client's next request is refused, never forwarded", async () => {
-    const { lc, port, status } = await serving(app.port, []);
+  it("inject's config, the defaults: a request sent on an idle keep-alive connection right after the answer never reaches the app; new connections are refused", async () => {
+    const listenerPort = await freePort();
+    const config = envoyConfig([{
+      container: "app",
+      appPort: app.port,
+      listenerPort,
+      protocol: "http",
+    }]);
+    const { lc, port, status } = await serving(app.port, [], {
+      config,
+      listener: `inbound_${app.port}`,
+    });
     const pool = await idlePool(port);
     // The pod's deletion: the native sidecar's preStop and the app's.
     expect((await runLastcall(["drain", "--status-url", status])).code).toBe(0);
-    expect(await appStop(status)).toMatchObject({ reason: "quiet", inbound_closed: true });
+    expect(await appStop(status)).toMatchObject({
+      reason: "quiet",
+      inbound_closed: true,
+      envoy_stopped: true,
+    });
+    // The kubelet now sends the app its SIGTERM: whatever is sent from here must not reach it.
     const forwarded = app.completed;
-    await pool.closed; // Envoy closed them: no request was sent on them
+    const late = [pool.get(), pool.get(), pool.get(), pool.get()];
+    for (const outcome of await Promise.all(late)) expect(outcome.status).toBeUndefined();
+    await pool.closed;
     await refusedNot503(pool);
     expect(app.completed).toBe(forwarded);
-    lc.signal("SIGTERM");
-    expect(await lc.event("terminated")).toMatchObject({ inflight_at_stop: 0 });
+    // The apps' hook ended the proxy within the drain's deadline: no new grace came with it.
+    expect(await lc.event("terminate")).toMatchObject({ source: "app-stop" });
+    const start = await lc.event("drain_start");
+    const deadline = await lc.event("drain_deadline");
+    expect(deadline.source).toBe("app-stop");
+    expect(Number(deadline.deadline_ms) + Number(deadline.drain_ms)).toBe(
+      Number(start.deadline_ms),
+    );
+    expect(await lc.event("terminated")).toMatchObject({
+      reason: "inflight_zero",
+      inflight_at_stop: 0,
+      bytes_unsent_at_stop: 0,
+    });
+    expect(await lc.exited).toEqual({ code: 0, signal: null });
   });
 });
 

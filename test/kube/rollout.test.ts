@@ -180,29 +180,34 @@ if (skip) {
             );
           const app = (name: string) => t.find((r) => r.who === "app" && r.what === name);
           expect(killing("app"), explain).toBeDefined();
-          expect(killing("lastcall"), explain).toBeDefined();
-          expect(lastcall("terminate")!.what, explain).toContain("source=SIGTERM");
-          // The app's preStop (inject's GET /v1/app-stop) was asked during the drain and answered
-          // at the inbound quiet; only then did the kubelet send the app its SIGTERM.
+          // The app's preStop (inject's GET /v1/app-stop) was asked during the drain and, with
+          // nothing left for Envoy once the app stops (inject's config has no outbound
+          // listener), answered once Envoy had stopped; only then did the kubelet send the app
+          // its SIGTERM: no request could reach it after.
           expect(lastcall("app_stop_asked"), explain).toBeDefined();
           expect(lastcall("app_stop")!.what, explain).toMatch(/reason=(quiet|deadline)/);
-          expect(app("app_sigterm")!.at_ms, explain).toBeGreaterThanOrEqual(
-            lastcall("app_stop")!.at_ms,
+          expect(lastcall("app_stop")!.at_ms, explain).toBeGreaterThanOrEqual(
+            lastcall("epoch_exit")!.at_ms,
           );
           expect(app("app_sigterm")!.at_ms, explain).toBeGreaterThanOrEqual(
-            lastcall("drain_start")!.at_ms,
+            lastcall("app_stop")!.at_ms,
           );
           expect(app("app_exit"), explain).toBeDefined();
           if (mode === "native") {
             // The kubelet ran inject's preStop at the deletion: lastcall, the container's PID 1,
-            // got SIGUSR2; the sidecar's SIGTERM came only after the app had exited.
+            // got SIGUSR2; the app's hook then began the termination itself, and the sidecar
+            // exited before the app, never started again (the pod was ending).
             expect(lastcall("drain_start")!.what, explain).toContain("source=SIGUSR2");
-            expect(lastcall("terminate")!.at_ms, explain).toBeGreaterThanOrEqual(
-              app("app_exit")!.at_ms,
-            );
+            expect(lastcall("terminate")!.what, explain).toContain("source=app-stop");
+            const sidecar = t.filter((r) => r.what.startsWith("container lastcall "));
+            expect(sidecar.at(-1)?.what, explain).toBe("container lastcall terminated (exit 0)");
+            expect(t.filter((r) => r.who === "lastcall" && r.what === "start"), explain)
+              .toHaveLength(1);
           } else {
             // Both are told to stop at once: the sidecar's SIGTERM starts the drain while the
             // app's preStop waits.
+            expect(killing("lastcall"), explain).toBeDefined();
+            expect(lastcall("terminate")!.what, explain).toContain("source=SIGTERM");
             expect(lastcall("drain_start")!.what, explain).toContain("source=SIGTERM");
           }
           const deleted = t.find((r) => r.what === "pod object deleted");

@@ -148,7 +148,12 @@ describe("control routes refuse connections an Envoy of the agent made", () => {
   });
 
   it("GET /v1/app-stop (an httpGet preStop, sent by the kubelet to the pod's IP) is open to any peer and only asks the agent to wait", async () => {
-    const answer = { reason: "no_drain" as const, inbound_closed: false, waited_ms: 1000 };
+    const answer = {
+      reason: "no_drain" as const,
+      inbound_closed: false,
+      envoy_stopped: false,
+      waited_ms: 1000,
+    };
     const controls = {
       ...fakeControls({ kind: "envoy", pid: 4242 }),
       appStop: vi.fn(() => Promise.resolve(answer)),

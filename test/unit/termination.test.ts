@@ -2,7 +2,7 @@
 // so each test reads what the script did to them and the outcome it returned as data.
 import { describe, expect, it } from "vitest";
 import type { DrainedEpochs } from "../../agent/drain/epochs.ts";
-import type { Settled } from "../../agent/drain/drainer.ts";
+import type { Settled } from "../../agent/drain/wait.ts";
 import type { DrainPlan } from "../../agent/drain/plan.ts";
 import { terminate } from "../../agent/drain/termination.ts";
 import type { EnvoyExit } from "../../agent/envoy/process.ts";
@@ -232,30 +232,35 @@ describe("terminate", () => {
     expect(outcome).toMatchObject({ reason: "inflight_zero", code: 0 });
   });
 
-  it("an app's preStop hook still being answered: Envoy stops only once it is (the kubelet gets its answer)", async () => {
+  it("an app's preStop hook held until Envoy stopped: Envoy stops, the hook is told, and the termination ends only once it is answered (the kubelet gets its answer from a running lastcall)", async () => {
     const { log } = logged();
     const epochs = new FakeEpochs([fakeEpoch(0)]);
     const { drain } = fakeDrain(() => Promise.resolve("inflight_zero"));
     let answer!: () => void;
-    const appStop = { settled: () => new Promise<void>((resolve) => (answer = resolve)) };
+    let toldAfterStops: unknown[] | undefined;
+    const appStop = {
+      settled: () => new Promise<void>((resolve) => (answer = resolve)),
+      proxyStopped: () => void (toldAfterStops = [...epochs.stops]),
+    };
+    let done = false;
     const ended = terminate(
       { log, state: { phase: "draining" }, drain, epochs, appStop },
       "SIGTERM",
-    );
+    ).finally(() => (done = true));
     await new Promise((resolve) => setImmediate(resolve));
-    expect(epochs.stops).toEqual([]);
+    expect(toldAfterStops).toEqual([{ epochs: [0], byAdmin: true }]);
+    expect(done).toBe(false);
     answer();
     expect(await ended).toMatchObject({ reason: "inflight_zero", code: 0 });
-    expect(epochs.stops).toEqual([{ epochs: [0], byAdmin: true }]);
   });
 
-  it("the operator insists (stopNow): a hook still held does not keep Envoy up", async () => {
+  it("the operator insists (stopNow): a hook still held does not keep lastcall up", async () => {
     const { log } = logged();
     const epochs = new FakeEpochs([fakeEpoch(0)]);
     const { drain } = fakeDrain(() => Promise.resolve("stopped_now"));
     const stopNow = new AbortController();
     stopNow.abort();
-    const appStop = { settled: () => new Promise<void>(() => {}) };
+    const appStop = { settled: () => new Promise<void>(() => {}), proxyStopped: () => {} };
     const outcome = await terminate(
       { log, state: { phase: "draining" }, drain, epochs, appStop },
       "SIGTERM",
