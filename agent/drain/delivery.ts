@@ -87,6 +87,38 @@ async function handedOver(live: Epoch): Promise<Held> {
 }
 
 /**
+ * Counts the connections Envoy closed holding bytes their client sent that it never read: a
+ * request sent on an idle keep-alive connection while Envoy held it for its delayed close (it
+ * reads nothing then, and resets the connection at the end). Unread at two looks in a row, then
+ * gone: Envoy reads a request it serves within a few ms.
+ *
+ * @example
+ * ```ts
+ * const resets = new UnreadResets();
+ * resets.look(await undeliveredBy(old)); // each time the connections are looked at
+ * resets.count; // 1
+ * ```
+ */
+export class UnreadResets {
+  /** Connections seen with unread bytes, by inode: how many looks in a row. */
+  #unread = new Map<number, number>();
+  /** Connections closed with their client's bytes unread. */
+  count = 0;
+
+  look(left: Undelivered | undefined): void {
+    if (!left?.unread) return;
+    for (const [inode, looks] of this.#unread) {
+      if (looks >= 2 && !left.unread.has(inode)) this.count++;
+    }
+    const next = new Map<number, number>();
+    for (const [inode, bytes] of left.unread) {
+      if (bytes > 0) next.set(inode, (this.#unread.get(inode) ?? 0) + 1);
+    }
+    this.#unread = next;
+  }
+}
+
+/**
  * Marks the drain of the given Envoys as begun, once their stats were read: connections their
  * delayed close timed out on are counted from there. Learns their listening ports too.
  *
@@ -141,7 +173,13 @@ export async function undeliveredBy(
     connections: sum.connections + u!.connections,
     sending: sum.sending + u!.sending,
     bytes: sum.bytes + u!.bytes,
-  }), { connections: 0, sending: 0, bytes: held.reduce((sum, h) => sum + h.bytes, 0) });
+    unread: new Map([...sum.unread!, ...u!.unread ?? []]),
+  }), {
+    connections: 0,
+    sending: 0,
+    bytes: held.reduce((sum, h) => sum + h.bytes, 0),
+    unread: new Map(),
+  });
   const http2Open = held.reduce((sum, h) => sum + (h.http2Open ?? 0), 0);
   const open = http2Open ? { http2Open } : {};
   return { ...sum, ...open, ...(unchecked.length ? { unchecked } : {}) };

@@ -4,7 +4,7 @@ import type { Epoch } from "../supervise/envoys.ts";
 import type { EventLog } from "../lib/log.ts";
 import type { RunOptions } from "../options.ts";
 import type { DrainMetrics } from "./drain-metrics.ts";
-import { drainBegins, undeliveredBy } from "./delivery.ts";
+import { drainBegins, undeliveredBy, UnreadResets } from "./delivery.ts";
 import { DELIVERY_POLL_MS, deliveryReading } from "./delivery-reading.ts";
 import { DrainEnded, freshReading, type Settled, waitDrained } from "./wait.ts";
 import { countNow, drainListeners, type LiveEpochs } from "./epochs.ts";
@@ -148,6 +148,8 @@ async function finishOldEpochs(
     counted_by: reporters.length > 0 ? "filter" : request.kind === "cold" ? "stats" : "connections",
     idle_connections: idle,
   });
+  // Requests sent on idle connections while Envoy held them for its delayed close, never read.
+  const resets = new UnreadResets();
   let reason: string;
   try {
     if (request.kind === "cold") {
@@ -178,7 +180,10 @@ async function finishOldEpochs(
     }
     if (byConnections && !ended.signal.aborted) {
       const clients = old.map(withoutOutboundPorts);
-      while ((await undelivered(clients))?.connections ?? 0) {
+      for (;;) {
+        const left = await undelivered(clients);
+        resets.look(left);
+        if (!left?.connections) break;
         await delay(DELIVERY_POLL_MS, ended.signal);
       }
     }
@@ -213,6 +218,7 @@ async function finishOldEpochs(
     inflight_at_stop: inflight,
     ...(bytesUnsent !== undefined ? { bytes_unsent_at_stop: bytesUnsent } : {}),
     ...(unchecked ? { delivery_unchecked: unchecked } : {}),
+    ...(resets.count > 0 ? { unread_at_close: resets.count } : {}),
   };
   for (const l of old) l.drained = { drain_reason: reason, ...cut };
   const drainMs = Date.now() - startedAt;

@@ -123,6 +123,8 @@ export interface Undelivered {
    * their clients may still read what they took; the drain waits for them to close.
    */
   http2Open?: number;
+  /** Each accepted connection by socket inode: the bytes from its client Envoy has not read yet. */
+  unread?: Map<number, number>;
 }
 
 /**
@@ -181,10 +183,11 @@ export async function undelivered(
     listenPorts.add(s.localPort);
     if (s.table) listenTables?.add(s.table);
   }
-  const result: Undelivered = { connections: 0, sending: 0, bytes: 0 };
+  const result: Undelivered = { connections: 0, sending: 0, bytes: 0, unread: new Map() };
   for (const s of own) {
     if (s.state === TCP_STATE.listen || !listenPorts.has(s.localPort)) continue;
     result.connections++;
+    result.unread!.set(s.inode, s.rxQueue);
     if (s.txQueue > 0) {
       result.sending++;
       result.bytes += s.txQueue;

@@ -88,6 +88,8 @@ export interface Epoch {
     inflight_at_stop: number;
     bytes_unsent_at_stop?: number;
     delivery_unchecked?: string[];
+    /** Connections Envoy closed holding requests it never read (its delayed close). */
+    unread_at_close?: number;
   };
 }
 

@@ -109,3 +109,37 @@ describe("a long request across a reload", () => {
     }
   });
 });
+
+// lastcall closes a hot parent's idle connections (its overload manager scales their idle timeout
+// to 0). Envoy then still answers on one for its connection manager's `drain_timeout` (5 s), and
+// holds it unread for its delayed close (3 s, lastcall's) before a reset: a request sent in those
+// 3 s never reaches the app. lastcall cannot save it, and says so. Sent 6.5 s after the drain
+// began: past the 5 s, well before the 8.
+describe("an idle keep-alive connection to a hot parent", () => {
+  it("a request sent on it while Envoy holds it for its delayed close gets a reset, and epoch_drained counts it (unread_at_close)", async () => {
+    const { lc, port } = await serving(app.port, []);
+    const socket = connect(port, "127.0.0.1");
+    await new Promise((done) => socket.once("connect", done));
+    const next = () =>
+      new Promise<string>((done) => {
+        socket.once("data", (chunk) => done(String(chunk).split("\r\n")[0]));
+        socket.once("error", (error: NodeJS.ErrnoException) => done(error.code ?? "error"));
+        socket.once("close", () => done("closed"));
+        socket.write("GET / HTTP/1.1\r\nhost: app\r\n\r\n");
+      });
+    expect(await next()).toBe("HTTP/1.1 200 OK");
+    lc.signal("SIGHUP");
+    await lc.event("epoch_draining");
+    await new Promise((done) => setTimeout(done, 6500));
+    expect(await next()).toBe("ECONNRESET");
+    expect(await lc.event("epoch_drained", undefined, 30_000)).toMatchObject({
+      epochs: [0],
+      inflight_at_stop: 0,
+      unread_at_close: 1,
+    });
+    lc.signal("SIGTERM");
+    expect(await lc.event("epoch_exit", (e) => e.epoch === 0)).toMatchObject({
+      unread_at_close: 1,
+    });
+  });
+});

@@ -86,11 +86,11 @@ describe("undelivered", () => {
     ...s,
   });
 
-  it("counts the connections the process accepted and the bytes queued on them, not its upstream ones nor others'", async () => {
+  it("counts the connections the process accepted, the bytes queued on them and those their clients sent that it has not read, not its upstream ones nor others'", async () => {
     const root = fakeProc(42, [1, 2, 3, 4], [
       sock({ localPort: 10000, state: TCP_STATE.listen, inode: 1 }),
       sock({ localPort: 10000, remotePort: 50000, txQueue: 1_600_000, inode: 2 }), // a slow reader
-      sock({ localPort: 10000, remotePort: 50001, inode: 3 }), // idle keep-alive
+      sock({ localPort: 10000, remotePort: 50001, rxQueue: 40, inode: 3 }), // a request not read yet
       sock({ localPort: 41000, remotePort: 8080, txQueue: 999, inode: 4 }), // Envoy's upstream connection
       sock({ localPort: 10000, remotePort: 50002, txQueue: 7, inode: 9 }), // not Envoy's (an orphan)
     ]);
@@ -98,6 +98,7 @@ describe("undelivered", () => {
       connections: 2,
       sending: 1,
       bytes: 1_600_000,
+      unread: new Map([[2, 0], [3, 40]]),
     });
   });
 
@@ -106,11 +107,17 @@ describe("undelivered", () => {
     const root = fakeProc(42, [2], [
       sock({ localPort: 10000, remotePort: 50000, txQueue: 5, inode: 2 }),
     ]);
-    expect(await undelivered(42, { proc: root })).toEqual({ connections: 0, sending: 0, bytes: 0 });
+    expect(await undelivered(42, { proc: root })).toEqual({
+      connections: 0,
+      sending: 0,
+      bytes: 0,
+      unread: new Map(),
+    });
     expect(await undelivered(42, { proc: root, listenPorts })).toEqual({
       connections: 1,
       sending: 1,
       bytes: 5,
+      unread: new Map([[2, 0]]),
     });
   });
 
