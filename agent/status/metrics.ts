@@ -1,5 +1,5 @@
 // Prometheus exposition through prom-client: values are read from the agent's state at scrape.
-import { Gauge, Registry } from "prom-client";
+import { Counter, Gauge, type LabelValues, Registry } from "prom-client";
 import type { AgentState, Phase } from "../state.ts";
 import type { XdsStatsSnapshot } from "../xds/stats.ts";
 import type { DrainMetrics } from "../drain/drain-metrics.ts";
@@ -31,13 +31,8 @@ export interface MetricsSource {
  */
 export function createMetrics(source: MetricsSource): Registry {
   const registry = new Registry();
-  const gauge = (
-    name: string,
-    help: string,
-    collect: (g: Gauge) => void,
-    labelNames: string[] = [],
-  ) =>
-    new Gauge({
+  const gauge: MetricMaker = (name, help, collect, labelNames = []) =>
+    void new Gauge({
       name,
       help,
       labelNames,
@@ -46,18 +41,32 @@ export function createMetrics(source: MetricsSource): Registry {
         collect(this as Gauge);
       },
     });
+  // A total read from the state at each scrape: typed `counter`, so rate() and increase() apply.
+  const counter: MetricMaker = (name, help, collect, labelNames = []) =>
+    void new Counter({
+      name,
+      help,
+      labelNames,
+      registers: [registry],
+      collect() {
+        this.reset();
+        const set = (labels: LabelValues<string> | number, value = 0) =>
+          typeof labels === "number" ? this.inc(labels) : this.inc(labels, value);
+        collect({ set } as Setter);
+      },
+    });
 
-  gauge(
+  counter(
     "lastcall_envoy_restarts_total",
     "Crash restarts of Envoy since lastcall started",
     (g) => g.set(source.state().restarts),
   );
-  gauge(
+  counter(
     "lastcall_hot_restarts_total",
     "Hot restarts (new epochs) since lastcall started",
     (g) => g.set(source.state().hotRestarts),
   );
-  gauge(
+  counter(
     "lastcall_reloads_rejected_total",
     "Reloads refused because the new config did not validate",
     (g) => g.set(source.state().reloadsRejected),
@@ -86,22 +95,22 @@ export function createMetrics(source: MetricsSource): Registry {
     "Requests in flight in Envoy, as the filter last reported",
     (g) => g.set(source.inflight()),
   );
-  gauge(
+  counter(
     "lastcall_filter_reports_total",
     "Filter reports accepted",
     (g) => g.set(source.reports().accepted),
   );
-  gauge(
+  counter(
     "lastcall_filter_stale_reports_total",
     "Filter probe answers ignored: older than one already seen, or to a probe never issued",
     (g) => g.set(source.reports().stale),
   );
-  gauge(
+  counter(
     "lastcall_filter_unknown_reports_total",
     "Reports naming no live Envoy of this agent (answered, nothing kept)",
     (g) => g.set(source.reports().unknown),
   );
-  gauge(
+  counter(
     "lastcall_filter_refused_reports_total",
     "Reports refused for a missing or wrong token",
     (g) => g.set(source.reports().refused),
@@ -124,37 +133,45 @@ export function createMetrics(source: MetricsSource): Registry {
     if (t) g.set({ reason: t.reason, mode: t.mode }, 1);
   }, ["reason", "mode"]);
   source.drains?.register(registry);
-  if (source.xds) addXdsMetrics(gauge, source.xds);
+  if (source.xds) addXdsMetrics(gauge, counter, source.xds);
   return registry;
 }
 
-type GaugeMaker = (
+/** What a metric's collect callback sets: a gauge's value, or a counter's total. */
+type Setter = Pick<Gauge, "set">;
+
+type MetricMaker = (
   name: string,
   help: string,
-  collect: (g: Gauge) => void,
+  collect: (s: Setter) => void,
   labelNames?: string[],
-) => Gauge;
+) => void;
 
-function addXdsMetrics(gauge: GaugeMaker, xds: () => XdsStatsSnapshot): void {
+function addXdsMetrics(gauge: MetricMaker, counter: MetricMaker, xds: () => XdsStatsSnapshot) {
   gauge(
     "lastcall_xds_streams",
     "xDS streams Envoy has open to lastcall's proxy",
     (g) => g.set(xds().streamsActive),
   );
-  gauge(
+  counter(
     "lastcall_xds_streams_total",
     "xDS streams Envoy opened to lastcall's proxy",
     (g) => g.set(xds().streamsTotal),
   );
-  gauge("lastcall_xds_responses_total", "xDS responses relayed to Envoy, by resource type", (g) => {
-    for (const [type, n] of Object.entries(xds().responses)) g.set({ type }, n);
-  }, ["type"]);
-  gauge(
+  counter(
+    "lastcall_xds_responses_total",
+    "xDS responses relayed to Envoy, by resource type",
+    (g) => {
+      for (const [type, n] of Object.entries(xds().responses)) g.set({ type }, n);
+    },
+    ["type"],
+  );
+  counter(
     "lastcall_xds_listeners_rewritten_total",
     "Listeners from LDS (gRPC or file) that got the filter",
     (g) => g.set(xds().listenersRewritten),
   );
-  gauge(
+  counter(
     "lastcall_xds_nacks_total",
     "NACKs from Envoy; cause lastcall when the rejected change was lastcall's",
     (g) => {
@@ -164,7 +181,7 @@ function addXdsMetrics(gauge: GaugeMaker, xds: () => XdsStatsSnapshot): void {
     },
     ["cause"],
   );
-  gauge(
+  counter(
     "lastcall_xds_upstream_errors_total",
     "Relayed xDS streams the control plane ended with an error or never took",
     (g) => g.set(xds().upstreamErrors),

@@ -290,4 +290,39 @@ describe("in /metrics", () => {
       .toBe(1);
     expect(s.get('lastcall_draining{kind="drain"}')).toBe(0);
   });
+
+  it("types every *_total as a counter (rate() and increase() apply), with the state's totals, at each scrape", async () => {
+    const state = initialState();
+    const source = {
+      state: () => state,
+      inflight: () => 0,
+      ready: () => true,
+      reports: () => ({ accepted: 7, stale: 0, unknown: 0, refused: 2 }),
+      xds: () => ({
+        streamsActive: 1,
+        streamsTotal: 3,
+        responses: { listener: 4 },
+        listenersRewritten: 2,
+        nacks: { lastcall: 0, control_plane: 1 },
+        upstreamErrors: 0,
+        filesWritten: 0,
+      }),
+      drains: new DrainMetrics(),
+    };
+    const registry = createMetrics(source);
+    state.restarts = 2;
+    const text = await registry.metrics();
+    const totals = [...text.matchAll(/^# TYPE (\S+_total) (\S+)$/gm)];
+    expect(totals.length).toBeGreaterThan(10);
+    for (const [line, , type] of totals) expect(type, line).toBe("counter");
+    const s = await samples(registry);
+    expect(s.get("lastcall_envoy_restarts_total")).toBe(2);
+    expect(s.get("lastcall_filter_refused_reports_total")).toBe(2);
+    expect(s.get('lastcall_xds_responses_total{type="listener"}')).toBe(4);
+    expect(s.get('lastcall_xds_nacks_total{cause="control_plane"}')).toBe(1);
+    state.restarts = 3; // read again at the next scrape, not added to
+    expect((await samples(registry)).get("lastcall_envoy_restarts_total")).toBe(3);
+    expect(s.get("lastcall_envoy_processes")).toBe(0);
+    expect(text).toMatch(/^# TYPE lastcall_envoy_processes gauge$/m);
+  });
 });
