@@ -133,7 +133,13 @@ function headline(state: Fields, drain: Fields | undefined, o: FormatOptions): s
       ? o.now - since
       : undefined;
     if (elapsed !== undefined) parts[0] += ` for ${formatAge(Math.max(0, elapsed))}`;
-    if (left !== undefined) {
+    const ended = fields(field(drain, "wait_ended"));
+    const endedAfter = num(ended, "after_ms");
+    if (ended) {
+      // A drain in place whose wait is over: Envoy serves on, no deadline counts down.
+      const after = endedAfter === undefined ? "" : ` after ${formatAge(endedAfter)}`;
+      parts.push(`wait ended${after} (${str(ended, "reason") ?? "reason unknown"})`);
+    } else if (left !== undefined) {
       parts.push(left > 0 ? `deadline in ${formatAge(left)}` : "deadline passed");
     }
     const mode = str(drain, "mode");

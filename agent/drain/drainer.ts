@@ -37,6 +37,8 @@ export class Drainer {
   #settled?: Settled;
   /** Ends the wait under way (see {@linkcode Drainer.wait}). */
   #waiting?: AbortController;
+  /** How the last wait ended, while no other runs: a drain in place whose Envoy serves on. */
+  #waitEnded?: { reason: string; at: number };
   /** Aborted once every app has gone: the drain's floor no longer holds. */
   readonly #floorCut = new AbortController();
   /** `POST /drain?sidecar=native` came: the sidecar's SIGTERM will mean every app has exited. */
@@ -67,7 +69,11 @@ export class Drainer {
 
   /** What the drain under way waits for (`drain` of `/v1/state`); undefined outside a drain. */
   view(): DrainView | undefined {
-    return this.#plan && this.#deps.watch.view(this.#plan);
+    const plan = this.#plan;
+    if (!plan) return undefined;
+    const ended = this.#waitEnded;
+    const after = ended && { reason: ended.reason, after_ms: ended.at - plan.startedAt };
+    return { ...this.#deps.watch.view(plan), ...(after ? { wait_ended: after } : {}) };
   }
 
   /**
@@ -197,6 +203,7 @@ export class Drainer {
     this.#waiting?.abort(new DrainEnded("taken_over"));
     const ended = new AbortController();
     this.#waiting = ended;
+    this.#waitEnded = undefined;
     const end = (reason: DrainEnded["reason"]) => () => ended.abort(new DrainEnded(reason));
     const timer = setTimeout(end("deadline"), Math.max(0, plan.deadline - Date.now()));
     stopNow?.addEventListener("abort", end("stopped_now"), { once: true });
@@ -206,7 +213,7 @@ export class Drainer {
     void watch.sayWhileWaiting(plan, AbortSignal.any([ended.signal, waitOver.signal]));
     try {
       const context = epochs.waitContext();
-      return await waitDrained(plan, {
+      const reason = await waitDrained(plan, {
         ...context,
         measure: (s) => epochs.measure(s),
         waitForApp: (s) => app.waitGone(s),
@@ -215,6 +222,8 @@ export class Drainer {
           epochs.undelivered(context.statPrefixes).then((left) => watch.sawUndelivered(left)),
         settled: (last) => void (this.#settled = last),
       }, ended.signal);
+      if (this.#waiting === ended) this.#waitEnded = { reason, at: Date.now() };
+      return reason;
     } finally {
       waitOver.abort();
       clearTimeout(timer);

@@ -35,6 +35,8 @@ export interface DrainView {
   apps: Array<{ id: string; pid?: number }>;
   /** Response bytes Envoy still has to deliver to slow readers, while the delivery wait looks. */
   unsent_bytes?: number;
+  /** A drain in place whose wait has ended (Envoy serves on): why, and when, from its start. */
+  wait_ended?: { reason: string; after_ms: number };
 }
 
 /** How long what the delivery wait saw is shown. */

@@ -252,4 +252,20 @@ describe("lastcall status against a real lastcall run (default settings)", () =>
     });
     expect(state).not.toHaveProperty("drain");
   });
+
+  it("after POST /drain's wait ended: how and when it ended, no deadline counting down", async () => {
+    const { lc, status: base } = await serving(app.port, []);
+    expect((await fetch(`${base}/drain`, { method: "POST" })).status).toBe(200);
+    const done = await lc.event("drain_wait_done");
+    const state = await (await fetch(`${base}/v1/state`)).json();
+    expect(state.drain.wait_ended.reason).toBe("inflight_zero");
+    // Taken as the wait returned, right after it logged drain_wait_done.
+    expect(state.drain.wait_ended.after_ms - Number(done.ms)).toBeGreaterThanOrEqual(0);
+    expect(state.drain.wait_ended.after_ms - Number(done.ms)).toBeLessThan(100);
+    const text = await status(["--status-url", base]);
+    expect(text).toMatchObject({ code: 0, stderr: "" });
+    expect(lines(text.stdout)[0]).toMatch(
+      /^lastcall: draining \(POST \/drain\) for [\d.]+ s, wait ended after 5\.\d s \(inflight_zero\), mode inflight$/,
+    );
+  });
 });

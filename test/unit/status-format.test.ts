@@ -104,6 +104,17 @@ describe("formatStatus", () => {
       .toBe("lastcall: stopping (SIGTERM) for 31.0 s, deadline passed, mode inflight");
   });
 
+  it("a drain in place whose wait ended: how and when, no deadline counting down", () => {
+    const state = draining((d) => {
+      d.source = "POST /drain";
+      d.wait_ended = { reason: "inflight_zero", after_ms: 5012 };
+    });
+    expect(formatStatus(state)[0]).toBe(
+      "lastcall: draining (POST /drain) for 12.3 s, wait ended after 5.0 s (inflight_zero), " +
+        "mode inflight",
+    );
+  });
+
   it("holders of two Envoys get an epoch column; unnamed, unknown ages, connections and unsent bytes are said", () => {
     const state = draining((d) => {
       d.holders = [
