@@ -111,8 +111,8 @@ export function preStopOf(c: ContainerSpec): PreStop {
     let ms = 0;
     let found = false;
     words.forEach((word, i) => {
-      if (!isProgram(word, "sleep") || i + 1 >= words.length) return;
-      const value = tryDuration(words[i + 1]);
+      if (!isProgram(word, "sleep")) return;
+      const value = sleepArgsMs(words.slice(i + 1));
       if (value !== undefined) (ms += value), (found = true);
     });
     if (found) return { kind: "sleep", ms };
@@ -125,6 +125,40 @@ export function preStopOf(c: ContainerSpec): PreStop {
     return { kind: "other", what: `GET ${String(hook.httpGet.path ?? "/")}` };
   }
   return { kind: "other", what: "hook" };
+}
+
+/** GNU `sleep`'s units: a number alone is seconds. */
+const SLEEP_UNIT_MS: Record<string, number> = {
+  "": 1000,
+  s: 1000,
+  m: 60_000,
+  h: 3_600_000,
+  d: 86_400_000,
+};
+/** A number as C's `strtod` reads it (decimal with an exponent, or hexadecimal), then a unit. */
+const SLEEP_ARG = /^\+?(\d+\.?\d*(?:e[+-]?\d+)?|\.\d+(?:e[+-]?\d+)?|0x[0-9a-f]+)([smhd]?)$/i;
+
+/**
+ * How long `sleep ARGS` sleeps, as GNU coreutils and BusyBox read it: each argument a number
+ * (`1e3`, `0x10`, `.5`) with an optional unit (`s`, `m`, `h`, `d`), the arguments added up
+ * (`sleep 2 3`: 5 s); the arguments end at the first word that is none (`&&`, `;`). Also a
+ * duration in another tool's form (`1m30s`), alone. Undefined when the first is none
+ * (`infinity`, `$DELAY`).
+ *
+ * @example
+ * ```ts
+ * sleepArgsMs(["2", "3", "&&", "nginx"]); // 5000
+ * ```
+ */
+export function sleepArgsMs(args: readonly string[]): number | undefined {
+  let ms: number | undefined;
+  for (const [i, arg] of args.entries()) {
+    const m = SLEEP_ARG.exec(arg);
+    const value = m ? Number(m[1]) * SLEEP_UNIT_MS[m[2].toLowerCase()] : undefined;
+    if (value === undefined || !Number.isFinite(value)) return i === 0 ? tryDuration(arg) : ms;
+    ms = (ms ?? 0) + value;
+  }
+  return ms;
 }
 
 /** {@linkcode parseAnyDuration}, or undefined for text that is not a duration. */

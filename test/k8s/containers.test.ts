@@ -56,6 +56,31 @@ describe("preStopOf", () => {
     expect(preStopOf(container)).toEqual(expected);
   });
 
+  it.each([
+    ["sleep 2 3", 5000],
+    ["sleep 1e3", 1_000_000],
+    ["sleep 0x10", 16_000],
+    ["sleep .5", 500],
+    ["sleep 1.5m", 90_000],
+    ["sleep 1h 30m", 5_400_000],
+    ["sleep 2d", 172_800_000],
+    ["sleep +7", 7000],
+    ["sleep 1m30s", 90_000],
+    ["sleep 5; sleep 2 1", 8000],
+  ])("exec %s: as GNU sleep reads it", (script, ms) => {
+    expect(preStopOf(hook({ exec: { command: ["sh", "-c", script] } }))).toEqual({
+      kind: "sleep",
+      ms,
+    });
+  });
+
+  it.each(["sleep infinity", "sleep $DELAY", "sleep"])("exec %s: not known", (script) => {
+    expect(preStopOf(hook({ exec: { command: ["sh", "-c", script] } }))).toEqual({
+      kind: "other",
+      what: `exec ${script}`,
+    });
+  });
+
   it("splits sh -c scripts into words", () => {
     expect(
       handlerArgv({ exec: { command: ["bash", "-c", "contour envoy shutdown --check-delay 5s"] } }),
