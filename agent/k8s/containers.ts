@@ -139,9 +139,9 @@ const SLEEP_UNIT_MS: Record<string, number> = {
 const SLEEP_ARG = /^\+?(\d+\.?\d*(?:e[+-]?\d+)?|\.\d+(?:e[+-]?\d+)?|0x[0-9a-f]+)([smhd]?)$/i;
 
 /**
- * How long `sleep ARGS` sleeps, as GNU coreutils reads it (BusyBox alike, but for hexadecimal): each argument a number
- * (`1e3`, `0x10`, `.5`) with an optional unit (`s`, `m`, `h`, `d`), the arguments added up
- * (`sleep 2 3`: 5 s); the arguments end at the first word that is none (`&&`, `;`). Also a
+ * How long `sleep ARGS` sleeps, as GNU coreutils reads it (BusyBox alike but for hexadecimal):
+ * each argument a number (`1e3`, `0x10`, `.5`) with an optional unit (`s`, `m`, `h`, `d`), the
+ * arguments added up (`sleep 2 3`: 5 s), up to the first word that is none (`&&`, `;`). Also a
  * duration in another tool's form (`1m30s`), alone. Undefined when the first is none
  * (`infinity`, `$DELAY`).
  *
