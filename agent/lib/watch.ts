@@ -1,3 +1,4 @@
+// Watched files (`--watch`): one call per burst of real changes, naming the files that changed.
 import { createHash } from "node:crypto";
 import { existsSync, type FSWatcher, watch } from "node:fs";
 import { readFile } from "node:fs/promises";
@@ -10,17 +11,19 @@ export interface WatchOptions {
   settleMs?: number;
 }
 
-async function fingerprint(paths: readonly string[]): Promise<string> {
-  const hash = createHash("sha256");
+/** Each file's content hash (a missing file has one of its own). */
+async function fingerprints(paths: readonly string[]): Promise<Map<string, string>> {
+  const hashes = new Map<string, string>();
   for (const path of paths) {
-    hash.update(path);
-    hash.update(await readFile(path).catch(() => Buffer.from("\0missing")));
+    const content = await readFile(path).catch(() => Buffer.from("\0missing"));
+    hashes.set(path, createHash("sha256").update(content).digest("hex"));
   }
-  return hash.digest("hex");
+  return hashes;
 }
 
 /**
- * Calls `onChange` once per burst of changes to `paths` whose content really changed.
+ * Calls `onChange` once per burst of changes to `paths` whose content really changed, with those
+ * files only.
  * Watches the parent folders, because editors and Kubernetes secret updates replace files
  * (rename, symlink swap) rather than writing them in place. Returns a function that stops.
  *
@@ -36,17 +39,17 @@ export async function watchFiles(
 ): Promise<() => void> {
   const settleMs = options.settleMs ?? 250;
   const files = paths.map((p) => resolve(p));
-  let last = await fingerprint(files);
+  let last = await fingerprints(files);
   let timer: ReturnType<typeof setTimeout> | undefined;
   const watchers: FSWatcher[] = [];
   const names = new Set(files.map((f) => basename(f)));
   const settle = () => {
     clearTimeout(timer);
     timer = setTimeout(async () => {
-      const now = await fingerprint(files);
-      if (now === last) return;
+      const now = await fingerprints(files);
+      const changed = files.filter((f) => now.get(f) !== last.get(f));
       last = now;
-      onChange(files);
+      if (changed.length > 0) onChange(changed);
     }, settleMs);
   };
   for (const dir of new Set(files.map((f) => dirname(f)))) {
