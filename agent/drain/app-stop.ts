@@ -102,6 +102,7 @@ export class AppStopGate {
   #stopped!: () => void;
   /** Settles once the termination has stopped Envoy ({@linkcode AppStopGate.proxyStopped}). */
   readonly #proxyStopped = new Promise<void>((resolve) => (this.#stopped = resolve));
+  #envoyStopped = false;
 
   constructor(deps: AppStopDeps) {
     this.#deps = deps;
@@ -109,6 +110,7 @@ export class AppStopGate {
 
   /** The termination has stopped Envoy: a hook waiting for it is answered. */
   proxyStopped(): void {
+    this.#envoyStopped = true;
     this.#stopped();
   }
 
@@ -184,7 +186,7 @@ export class AppStopGate {
     const answer: AppStopAnswer = {
       reason,
       inbound_closed: reason !== "stopping",
-      envoy_stopped: stopped,
+      envoy_stopped: stopped || this.#envoyStopped,
       waited_ms: Date.now() - started,
     };
     this.#deps.log("app_stop", { ...answer });
