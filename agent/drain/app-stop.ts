@@ -140,8 +140,8 @@ export class AppStopGate {
     }
     const plan = this.#deps.plan();
     if (!plan) {
-      this.#deps.log("app_stop", { reason: "no_drain", waited_ms: Date.now() - asked });
       const waited = Date.now() - asked;
+      this.#deps.log("app_stop", { reason: "no_drain", waited_ms: waited });
       return { reason: "no_drain", inbound_closed: false, envoy_stopped: false, waited_ms: waited };
     }
     this.#wait ??= this.#quiet(plan);

@@ -169,18 +169,13 @@ export async function undeliveredBy(
   );
   if (each.some((u) => u === undefined)) return undefined;
   const unchecked = held.flatMap((h) => (h.unchecked ? [h.unchecked] : []));
+  const unread = new Map(each.flatMap((u) => [...u!.unread ?? []]));
   const sum = each.reduce<Undelivered>((sum, u) => ({
     connections: sum.connections + u!.connections,
     sending: sum.sending + u!.sending,
     bytes: sum.bytes + u!.bytes,
-    unread: new Map([...sum.unread!, ...u!.unread ?? []]),
-  }), {
-    connections: 0,
-    sending: 0,
-    bytes: held.reduce((sum, h) => sum + h.bytes, 0),
-    unread: new Map(),
-  });
+  }), { connections: 0, sending: 0, bytes: held.reduce((sum, h) => sum + h.bytes, 0) });
   const http2Open = held.reduce((sum, h) => sum + (h.http2Open ?? 0), 0);
   const open = http2Open ? { http2Open } : {};
-  return { ...sum, ...open, ...(unchecked.length ? { unchecked } : {}) };
+  return { ...sum, unread, ...open, ...(unchecked.length ? { unchecked } : {}) };
 }

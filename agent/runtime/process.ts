@@ -8,9 +8,11 @@ import { setTimeout } from "node:timers";
 // A log reader that goes away (a closed pipe: EPIPE) must not take the proxy down in the middle
 // of a drain: what is written after that is dropped. A command that prints a result says so in
 // its exit status (exitWith); one that writes an event log (writeLog) keeps its own.
-let outputLost = false;
 let outputIsLog = false;
-/** The streams a write to failed: nothing more is flushed to them (Deno never calls back). */
+/**
+ * The streams a write to failed: output was lost, and nothing more is flushed to them (Deno
+ * never calls back).
+ */
 const failed = new Set<NodeJS.WriteStream>();
 /** Why standard output failed when its reader did not just go away (a full disk: ENOSPC). */
 let outputFault: string | undefined;
@@ -20,7 +22,6 @@ for (const stream of [process.stdout, process.stderr]) {
 
 /** Notes a failed write: Node reports it as an event, Deno throws it from the write. */
 function lost(stream: NodeJS.WriteStream, error: NodeJS.ErrnoException): void {
-  outputLost = true;
   failed.add(stream);
   if (stream === process.stdout && error.code !== "EPIPE") {
     outputFault ??= error.code ?? error.message;
@@ -108,7 +109,7 @@ export async function exitWith(code: number): Promise<never> {
     await flushed(process.stderr);
     process.exit(1);
   }
-  process.exit(outputLost && !outputIsLog && code === 0 ? OUTPUT_LOST_STATUS : code);
+  process.exit(failed.size > 0 && !outputIsLog && code === 0 ? OUTPUT_LOST_STATUS : code);
 }
 
 /** Resolves once `stream` has handed everything written before to the kernel (or failed). */

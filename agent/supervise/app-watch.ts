@@ -199,10 +199,8 @@ export class AppWatch {
 
   /** Whether an app is known to run now. */
   async running(): Promise<boolean> {
-    this.expire();
-    if (this.#running.size > 0) return true;
-    if (this.#heard || this.#port === undefined) return false;
-    return await accepts(this.#port);
+    if (!this.watched()) return false;
+    return this.#running.size > 0 || await accepts(this.#port!);
   }
 
   /** Waits until no app runs; resolves false at once if none was running. */
