@@ -1,6 +1,7 @@
 // The effective bootstrap of one Envoy process, from the user's config file to a validated JSON
 // file: read, derive (envoy/bootstrap.ts), write, `envoy --mode validate`.
-import { readFile } from "node:fs/promises";
+import { open } from "node:fs/promises";
+import { constants, type Stats } from "node:fs";
 import { join } from "node:path";
 import YAML from "yaml";
 import { StartError } from "../lib/errors.ts";
@@ -58,11 +59,12 @@ const ENVOY_CONFIG_YAML = { merge: true, maxAliasCount: 100 } as const;
  * ```ts
  * const { text, parsed } = await readEnvoyConfig("/etc/envoy/envoy.yaml");
  * ```
- * @throws {StartError} in one line naming the file: unreadable, not YAML, or an alias bomb
+ * @throws {StartError} in one line naming the file: unreadable, not a regular file, not YAML,
+ * or an alias bomb
  */
 export async function readEnvoyConfig(path: string): Promise<{ text: string; parsed: unknown }> {
   try {
-    const text = await readFile(path, "utf8");
+    const text = await readRegularFile(path);
     return { text, parsed: YAML.parse(text, ENVOY_CONFIG_YAML) };
   } catch (error) {
     const message = (error as Error).message.split("\n")[0];
@@ -71,6 +73,33 @@ export async function readEnvoyConfig(path: string): Promise<{ text: string; par
       : message;
     throw new StartError(`Cannot read Envoy config ${path}: ${why}`);
   }
+}
+
+/**
+ * Reads a regular file. Opened non-blocking, so a FIFO no one writes to is refused rather than
+ * waited for (a blocked read holds even the exit on SIGTERM); a device may never end; and every
+ * reload reads the config again.
+ */
+async function readRegularFile(path: string): Promise<string> {
+  const file = await open(path, constants.O_RDONLY | constants.O_NONBLOCK);
+  try {
+    const kind = fileKind(await file.stat());
+    if (kind !== "file") {
+      throw new Error(`${kind}, not a regular file: lastcall reads its config again on reloads`);
+    }
+    return await file.readFile("utf8");
+  } finally {
+    await file.close();
+  }
+}
+
+/** What is at a path, in the words of an error message. */
+function fileKind(info: Stats): string {
+  if (info.isFile()) return "file";
+  if (info.isDirectory()) return "a folder";
+  if (info.isFIFO()) return "a FIFO (named pipe)";
+  if (info.isSocket()) return "a socket";
+  return "a device";
 }
 
 /**

@@ -1,7 +1,7 @@
 // The run folder (`--run-dir`): made fresh on every start, 0700, its files 0600
 // (docs/architecture.md says why).
-import { chmod, lstat, mkdir, readdir, rm, writeFile } from "node:fs/promises";
-import { join } from "node:path";
+import { chmod, lstat, mkdir, readdir, rm, stat, writeFile } from "node:fs/promises";
+import { dirname, join } from "node:path";
 import { StartError } from "../lib/errors.ts";
 
 /**
@@ -40,7 +40,7 @@ export function isRunDirFile(name: string): boolean {
 export async function prepareRunDir(dir: string): Promise<void> {
   const fail = (why: string) => new StartError(`Cannot use --run-dir ${dir}: ${why}`);
   try {
-    await mkdir(dir, { recursive: true, mode: 0o700 });
+    await makeFolder(dir);
   } catch (error) {
     throw fail((error as Error).message);
   }
@@ -70,6 +70,31 @@ export async function prepareRunDir(dir: string): Promise<void> {
   } catch (error) {
     throw fail((error as Error).message);
   }
+}
+
+/**
+ * Creates `dir` and its missing parents, 0700. Node's own `mkdir(…, { recursive: true })` loops
+ * forever where a parent exists but refuses a child with ENOENT (`/proc/x`); this asks once per
+ * level.
+ */
+async function makeFolder(dir: string): Promise<void> {
+  try {
+    await mkdir(dir, { mode: 0o700 });
+  } catch (error) {
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === "EEXIST") return;
+    const parent = dirname(dir);
+    if (code !== "ENOENT" || parent === dir || (await exists(parent))) throw error;
+    await makeFolder(parent);
+    await mkdir(dir, { mode: 0o700 }).catch((again: NodeJS.ErrnoException) => {
+      if (again.code !== "EEXIST") throw again;
+    });
+  }
+}
+
+/** Whether anything is at `path` (a dangling link is nothing). */
+function exists(path: string): Promise<boolean> {
+  return stat(path).then(() => true, () => false);
 }
 
 /**

@@ -1,6 +1,7 @@
 // The command-line contract, configs and help: configs lastcall cannot run are refused before
 // Envoy starts (one line, exit 2); bootstrap reads options as run does; --help and --version
 // answer and exit 0; boolean flags come from the environment too.
+import { execFileSync } from "node:child_process";
 import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -22,6 +23,30 @@ describe("configs lastcall cannot run exit 2 before Envoy starts", () => {
       "lastcall: Cannot read Envoy config /nonexistent/envoy.yaml: ENOENT: no such file or directory, open '/nonexistent/envoy.yaml'",
     ]);
     expect(result.stdout).not.toContain('"event":"start"');
+  });
+
+  it("a FIFO no one writes to: refused at once instead of a read that blocks even SIGTERM", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "lastcall-cli-"));
+    const path = join(dir, "envoy.yaml");
+    execFileSync("mkfifo", [path]);
+    const result = await lastcall(run("--config", path));
+    expect(result.code).toBe(2);
+    expect(errorLines(result.stderr)).toEqual([
+      `lastcall: Cannot read Envoy config ${path}: a FIFO (named pipe), not a regular file: lastcall reads its config again on reloads`,
+    ]);
+    const folder = await lastcall(run("--config", dir));
+    expect(folder.code).toBe(2);
+    expect(errorLines(folder.stderr)).toEqual([
+      `lastcall: Cannot read Envoy config ${dir}: a folder, not a regular file: lastcall reads its config again on reloads`,
+    ]);
+  });
+
+  it("a --run-dir that cannot be made under a parent refusing it (/proc): one line, not a hang", async () => {
+    const result = await lastcall(run("--config", someConfig(), "--run-dir", "/proc/lastcall/run"));
+    expect(result.code).toBe(2);
+    expect(errorLines(result.stderr)).toEqual([
+      "lastcall: Cannot use --run-dir /proc/lastcall/run: ENOENT: no such file or directory, mkdir '/proc/lastcall'",
+    ]);
   });
 
   it("a config that is not YAML", async () => {
