@@ -10,28 +10,15 @@ import { describe, expect, it, onTestFinished } from "vitest";
 import { http1, type Outcome, outcomeOf } from "../filter/clients.ts";
 import { envoyConfig } from "../../agent/k8s/envoy-wiring.ts";
 import { waitFor } from "../support/envoy.ts";
-import {
-  freePort,
-  lastcallCommand,
-  type LastcallEvent,
-  podConfig,
-  runLastcall,
-  type TestLastcall,
-} from "../support/lastcall.ts";
+import { freePort, lastcallCommand, podConfig, runLastcall } from "../support/lastcall.ts";
 import { agentSees, serving, upstreamForFile } from "../support/serving.ts";
 import { slowDownload, slowH2Download } from "../support/slow-reader.ts";
 import { tempDir } from "../support/temp.ts";
 import { BODY, RATE } from "./delivery-support.ts";
 import { ASKED_AT_MAX_AGE_MS } from "../../agent/drain/plan.ts";
+import { appStop, order } from "./app-stop-support.ts";
 
 const app = upstreamForFile();
-
-/** `GET /v1/app-stop`, as the kubelet sends an httpGet preStop. */
-async function appStop(status: string): Promise<Record<string, unknown>> {
-  const response = await fetch(`${status}/v1/app-stop`);
-  expect(response.status).toBe(200);
-  return await response.json() as Record<string, unknown>;
-}
 
 /** Whether a new TCP connection to `port` is accepted, or how it is refused. */
 function connectOutcome(port: number): Promise<string> {
@@ -43,15 +30,6 @@ function connectOutcome(port: number): Promise<string> {
     });
     socket.once("error", (error: NodeJS.ErrnoException) => done(error.code ?? error.message));
   });
-}
-
-/** The index of the first event named `name` (and matching `match`). */
-function order(
-  lc: TestLastcall,
-  name: string,
-  match: (e: LastcallEvent) => boolean = () => true,
-): number {
-  return lc.events.findIndex((e) => e.event === name && match(e));
 }
 
 /** An app in its own process: answers every request with 200, exits on SIGTERM. */

@@ -2,7 +2,7 @@
 // filter, and the drain waits for an open TCP connection, not just for HTTP requests.
 import { connect, type Socket } from "node:net";
 import { afterAll, afterEach, beforeAll, expect, it } from "vitest";
-import { localCluster } from "../support/envoy-bootstrap.ts";
+import { tcpProxyConfig } from "../support/envoy-bootstrap.ts";
 import { waitFor } from "../support/envoy.ts";
 import { startLastcall, stopAllLastcalls } from "../support/lastcall.ts";
 import { startUpstreamApp, type UpstreamApp } from "../support/upstream-app.ts";
@@ -12,29 +12,6 @@ beforeAll(async () => (app = await startUpstreamApp()));
 afterAll(() => app.close());
 afterEach(stopAllLastcalls);
 
-function tcpConfig(upstreamPort: number): Record<string, unknown> {
-  return {
-    static_resources: {
-      listeners: [{
-        name: "tcp_in",
-        traffic_direction: "INBOUND",
-        address: { socket_address: { address: "127.0.0.1", port_value: 0 } },
-        filter_chains: [{
-          filters: [{
-            name: "envoy.filters.network.tcp_proxy",
-            typed_config: {
-              "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
-              stat_prefix: "tcp_in",
-              cluster: "app",
-            },
-          }],
-        }],
-      }],
-      clusters: [localCluster("app", upstreamPort)],
-    },
-  };
-}
-
 async function agentInflight(statusUrl: string, expected: number): Promise<void> {
   await waitFor(async () => {
     const state = await (await fetch(`${statusUrl}/v1/state`)).json() as { inflight: number };
@@ -43,7 +20,7 @@ async function agentInflight(statusUrl: string, expected: number): Promise<void>
 }
 
 it("counts an open TCP connection through tcp_proxy and drains until it closes", async () => {
-  const lc = startLastcall(tcpConfig(app.port), {
+  const lc = startLastcall(tcpProxyConfig(app.port), {
     args: ["--min-drain", "0s", "--heartbeat", "200ms"],
   });
   const start = await lc.event("start");

@@ -67,6 +67,30 @@ export function localCluster(
   };
 }
 
+/** A user's config with one INBOUND tcp_proxy listener, `tcp_in`, in front of 127.0.0.1:`upstreamPort`. */
+export function tcpProxyConfig(upstreamPort: number): Record<string, unknown> {
+  return {
+    static_resources: {
+      listeners: [{
+        name: "tcp_in",
+        traffic_direction: "INBOUND",
+        address: { socket_address: { address: "127.0.0.1", port_value: 0 } },
+        filter_chains: [{
+          filters: [{
+            name: "envoy.filters.network.tcp_proxy",
+            typed_config: {
+              "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+              stat_prefix: "tcp_in",
+              cluster: "app",
+            },
+          }],
+        }],
+      }],
+      clusters: [localCluster("app", upstreamPort)],
+    },
+  };
+}
+
 /** The router, the last HTTP filter of every connection manager built here. */
 export const ROUTER = {
   name: "envoy.filters.http.router",

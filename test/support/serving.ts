@@ -37,7 +37,7 @@ export function upstreamForFile(): UpstreamApp {
 /** A lastcall whose Envoy is ready and whose filter has reported at least once. */
 export interface Serving {
   lc: TestLastcall;
-  /** Port of the listener the tests send to (`ingress` unless told). */
+  /** Port of the listener the tests send to (`ingress` unless told; 0 for `listener: null`). */
   port: number;
   /** Status server base URL. */
   status: string;
@@ -63,8 +63,8 @@ export interface ServingOptions extends Pick<StartOptions, "env" | "envoyArgs"> 
   filter?: boolean;
   /** The user's Envoy config. @default inboundConfig in front of `upstreamPort` */
   config?: unknown;
-  /** The config's listener the tests send to. @default "ingress" */
-  listener?: string;
+  /** The config's listener the tests send to; null: none with a port (a unix socket's path). @default "ingress" */
+  listener?: string | null;
 }
 
 /** Reads `/v1/state`. */
@@ -96,7 +96,7 @@ export async function serving(
       { what: "the filter's first report" },
     );
   }
-  const port = await lc.listenerPort(options.listener ?? "ingress");
+  const port = options.listener === null ? 0 : await lc.listenerPort(options.listener ?? "ingress");
   return { lc, port, status, envoyPid: Number(ready.pid) };
 }
 
