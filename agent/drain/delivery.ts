@@ -28,6 +28,8 @@ function unseenOn(held: EnvoyBuffers): string[] {
 interface Held {
   bytes: number;
   http2Open?: number;
+  /** Open connections whose Envoy's buffers cannot be read. */
+  unseenOpen?: number;
   unchecked?: string;
 }
 
@@ -83,7 +85,11 @@ async function handedOver(live: Epoch): Promise<Held> {
   const open = (tcp?.connections ?? 0) + (unix ?? 0);
   if (tcp && unix !== undefined && open === 0) return { bytes: 0 };
   const why = `${open} open connections; its admin went to its hot-restart child`;
-  return { bytes: 0, unchecked: `epoch ${live.info.epoch}: its own buffers (${why})` };
+  return {
+    bytes: 0,
+    unseenOpen: open,
+    unchecked: `epoch ${live.info.epoch}: its own buffers (${why})`,
+  };
 }
 
 /**
@@ -176,6 +182,7 @@ export async function undeliveredBy(
     bytes: sum.bytes + u!.bytes,
   }), { connections: 0, sending: 0, bytes: held.reduce((sum, h) => sum + h.bytes, 0) });
   const http2Open = held.reduce((sum, h) => sum + (h.http2Open ?? 0), 0);
-  const open = http2Open ? { http2Open } : {};
+  const unseenOpen = held.reduce((sum, h) => sum + (h.unseenOpen ?? 0), 0);
+  const open = { ...(http2Open ? { http2Open } : {}), ...(unseenOpen ? { unseenOpen } : {}) };
   return { ...sum, unread, ...open, ...(unchecked.length ? { unchecked } : {}) };
 }

@@ -123,6 +123,11 @@ export interface Undelivered {
    * their clients may still read what they took; the drain waits for them to close.
    */
   http2Open?: number;
+  /**
+   * Open connections of Envoys whose own buffers cannot be read (a hot-restart parent, its admin
+   * handed to its child): the drain waits for them to close as for HTTP/2 ones.
+   */
+  unseenOpen?: number;
   /** Each accepted connection by socket inode: the bytes from its client Envoy has not read yet. */
   unread?: Map<number, number>;
 }
