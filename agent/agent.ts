@@ -4,7 +4,6 @@
 import { rm } from "node:fs/promises";
 import { EventQueue } from "./lib/async.ts";
 import { CrashRestarts } from "./supervise/crash-restarts.ts";
-import { prepareBootstrap } from "./supervise/bootstrap-file.ts";
 import { InflightTracker } from "./drain/in-flight.ts";
 import { undeliveredBy } from "./drain/delivery.ts";
 import type { DrainRequest } from "./drain/plan.ts";
@@ -118,8 +117,9 @@ export class Agent {
   }
 
   /**
-   * `POST /drain`: the termination's drain (drain/termination.ts) without the stop. `nativeSidecar`: the caller
-   * is a native sidecar's preStop, so a SIGTERM later means every app container exited.
+   * `POST /drain`: the termination's drain (drain/termination.ts) without the stop.
+   * `nativeSidecar`: the caller is a native sidecar's preStop, so a SIGTERM later means every app
+   * container exited.
    */
   drainInPlace(request: DrainRequest = { nativeSidecar: false }): void {
     this.#events.push({ type: "drain", request });
@@ -269,7 +269,7 @@ export class Agent {
     this.#state.serving = envoys.serving()?.info;
   }
 
-  /** Handles an epoch's exit: a parent finishing, a stop we asked for, a failed reload, or a crash. */
+  /** Handles an epoch's exit: a parent finishing, a stop asked for, a failed reload, a crash. */
   #onExit(instance: string, exit: EnvoyExit): void {
     const { envoys, desk } = this.#run!;
     const wasNewest = envoys.newest()?.info.instance === instance;
@@ -333,21 +333,11 @@ export class Agent {
         run.old.finish(old, kind, AbortSignal.any([signal, this.#closing.signal])),
       oldFinished: () => run.old.finished(),
       start: (hot, signal) => this.#startEnvoy("reload", hot, signal),
-      validate: (signal) =>
-        prepareBootstrap(this.#envoyBinary, this.#options, {
-          runDir: run.runDir.path,
-          name: "validate",
-          epoch: 0,
-          instance: "validate",
-          statusPort: run.server.port,
-          filterWasm: run.filterWasm,
-          reportToken: run.reportToken,
-          signal,
-        }).then(() => {}),
+      validate: (signal) => run.validate(signal),
     };
   }
 
-  /** `POST /drain`: the drain begins and waits; Envoy runs on (nothing is stopped: nothing is cut). */
+  /** `POST /drain`: the drain begins and waits; Envoy runs on (nothing stopped, nothing cut). */
   #drainInPlace(run: Running, request: DrainRequest): void {
     const waiting = run.drainer.drainInPlace(request, this.#termination.stopNow.signal);
     if (!waiting) return;
@@ -360,7 +350,10 @@ export class Agent {
     );
   }
 
-  /** Runs the termination (drain/termination.ts), pre-empting a reload or crash restart, and applies its outcome. */
+  /**
+   * Runs the termination (drain/termination.ts), pre-empting a reload or crash restart, and
+   * applies its outcome.
+   */
   #terminate(run: Running, source: string, byApps = false): void {
     const { drainer, epochs, drainMetrics, appStop } = run;
     const metered = drainMetrics.started("termination", () => drainer.plan?.deadline ?? Date.now());

@@ -25,6 +25,7 @@ import type { AppWatch } from "./supervise/app-watch.ts";
 import { Envoys } from "./supervise/envoys.ts";
 import { filterWasmPath } from "./supervise/filter-asset.ts";
 import { prepareRunDir } from "./supervise/run-dir.ts";
+import { prepareBootstrap } from "./supervise/bootstrap-file.ts";
 
 /** What the agent runs once prepared. */
 export interface Running {
@@ -33,7 +34,7 @@ export interface Running {
   /** Secret the filter sends with its reports: anything else on the status port is refused. */
   reportToken: string;
   filterWasm?: string;
-  /** `envoy --version` (identify.ts), run once when first asked: only a start that fails needs it. */
+  /** `envoy --version` (identify.ts), run once when first asked: only a failing start needs it. */
   identify(): Promise<unknown>;
   /** Answers the filters' reports. */
   desk: ReportDesk;
@@ -46,6 +47,8 @@ export interface Running {
   /** Answers the apps' preStop hooks. */
   appStop: AppStopGate;
   server: StatusServer;
+  /** Derives and validates a bootstrap from the config as it is now (a reload's first step). */
+  validate(signal: AbortSignal): Promise<void>;
   unwatch?: () => void;
 }
 
@@ -164,6 +167,17 @@ export async function prepareRun(a: AgentParts, controls: AgentControls): Promis
       drainMetrics,
       appStop,
       server,
+      validate: (signal) =>
+        prepareBootstrap(envoyBinary, o, {
+          runDir: runDir.path,
+          name: "validate",
+          epoch: 0,
+          instance: "validate",
+          statusPort: server.port,
+          filterWasm,
+          reportToken,
+          signal,
+        }).then(() => {}),
     };
     try {
       if (o.watch.length > 0) {

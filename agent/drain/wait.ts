@@ -43,7 +43,7 @@ export interface WaitDeps extends ModeContext {
   measure(signal: AbortSignal): Promise<number | undefined>;
   /** Waits while the app beside the proxy still runs; true if it had to wait. */
   waitForApp?(signal: AbortSignal): Promise<boolean>;
-  /** Response bytes the epochs still have to deliver on accepted connections; undefined when unknown. */
+  /** Response bytes the epochs still have to deliver to their clients (undefined: unknown). */
   undelivered?(): Promise<Undelivered | undefined>;
   /** What the wait read last, right before it ended (a counting mode's zero, the bytes left). */
   settled?(last: Settled): void;
@@ -148,7 +148,7 @@ export async function waitDrained(
         if (!counting) return reason;
         continue; // a zero before the floor is not the end: count again
       }
-      // The app may still call out through Envoy while it shuts down: wait for it, then count again.
+      // The app may still call out through Envoy as it shuts down: wait for it, then count again.
       if (deps.waitForApp && await deps.waitForApp(ended)) continue;
       if (counting) {
         // A zero the filters were just pulled for is the last word already (read after the wait
