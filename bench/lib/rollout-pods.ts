@@ -150,8 +150,8 @@ function lastcall(mode: "native" | "classic"): RolloutContender {
     label: `lastcall inject${mode === "classic" ? " --mode classic" : ""}`,
     agentContainer: "lastcall",
     shape: mode === "native"
-      ? "`lastcall inject` default output for the app on :8080 (Service to 8080): native sidecar (init container, restartPolicy Always) with a liveness probe on :15020 (no readiness probe of its own: the app's readiness probe goes to Envoy's listener 18080) and a preStop shell line that sends lastcall (PID 1) SIGUSR2 (`lastcall drain` where lastcall is not PID 1); the app's preStop (when it has none) `GET :15020/v1/app-stop`; the generated ConfigMap's listener on 18080 → 127.0.0.1:8080, the Service pointed at it"
-      : "`lastcall inject --mode classic` default output for the same app: sidecar container after the app (readiness/liveness probes on :15020; no preStop: its SIGTERM starts the drain), the app's preStop (when it has none) `GET :15020/v1/app-stop`; the same generated ConfigMap and Service",
+      ? "`lastcall inject` default output for the app on :8080 (Service to 8080): native sidecar (init container, restartPolicy Always) with a liveness probe on :15020 (no readiness probe of its own: the app's readiness probe goes to Envoy's listener 18080) and a preStop shell line that sends lastcall (PID 1) SIGUSR2 (`lastcall drain` where lastcall is not PID 1); the app's preStop (when it has none) `GET :15020/v1/app-stop`, answered once Envoy has stopped after its last byte (the generated config carries no calls out); the generated ConfigMap's listener on 18080 → 127.0.0.1:8080, the Service pointed at it"
+      : "`lastcall inject --mode classic` default output for the same app: sidecar container after the app (readiness/liveness probes on :15020; no preStop: its SIGTERM starts the drain), the app's preStop (when it has none) `GET :15020/v1/app-stop`, answered as in native mode; the same generated ConfigMap and Service",
     async manifest(images, options) {
       const args = [
         "--image",
