@@ -2,13 +2,11 @@
 // HTTP listener: a slow reader on a unix-socket listener and one through a tcp_proxy listener get
 // every byte, and the hook answers once Envoy has stopped after them. Real Envoy, real lastcall,
 // the defaults (--min-drain 5s); the pod's end as the native sidecar's preStop starts it.
-import { join } from "node:path";
 import { describe, it } from "vitest";
 import { tcpProxyConfig } from "../support/envoy-bootstrap.ts";
-import { inboundConfig } from "../support/lastcall.ts";
+import { unixSocketConfig } from "../support/lastcall.ts";
 import { serving, upstreamForFile } from "../support/serving.ts";
 import { slowDownload } from "../support/slow-reader.ts";
-import { tempDir } from "../support/temp.ts";
 import { BODY, RATE } from "./delivery-support.ts";
 import { podEndsUnder } from "./app-stop-support.ts";
 
@@ -16,11 +14,7 @@ const app = upstreamForFile();
 
 describe("the app's preStop on other listener kinds, once every byte is delivered", () => {
   it("a unix-socket HTTP listener: a slow reader gets every byte; the hook answers after Envoy's stop", async () => {
-    const path = join(tempDir("lastcall-pipe-"), "in.sock");
-    const config = inboundConfig({ upstreamPort: app.port }) as {
-      static_resources: { listeners: Array<Record<string, unknown>> };
-    };
-    config.static_resources.listeners[0].address = { pipe: { path } };
+    const { config, path } = unixSocketConfig(app.port);
     // No port to wait for: the listener is a path.
     const { lc, status } = await serving(app.port, [], { config, listener: null });
     await podEndsUnder(lc, status, slowDownload({ path }, `/bytes?n=${BODY}`, RATE));

@@ -7,7 +7,7 @@ import { describe, expect, it } from "vitest";
 import { readTcpTable, TCP_STATE } from "../../agent/envoy/sockets.ts";
 import { httpBootstrap } from "../support/envoy-bootstrap.ts";
 import { startEnvoy, waitFor } from "../support/envoy.ts";
-import { inboundConfig, startLastcall } from "../support/lastcall.ts";
+import { inboundConfig, startLastcall, unixSocketConfig } from "../support/lastcall.ts";
 import { http1 } from "../filter/clients.ts";
 import {
   agentSees,
@@ -61,11 +61,7 @@ describe("a slow reader across SIGTERM", () => {
 
 describe("a slow reader on a unix-socket listener", () => {
   it("gets every byte of 30 MB: the drain waits for Envoy's own write buffer", async () => {
-    const path = join(tempDir("lastcall-pipe-"), "in.sock");
-    const config = inboundConfig({ upstreamPort: app.port }) as {
-      static_resources: { listeners: Array<Record<string, unknown>> };
-    };
-    config.static_resources.listeners[0].address = { pipe: { path } };
+    const { config, path } = unixSocketConfig(app.port);
     const lc = startLastcall(config);
     expect(await lc.event("start")).toMatchObject({
       listeners: [{ name: "ingress", delivery: "envoy_buffers" }],

@@ -236,6 +236,18 @@ export function podConfig(appPort: number): Record<string, unknown> {
   return config;
 }
 
+/** {@linkcode inboundConfig} with its listener on a unix socket: the config and the socket's path. */
+export function unixSocketConfig(
+  appPort: number,
+): { config: Record<string, unknown>; path: string } {
+  const path = join(tempDir("lastcall-pipe-"), "in.sock");
+  const config = inboundConfig({ upstreamPort: appPort }) as {
+    static_resources: { listeners: Array<Json> };
+  };
+  config.static_resources.listeners[0].address = { pipe: { path } };
+  return { config, path };
+}
+
 /**
  * A user's Envoy config, as lastcall gets it: one INBOUND HTTP listener on a free port in front
  * of cluster `app`, no admin, no wasm filter (lastcall adds both).
