@@ -24,6 +24,7 @@ export const DELIVERY_POLL_MS = 50;
  * How long the delivery wait, once Envoy holds no byte, still waits for the drained HTTP/2
  * connections to close: their clients may be reading what they took (up to a window). Envoy
  * never closes an idle one on a drain, so this bounds what an idle pooled client adds. A
- * hot-restart parent's open connections are waited for as long: its buffers cannot be read.
+ * hot-restart parent's connections seen carrying bytes are waited for as long: its buffers cannot
+ * be read.
  */
 export const HTTP2_TAIL_MS = 3000;

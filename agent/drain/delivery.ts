@@ -28,8 +28,8 @@ function unseenOn(held: EnvoyBuffers): string[] {
 interface Held {
   bytes: number;
   http2Open?: number;
-  /** Open connections whose Envoy's buffers cannot be read. */
-  unseenOpen?: number;
+  /** Open connections whose Envoy's buffers cannot be read, by inode: their bytes queued. */
+  unseen?: Map<number, number>;
   unchecked?: string;
 }
 
@@ -87,7 +87,7 @@ async function handedOver(live: Epoch): Promise<Held> {
   const why = `${open} open connections; its admin went to its hot-restart child`;
   return {
     bytes: 0,
-    unseenOpen: open,
+    unseen: tcp?.queued ?? new Map(),
     unchecked: `epoch ${live.info.epoch}: its own buffers (${why})`,
   };
 }
@@ -182,7 +182,7 @@ export async function undeliveredBy(
     bytes: sum.bytes + u!.bytes,
   }), { connections: 0, sending: 0, bytes: held.reduce((sum, h) => sum + h.bytes, 0) });
   const http2Open = held.reduce((sum, h) => sum + (h.http2Open ?? 0), 0);
-  const unseenOpen = held.reduce((sum, h) => sum + (h.unseenOpen ?? 0), 0);
-  const open = { ...(http2Open ? { http2Open } : {}), ...(unseenOpen ? { unseenOpen } : {}) };
+  const unseen = new Map(held.flatMap((h) => [...h.unseen ?? []]));
+  const open = { ...(http2Open ? { http2Open } : {}), ...(unseen.size ? { unseen } : {}) };
   return { ...sum, unread, ...open, ...(unchecked.length ? { unchecked } : {}) };
 }

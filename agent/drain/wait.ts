@@ -67,8 +67,8 @@ const DELIVERY_POLL_MIN_MS = 2;
  * kernel's send queues are empty, and so are Envoy's own buffers (HTTP/2 bytes waiting for a
  * client's window, write buffers; what cannot be seen is only said at the stop); then, for at
  * most {@linkcode HTTP2_TAIL_MS}, until the drained HTTP/2 connections are closed (a client reads
- * its last window, then closes), and those of a hot-restart parent, whose buffers cannot be read
- * (its delayed close ends them within that time). A slow reader keeps its
+ * its last window, then closes), and those of a hot-restart parent seen carrying bytes (its
+ * buffers cannot be read; its delayed close ends them within that time). A slow reader keeps its
  * connection's queue full long after Envoy finished the stream: this is what makes "done" mean
  * the client's last byte. Looks again when the queues should be empty at the rate they have
  * been emptying (at most every 50 ms), so the end is seen a few ms after it comes. Resolves with
@@ -81,20 +81,22 @@ async function waitDelivered(
   let waited = false;
   let previous: { bytes: number; at: number } | undefined;
   let tailFrom: number | undefined; // when Envoy was first seen holding nothing
+  // Connections of an Envoy whose buffers cannot be read, seen carrying bytes: waited for too.
+  const carrying = new Set<number>();
   for (;;) {
     const started = Date.now();
     const left = await deps.undelivered?.();
     const at = Date.now();
-    if (!left || (left.bytes === 0 && !left.http2Open && !left.unseenOpen)) {
-      return { waited, left };
-    }
+    for (const [inode, bytes] of left?.unseen ?? []) if (bytes > 0) carrying.add(inode);
+    const unseenOpen = [...carrying].filter((inode) => left?.unseen?.has(inode)).length;
+    if (!left || (left.bytes === 0 && !left.http2Open && !unseenOpen)) return { waited, left };
     tailFrom = left.bytes === 0 ? (tailFrom ?? at) : undefined;
     if (tailFrom !== undefined && at - tailFrom >= HTTP2_TAIL_MS) return { waited, left };
     const flushing = {
       bytes: left.bytes,
       connections: left.sending,
       ...(left.http2Open ? { http2_open: left.http2Open } : {}),
-      ...(left.unseenOpen ? { unseen_open: left.unseenOpen } : {}),
+      ...(unseenOpen ? { unseen_open: unseenOpen } : {}),
     };
     if (!waited) deps.log("drain_flushing", flushing);
     waited = true;

@@ -124,12 +124,15 @@ export interface Undelivered {
    */
   http2Open?: number;
   /**
-   * Open connections of Envoys whose own buffers cannot be read (a hot-restart parent, its admin
-   * handed to its child): the drain waits for them to close as for HTTP/2 ones.
+   * The open connections of Envoys whose own buffers cannot be read (a hot-restart parent, its
+   * admin handed to its child), by socket inode: the bytes in their kernel send queues. The
+   * drain waits for those it saw carrying bytes to close, as for HTTP/2 ones.
    */
-  unseenOpen?: number;
+  unseen?: Map<number, number>;
   /** Each accepted connection by socket inode: the bytes from its client Envoy has not read yet. */
   unread?: Map<number, number>;
+  /** Each accepted connection by socket inode: the bytes in its kernel send queue. */
+  queued?: Map<number, number>;
 }
 
 /**
@@ -188,11 +191,14 @@ export async function undelivered(
     listenPorts.add(s.localPort);
     if (s.table) listenTables?.add(s.table);
   }
-  const result: Undelivered = { connections: 0, sending: 0, bytes: 0, unread: new Map() };
+  const unread = new Map<number, number>();
+  const queued = new Map<number, number>();
+  const result: Undelivered = { connections: 0, sending: 0, bytes: 0, unread, queued };
   for (const s of own) {
     if (s.state === TCP_STATE.listen || !listenPorts.has(s.localPort)) continue;
     result.connections++;
-    result.unread!.set(s.inode, s.rxQueue);
+    unread.set(s.inode, s.rxQueue);
+    queued.set(s.inode, s.txQueue);
     if (s.txQueue > 0) {
       result.sending++;
       result.bytes += s.txQueue;

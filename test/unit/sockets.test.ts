@@ -99,6 +99,7 @@ describe("undelivered", () => {
       sending: 1,
       bytes: 1_600_000,
       unread: new Map([[2, 0], [3, 40]]),
+      queued: new Map([[2, 1_600_000], [3, 0]]),
     });
   });
 
@@ -112,12 +113,14 @@ describe("undelivered", () => {
       sending: 0,
       bytes: 0,
       unread: new Map(),
+      queued: new Map(),
     });
     expect(await undelivered(42, { proc: root, listenPorts })).toEqual({
       connections: 1,
       sending: 1,
       bytes: 5,
       unread: new Map([[2, 0]]),
+      queued: new Map([[2, 5]]),
     });
   });
 
