@@ -186,7 +186,7 @@ export class AppStopGate {
     const answer: AppStopAnswer = {
       reason,
       inbound_closed: reason !== "stopping",
-      envoy_stopped: stopped || this.#envoyStopped,
+      envoy_stopped: this.#envoyStopped,
       waited_ms: Date.now() - started,
     };
     this.#deps.log("app_stop", { ...answer });

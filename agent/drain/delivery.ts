@@ -46,13 +46,17 @@ function closedOnPeer(live: Epoch, timeouts: number, draining: boolean): string 
     "not closed (what it had not read yet may be lost)";
 }
 
-/** What `live` holds in its own buffers, and what of it cannot be seen. */
+/** Whether lastcall can read `live`'s own buffers: its admin is its own (not handed over). */
+function readable(live: Epoch): boolean {
+  return live.admin !== undefined && !live.adminHandedOver;
+}
+
+/** What `live` holds in its own buffers (its admin's stats), and what of it cannot be seen. */
 async function heldBy(live: Epoch, prefixes?: ReadonlySet<string>): Promise<Held> {
   const epoch = `epoch ${live.info.epoch}`;
   const draining = drainBegun.has(live); // as the reading began
-  if (!live.admin || live.adminHandedOver) return await handedOver(live);
   try {
-    const text = await live.admin.stats(BUFFER_STATS, AbortSignal.timeout(BUFFERS_READ_MS));
+    const text = await live.admin!.stats(BUFFER_STATS, AbortSignal.timeout(BUFFERS_READ_MS));
     const held = envoyBuffers(parseStatsJson(text), prefixes);
     const closed = closedOnPeer(live, held.delayedCloseTimeouts, draining);
     const unseen = [...unseenOn(held), ...(closed ? [closed] : [])].join("; ");
@@ -69,25 +73,19 @@ async function heldBy(live: Epoch, prefixes?: ReadonlySet<string>): Promise<Held
 
 /**
  * A hot-restart parent's admin is gone: its own buffers cannot be read. With no accepted
- * connection left (TCP or unix) there is nothing they could hold.
+ * connection left (TCP, as `tcp` read them, or unix) there is nothing they could hold.
  */
-async function handedOver(live: Epoch): Promise<Held> {
+async function handedOver(live: Epoch, tcp: Undelivered): Promise<Held> {
   const paths = listenPaths.get(live) ?? new Set<string>();
   listenPaths.set(live, paths);
   const admin = live.admin?.url.startsWith("unix:") ? [live.admin.url.slice("unix:".length)] : [];
-  const [tcp, unix] = await Promise.all([
-    undelivered(live.process.pid, {
-      listenPorts: live.listenPorts,
-      listenTables: live.listenTables,
-    }),
-    unixConnections(live.process.pid, paths, admin),
-  ]);
-  const open = (tcp?.connections ?? 0) + (unix ?? 0);
-  if (tcp && unix !== undefined && open === 0) return { bytes: 0 };
+  const unix = await unixConnections(live.process.pid, paths, admin);
+  const open = tcp.connections + (unix ?? 0);
+  if (unix !== undefined && open === 0) return { bytes: 0 };
   const why = `${open} open connections; its admin went to its hot-restart child`;
   return {
     bytes: 0,
-    unseen: tcp?.queued ?? new Map(),
+    unseen: tcp.queued ?? new Map(),
     unchecked: `epoch ${live.info.epoch}: its own buffers (${why})`,
   };
 }
@@ -159,9 +157,9 @@ export async function undeliveredBy(
   const tables = running.every((l) => l.listenTables.size > 0)
     ? [...new Set(running.flatMap((l) => [...l.listenTables]))]
     : undefined;
-  const [table, held] = await Promise.all([
+  const [table, stats] = await Promise.all([
     readTcpTable("/proc", tables),
-    Promise.all(running.map((l) => heldBy(l, prefixes))),
+    Promise.all(running.map((l) => (readable(l) ? heldBy(l, prefixes) : undefined))),
   ]);
   if (!table) return undefined;
   const each = await Promise.all(
@@ -174,6 +172,8 @@ export async function undeliveredBy(
     ),
   );
   if (each.some((u) => u === undefined)) return undefined;
+  // A hot-restart parent is judged by its connections, as this look read them.
+  const held = await Promise.all(running.map((l, i) => stats[i] ?? handedOver(l, each[i]!)));
   const unchecked = held.flatMap((h) => (h.unchecked ? [h.unchecked] : []));
   const unread = new Map(each.flatMap((u) => [...u!.unread ?? []]));
   const sum = each.reduce<Undelivered>((sum, u) => ({
