@@ -5,7 +5,7 @@ import { rm } from "node:fs/promises";
 import { EventQueue } from "./lib/async.ts";
 import { CrashRestarts } from "./supervise/crash-restarts.ts";
 import { InflightTracker } from "./drain/in-flight.ts";
-import { undeliveredBy } from "./drain/delivery.ts";
+import { learnListening } from "./drain/delivery.ts";
 import type { DrainRequest } from "./drain/plan.ts";
 import { terminate, type TerminationOutcome } from "./drain/termination.ts";
 import { reload, type ReloadContext } from "./supervise/reload.ts";
@@ -239,7 +239,7 @@ export class Agent {
 
   #onReady(live: Epoch): void {
     const { envoys, drainer, epochs, old } = this.#run!;
-    void undeliveredBy([live]); // learns its listening ports while they are open
+    void learnListening([live]); // while its listeners are open
     this.#log("ready", {
       epoch: live.info.epoch,
       pid: live.info.pid,

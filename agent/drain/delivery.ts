@@ -3,12 +3,28 @@
 // waiting for a client's window, write buffers (unix sockets). What cannot be seen is said.
 import type { Epoch } from "../supervise/envoys.ts";
 import { BUFFER_STATS, type EnvoyBuffers, envoyBuffers, parseStatsJson } from "../envoy/stats.ts";
-import { readTcpTable, type Undelivered, undelivered, unixConnections } from "../envoy/sockets.ts";
+import {
+  bytesWritten,
+  readTcpTable,
+  type Undelivered,
+  undelivered,
+  unixConnections,
+} from "../envoy/sockets.ts";
 
 /** Longest wait for one Envoy's stats in a look at what is undelivered. */
 const BUFFERS_READ_MS = 500;
 /** The unix-socket listener paths each Envoy was seen listening on. */
 const listenPaths = new WeakMap<Epoch, Set<string>>();
+/**
+ * Each Envoy's bytes written when last read ({@linkcode bytesWritten}), and when they were last
+ * seen growing (undefined: not since the first reading).
+ */
+const writes = new WeakMap<Epoch, { bytes: number; lastAt?: number }>();
+/**
+ * A hot-restart parent that wrote within this long may still hold bytes for its unix-socket
+ * connections (a reader's pauses stop its writes): the drain waits for them.
+ */
+const WRITES_RECENT_MS = 1000;
 /** Each Envoy's count of delayed-close timeouts when last read before its drain began. */
 const delayedCloseBase = new WeakMap<Epoch, number>();
 /** The Envoys whose drain began ({@linkcode drainBegins}). */
@@ -28,8 +44,8 @@ function unseenOn(held: EnvoyBuffers): string[] {
 interface Held {
   bytes: number;
   http2Open?: number;
-  /** Open connections whose Envoy's buffers cannot be read, by inode: their bytes queued. */
-  unseen?: Map<number, number>;
+  /** Open connections whose Envoy's buffers cannot be read, by inode: seen carrying bytes. */
+  unseen?: Map<number, boolean>;
   unchecked?: string;
 }
 
@@ -71,23 +87,62 @@ async function heldBy(live: Epoch, prefixes?: ReadonlySet<string>): Promise<Held
   }
 }
 
-/**
- * A hot-restart parent's admin is gone: its own buffers cannot be read. With no accepted
- * connection left (TCP, as `tcp` read them, or unix) there is nothing they could hold.
- */
-async function handedOver(live: Epoch, tcp: Undelivered): Promise<Held> {
+/** `live`'s admin address when it is a unix socket: not a listener of its traffic. */
+function adminPath(live: Epoch): string[] {
+  return live.admin?.url.startsWith("unix:") ? [live.admin.url.slice("unix:".length)] : [];
+}
+
+/** The connections `live` accepted on its unix-socket listeners (learning their paths). */
+function unixOf(live: Epoch): Promise<number[] | undefined> {
   const paths = listenPaths.get(live) ?? new Set<string>();
   listenPaths.set(live, paths);
-  const admin = live.admin?.url.startsWith("unix:") ? [live.admin.url.slice("unix:".length)] : [];
-  const unix = await unixConnections(live.process.pid, paths, admin);
-  const open = tcp.connections + (unix ?? 0);
+  return unixConnections(live.process.pid, paths, adminPath(live));
+}
+
+/**
+ * Whether `live` wrote anything within the last {@linkcode WRITES_RECENT_MS} (undefined: cannot
+ * tell). Readings from several waits interleave: each one only moves the last write forward.
+ */
+async function wroteLately(live: Epoch): Promise<boolean | undefined> {
+  const now = await bytesWritten(live.process.pid);
+  if (now === undefined) return undefined;
+  const before = writes.get(live);
+  const at = Date.now();
+  const lastAt = before === undefined ? undefined : now > before.bytes ? at : before.lastAt;
+  writes.set(live, { bytes: now, lastAt });
+  return lastAt === undefined ? undefined : at - lastAt < WRITES_RECENT_MS;
+}
+
+/**
+ * A hot-restart parent's admin is gone: its own buffers cannot be read. With no accepted
+ * connection left (TCP, as `tcp` read them, or unix) there is nothing they could hold. A unix
+ * socket shows no queue: while the parent still writes, its unix connections may carry bytes.
+ */
+async function handedOver(live: Epoch, tcp: Undelivered): Promise<Held> {
+  const [unix, wrote] = await Promise.all([unixOf(live), wroteLately(live)]);
+  const open = tcp.connections + (unix?.length ?? 0);
   if (unix !== undefined && open === 0) return { bytes: 0 };
   const why = `${open} open connections; its admin went to its hot-restart child`;
-  return {
-    bytes: 0,
-    unseen: tcp.queued ?? new Map(),
-    unchecked: `epoch ${live.info.epoch}: its own buffers (${why})`,
-  };
+  const unseen = new Map([...tcp.queued ?? []].map(([inode, bytes]) => [inode, bytes > 0]));
+  for (const inode of unix ?? []) unseen.set(inode, wrote !== false);
+  return { bytes: 0, unseen, unchecked: `epoch ${live.info.epoch}: its own buffers (${why})` };
+}
+
+/**
+ * Learns what the given Envoys listen on while they do (Envoy closes a draining listener before
+ * its last connections, and a hot-restart parent's listeners go before its admin does): the
+ * ports and unix-socket paths, and how much each has written so far.
+ *
+ * @example
+ * ```ts
+ * void learnListening([live]); // once it is ready
+ * ```
+ */
+export async function learnListening(live: readonly Epoch[]): Promise<void> {
+  await Promise.all([
+    undeliveredBy(live).catch(() => undefined),
+    ...live.map((l) => Promise.all([unixOf(l), wroteLately(l)])),
+  ]);
 }
 
 /**
@@ -124,7 +179,7 @@ export class UnreadResets {
 
 /**
  * Marks the drain of the given Envoys as begun, once their stats were read: connections their
- * delayed close timed out on are counted from there. Learns their listening ports too.
+ * delayed close timed out on are counted from there. Learns what they listen on too.
  *
  * @example
  * ```ts
@@ -132,7 +187,7 @@ export class UnreadResets {
  * ```
  */
 export async function drainBegins(live: readonly Epoch[]): Promise<void> {
-  await undeliveredBy(live).catch(() => undefined);
+  await learnListening(live);
   for (const l of live) drainBegun.add(l);
 }
 

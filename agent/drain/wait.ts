@@ -87,7 +87,7 @@ async function waitDelivered(
     const started = Date.now();
     const left = await deps.undelivered?.();
     const at = Date.now();
-    for (const [inode, bytes] of left?.unseen ?? []) if (bytes > 0) carrying.add(inode);
+    for (const [inode, sending] of left?.unseen ?? []) if (sending) carrying.add(inode);
     const unseenOpen = [...carrying].filter((inode) => left?.unseen?.has(inode)).length;
     if (!left || (left.bytes === 0 && !left.http2Open && !unseenOpen)) return { waited, left };
     tailFrom = left.bytes === 0 ? (tailFrom ?? at) : undefined;

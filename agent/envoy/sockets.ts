@@ -1,5 +1,5 @@
-// An Envoy process's TCP sockets as Linux /proc shows them: the connections it accepted and the
-// response bytes each still has to deliver.
+// An Envoy process's sockets as Linux /proc shows them: the connections it accepted, the response
+// bytes each still has to deliver (TCP), and how much the process has written so far.
 import { readdir, readFile, readlink } from "node:fs/promises";
 
 /** TCP states of /proc/net/tcp (include/net/tcp_states.h). */
@@ -125,10 +125,11 @@ export interface Undelivered {
   http2Open?: number;
   /**
    * The open connections of Envoys whose own buffers cannot be read (a hot-restart parent, its
-   * admin handed to its child), by socket inode: the bytes in their kernel send queues. The
-   * drain waits for those it saw carrying bytes to close, as for HTTP/2 ones.
+   * admin handed to its child), by socket inode: whether this look saw it carrying bytes (TCP:
+   * its kernel send queue; unix: its Envoy wrote within the last second). The drain waits for
+   * those it saw carrying bytes to close, as for HTTP/2 ones.
    */
-  unseen?: Map<number, number>;
+  unseen?: Map<number, boolean>;
   /** Each accepted connection by socket inode: the bytes from its client Envoy has not read yet. */
   unread?: Map<number, number>;
   /** Each accepted connection by socket inode: the bytes in its kernel send queue. */
@@ -240,14 +241,14 @@ export function parseUnixTable(text: string): UnixSocket[] {
 }
 
 /**
- * How many connections `pid` accepted on its unix-socket listeners (their paths are gathered in
- * `listenPaths`, as {@linkcode undelivered} gathers ports); `exclude` names paths that are not
+ * The connections `pid` accepted on its unix-socket listeners, by inode (their paths are gathered
+ * in `listenPaths`, as {@linkcode undelivered} gathers ports); `exclude` names paths that are not
  * listeners of its traffic (its admin). The kernel shows no queue sizes there.
  *
  * @returns undefined where /proc cannot tell
  * @example
  * ```ts
- * await unixConnections(envoy.pid, new Set()); // 1
+ * await unixConnections(envoy.pid, new Set()); // [48213]
  * ```
  */
 export async function unixConnections(
@@ -255,7 +256,7 @@ export async function unixConnections(
   listenPaths: Set<string>,
   exclude: readonly string[] = [],
   proc = "/proc",
-): Promise<number | undefined> {
+): Promise<number[] | undefined> {
   const [inodes, text] = await Promise.all([
     socketInodes(pid, proc),
     readFile(`${proc}/net/unix`, "utf8").catch(() => undefined),
@@ -265,5 +266,21 @@ export async function unixConnections(
     inodes.has(s.inode) && s.path !== undefined && !exclude.includes(s.path)
   );
   for (const s of own) if (s.listening) listenPaths.add(s.path!);
-  return own.filter((s) => !s.listening && listenPaths.has(s.path!)).length;
+  return own.filter((s) => !s.listening && listenPaths.has(s.path!)).map((s) => s.inode);
+}
+
+/**
+ * The bytes process `pid` has passed to write(2) and writev(2) since it started, its sockets'
+ * included (`wchar` of /proc/<pid>/io): while it grows, the process is still writing somewhere.
+ *
+ * @returns undefined where /proc cannot tell (not Linux, or another user's process)
+ * @example
+ * ```ts
+ * await bytesWritten(envoy.pid); // 31_457_280
+ * ```
+ */
+export async function bytesWritten(pid: number, proc = "/proc"): Promise<number | undefined> {
+  const text = await readFile(`${proc}/${pid}/io`, "utf8").catch(() => undefined);
+  const m = text === undefined ? null : /^wchar:\s*(\d+)$/m.exec(text);
+  return m ? Number(m[1]) : undefined;
 }

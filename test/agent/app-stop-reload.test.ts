@@ -2,7 +2,7 @@
 // ends): nothing the reload starts outlives lastcall, and a slow reader still gets every byte.
 // Real Envoy, real lastcall, the defaults (hot restart, --min-drain 5s).
 import { describe, expect, it } from "vitest";
-import { isAlive } from "../support/lastcall.ts";
+import { isAlive, unixSocketConfig } from "../support/lastcall.ts";
 import { serving, upstreamForFile } from "../support/serving.ts";
 import { slowDownload } from "../support/slow-reader.ts";
 import { BODY, RATE } from "./delivery-support.ts";
@@ -39,5 +39,15 @@ describe("a reload racing the app's preStop's termination", () => {
     expect(pids).toHaveLength(2);
     expect(pids).toContain(Number(child.pid));
     expect(pids.filter(isAlive)).toEqual([]);
+  });
+
+  it("a hot restart under way as the pod ends, on a unix-socket listener: every byte, 0 unsent", async () => {
+    const { config, path } = unixSocketConfig(app.port);
+    const { lc, status } = await serving(app.port, [], { config, listener: null });
+    const download = slowDownload({ path }, `/bytes?n=${BODY}`, RATE);
+    await download.reached(RATE);
+    lc.signal("SIGHUP");
+    await lc.event("epoch");
+    await podEndsUnder(lc, status, download);
   });
 });

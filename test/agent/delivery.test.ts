@@ -123,6 +123,28 @@ describe("a slow reader across a reload", () => {
     await lc.event("ready", (e) => e.pid !== envoyPid);
   });
 
+  // The parent's admin went to its child, and a unix socket shows no queue: the parent's drain
+  // waits while it still writes, then for the connection it wrote on to close. Only then may the
+  // next hot restart start, which ends the parent (Envoy ends a grandparent as its child starts).
+  it("two hot restarts on a unix-socket listener (defaults): the first parent's reader gets every byte", async () => {
+    const { config, path } = unixSocketConfig(app.port);
+    const { lc } = await serving(app.port, [], { config, listener: null });
+    const download = slowDownload({ path }, `/bytes?n=${BODY}`, RATE);
+    await download.reached(RATE);
+    lc.signal("SIGHUP");
+    await lc.event("epoch", (e) => e.epoch === 1);
+    lc.signal("SIGHUP"); // waits for epoch 0's drain, then ends it
+    const read = await download.done;
+    expect(read).toEqual({ status: 200, expected: BODY, received: BODY, endedBy: "fin" });
+    expect(await lc.event("epoch_drained", (e) => (e.epochs as number[])[0] === 0, 30_000))
+      .toMatchObject({
+        reason: "inflight_zero",
+        inflight_at_stop: 0,
+        bytes_unsent_at_stop: 0,
+      });
+    await lc.event("epoch", (e) => e.epoch === 2);
+  });
+
   it("SIGHUP then SIGTERM 30 ms later (defaults, hot restart): the reader still gets every byte", async () => {
     const { lc, port } = await serving(app.port, []);
     const download = slowDownload(port, `/bytes?n=${BODY}`, RATE);

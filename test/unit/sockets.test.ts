@@ -1,13 +1,16 @@
 import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { connect, createServer, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import fc from "fast-check";
 import { afterEach, describe, expect, it } from "vitest";
 import {
+  bytesWritten,
   parseTcpTable,
   TCP_STATE,
   type TcpSocket,
   undelivered,
+  unixConnections,
 } from "../../agent/envoy/sockets.ts";
 
 const HEADER =
@@ -129,5 +132,46 @@ describe("undelivered", () => {
     expect(await undelivered(43, { proc: root })).toBeUndefined();
     rmSync(join(root, "net"), { recursive: true });
     expect(await undelivered(42, { proc: root })).toBeUndefined();
+  });
+});
+
+describe("unixConnections", () => {
+  it("names the connections a process accepted on its unix-socket listeners, and remembers the path once the listener is closed", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "lastcall-unix-"));
+    const path = join(dir, "in.sock");
+    const server = createServer();
+    await new Promise<void>((done) => server.listen(path, done));
+    const accepted = new Promise<Socket>((done) => server.once("connection", done));
+    const client = connect(path);
+    await Promise.all([accepted, new Promise((done) => client.once("connect", done))]);
+    try {
+      const paths = new Set<string>();
+      const inodes = await unixConnections(process.pid, paths);
+      expect(paths).toEqual(new Set([path]));
+      expect(inodes).toHaveLength(1); // the accepted one: the client's socket has no path
+      expect(await unixConnections(process.pid, new Set(), [path])).toEqual([]); // an admin's
+      server.close(); // closes the listening socket at once; the connection stays
+      expect(await unixConnections(process.pid, new Set())).toEqual([]);
+      expect(await unixConnections(process.pid, paths)).toEqual(inodes);
+    } finally {
+      client.destroy();
+      (await accepted).destroy();
+      server.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+describe("bytesWritten", () => {
+  it("grows by what the process writes; undefined for no such process", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "lastcall-io-"));
+    try {
+      const before = await bytesWritten(process.pid);
+      writeFileSync(join(dir, "f"), Buffer.alloc(100_000));
+      expect((await bytesWritten(process.pid))! - before!).toBeGreaterThanOrEqual(100_000);
+      expect(await bytesWritten(process.pid, dir)).toBeUndefined();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
