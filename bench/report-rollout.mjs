@@ -1,6 +1,7 @@
 // The "Rollout on a real kubelet" section of docs/benchmarks.md (bench/results/rollout.json,
 // written by bench/rollout.ts), with its chart docs/bench/rollout.svg.
 import { barChart, colorOf, fmt, plural, spread } from "./report-lib.mjs";
+import { median, stepsTable } from "./report-rollout-steps.mjs";
 
 const seconds = (v) => `${fmt(v / 1000, 1)} s`;
 const rate = (c) => (c.sent ? c.failed_total / c.sent : Number.NaN);
@@ -197,6 +198,7 @@ export function rolloutSection({ rollout, line, chart, notAhead, goals, quickNot
     }
     line();
   }
+  stepsTable({ rollout, line });
   line(
     "lastcall's default output holds no app for its proxy (`inject --hold-app auto`: the generated config only",
   );
@@ -327,10 +329,7 @@ function rolloutGoals(rollout, goals) {
           } (${base.label})`,
         ]);
       }
-      const readies = incumbents.map((i) => i.new_pod_ready_ms.median).sort((a, b) => a - b);
-      const incumbentMedian = readies.length
-        ? readies[Math.floor((readies.length - 1) / 2)]
-        : Number.NaN;
+      const incumbentMedian = median(incumbents.map((i) => i.new_pod_ready_ms.median));
       const ready = c.new_pod_ready_ms.median;
       const floorReady = floor?.new_pod_ready_ms?.median;
       const met = ready <= incumbentMedian ||
