@@ -24,6 +24,7 @@ if (process.argv.includes("--no-setup")) {
   envoy = resolveEnvoy();
   version = envoyVersion(envoy);
 } else {
+  console.log("lastcall start: setting up and building (about 10 s, more on a fresh clone)");
   ({ envoy, version } = await (await import("./setup.mjs")).setup());
 }
 console.log(`envoy ${version}`);
