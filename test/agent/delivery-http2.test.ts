@@ -159,3 +159,42 @@ describe("an HTTP/2 client reading its last window when Envoy has sent its last 
     idle.close();
   });
 });
+
+// A hot-restart parent's admin went to its child: its codec's bytes cannot be read. Envoy ends
+// the stream for the filter only once its END_STREAM left the codec, and a parent is ended only
+// once its drain says so (a second reload ends it at its child's start).
+describe("an HTTP/2 slow reader on a hot-restart parent", () => {
+  it("SIGTERM as a hot restart is under way (16 KiB window): every byte, END_STREAM, the stop said truly", async () => {
+    const { lc, port } = await serving(app.port, []);
+    const download = slowH2Download(port, `/bytes?n=${BODY}`, RATE);
+    await download.reached(RATE);
+    lc.signal("SIGHUP"); // the reader's connection stays with the parent, which drains
+    await lc.event("epoch");
+    lc.signal("SIGTERM");
+    const read = await download.done;
+    expect(read).toEqual({ status: 200, expected: BODY, received: BODY, endedBy: "end_stream" });
+    const terminated = await lc.event("terminated");
+    expect(terminated).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+    if ("bytes_unsent_at_stop" in terminated) expect(terminated.bytes_unsent_at_stop).toBe(0);
+    else {
+      expect(terminated.delivery_unchecked).toEqual([
+        expect.stringContaining("its admin went to its hot-restart child"),
+      ]);
+    }
+    expect(await lc.exited).toEqual({ code: 0, signal: null });
+  });
+
+  it("two hot restarts while the client reads its last window (1 MiB): every byte", async () => {
+    const { lc, port } = await serving(app.port, []);
+    const download = slowH2Download(port, `/bytes?n=${BODY}`, RATE, { windowSize: 1 << 20 });
+    await download.reached(RATE);
+    lc.signal("SIGHUP");
+    await lc.event("epoch", (e) => e.epoch === 1);
+    lc.signal("SIGHUP"); // waits for epoch 0's drain, then ends it
+    const read = await download.done;
+    expect(read).toEqual({ status: 200, expected: BODY, received: BODY, endedBy: "end_stream" });
+    const drained = await lc.event("epoch_drained", (e) => (e.epochs as number[])[0] === 0);
+    expect(drained).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
+    await lc.event("epoch", (e) => e.epoch === 2);
+  });
+});
