@@ -13,16 +13,19 @@ import {
 
 /** Longest wait for one Envoy's stats in a look at what is undelivered. */
 const BUFFERS_READ_MS = 500;
-/** The unix-socket listener paths each Envoy was seen listening on. */
-const listenPaths = new WeakMap<Epoch, Set<string>>();
 /**
- * Each Envoy's bytes written when last read ({@linkcode bytesWritten}), and when they were last
- * seen growing (undefined: not since the first reading).
+ * Each watched Envoy's bytes written when last read ({@linkcode bytesWritten}), since when it is
+ * read, and when they were last seen growing.
  */
-const writes = new WeakMap<Epoch, { bytes: number; lastAt?: number }>();
+const writes = new WeakMap<Epoch, { bytes: number; since: number; lastAt?: number }>();
+/** The Envoys whose writes are read in the background ({@linkcode watchWrites}). */
+const watched = new WeakSet<Epoch>();
+/** How often a watched Envoy's writes are read. */
+const WRITES_SAMPLE_MS = 200;
 /**
  * A hot-restart parent that wrote within this long may still hold bytes for its unix-socket
- * connections (a reader's pauses stop its writes): the drain waits for them.
+ * connections (Envoy writes to a slow reader as its socket drains: a reader fast enough to take
+ * Envoy's last 1 MiB within the drain's 3 s tail drains it every half second or sooner).
  */
 const WRITES_RECENT_MS = 1000;
 /** Each Envoy's count of delayed-close timeouts when last read before its drain began. */
@@ -94,23 +97,41 @@ function adminPath(live: Epoch): string[] {
 
 /** The connections `live` accepted on its unix-socket listeners (learning their paths). */
 function unixOf(live: Epoch): Promise<number[] | undefined> {
-  const paths = listenPaths.get(live) ?? new Set<string>();
-  listenPaths.set(live, paths);
-  return unixConnections(live.process.pid, paths, adminPath(live));
+  return unixConnections(live.process.pid, live.listenPaths, adminPath(live));
+}
+
+/** Reads `live`'s bytes written once: its last write moves forward when they grew. */
+async function readWrites(live: Epoch): Promise<void> {
+  const bytes = await bytesWritten(live.process.pid);
+  if (bytes === undefined) return;
+  const at = Date.now();
+  const before = writes.get(live);
+  const lastAt = before && bytes > before.bytes ? at : before?.lastAt;
+  writes.set(live, { bytes, since: before?.since ?? at, ...(lastAt ? { lastAt } : {}) });
+}
+
+/** Reads `live`'s writes every {@linkcode WRITES_SAMPLE_MS} from now while it runs. */
+function watchWrites(live: Epoch): void {
+  if (watched.has(live)) return;
+  watched.add(live);
+  const timer = setInterval(() => {
+    if (live.process.running) void readWrites(live);
+    else clearInterval(timer);
+  }, WRITES_SAMPLE_MS).unref();
+  void readWrites(live);
 }
 
 /**
- * Whether `live` wrote anything within the last {@linkcode WRITES_RECENT_MS} (undefined: cannot
- * tell). Readings from several waits interleave: each one only moves the last write forward.
+ * Whether `live` wrote anything within the last {@linkcode WRITES_RECENT_MS}; undefined when it
+ * cannot tell (no /proc, or not watched that long).
  */
 async function wroteLately(live: Epoch): Promise<boolean | undefined> {
-  const now = await bytesWritten(live.process.pid);
-  if (now === undefined) return undefined;
-  const before = writes.get(live);
-  const at = Date.now();
-  const lastAt = before === undefined ? undefined : now > before.bytes ? at : before.lastAt;
-  writes.set(live, { bytes: now, lastAt });
-  return lastAt === undefined ? undefined : at - lastAt < WRITES_RECENT_MS;
+  watchWrites(live);
+  await readWrites(live);
+  const w = writes.get(live);
+  const now = Date.now();
+  if (w?.lastAt !== undefined) return now - w.lastAt < WRITES_RECENT_MS;
+  return w && now - w.since >= WRITES_RECENT_MS ? false : undefined;
 }
 
 /**
@@ -119,19 +140,20 @@ async function wroteLately(live: Epoch): Promise<boolean | undefined> {
  * socket shows no queue: while the parent still writes, its unix connections may carry bytes.
  */
 async function handedOver(live: Epoch, tcp: Undelivered): Promise<Held> {
-  const [unix, wrote] = await Promise.all([unixOf(live), wroteLately(live)]);
+  const unix = await unixOf(live);
   const open = tcp.connections + (unix?.length ?? 0);
   if (unix !== undefined && open === 0) return { bytes: 0 };
   const why = `${open} open connections; its admin went to its hot-restart child`;
   const unseen = new Map([...tcp.queued ?? []].map(([inode, bytes]) => [inode, bytes > 0]));
-  for (const inode of unix ?? []) unseen.set(inode, wrote !== false);
+  const writing = unix?.length ? await wroteLately(live) !== false : false;
+  for (const inode of unix ?? []) unseen.set(inode, writing);
   return { bytes: 0, unseen, unchecked: `epoch ${live.info.epoch}: its own buffers (${why})` };
 }
 
 /**
  * Learns what the given Envoys listen on while they do (Envoy closes a draining listener before
- * its last connections, and a hot-restart parent's listeners go before its admin does): the
- * ports and unix-socket paths, and how much each has written so far.
+ * its last connections, and a hot-restart parent's listeners go before its admin does): their
+ * ports and unix-socket paths; a hot-restart parent's writes are watched from then on.
  *
  * @example
  * ```ts
@@ -139,10 +161,8 @@ async function handedOver(live: Epoch, tcp: Undelivered): Promise<Held> {
  * ```
  */
 export async function learnListening(live: readonly Epoch[]): Promise<void> {
-  await Promise.all([
-    undeliveredBy(live).catch(() => undefined),
-    ...live.map((l) => Promise.all([unixOf(l), wroteLately(l)])),
-  ]);
+  for (const l of live) if (!readable(l)) watchWrites(l);
+  await Promise.all([undeliveredBy(live).catch(() => undefined), ...live.map(unixOf)]);
 }
 
 /**

@@ -80,6 +80,8 @@ export interface Epoch {
   listenPorts: Set<number>;
   /** The /proc/net tables those listening sockets were found in (tcp, tcp6). */
   listenTables: Set<TcpTableName>;
+  /** Unix-socket paths it was seen listening on (its admin's excepted), as `listenPorts`. */
+  listenPaths: Set<string>;
   /** Set once lastcall asked it to stop: its exit is then no crash. */
   stopAsked?: boolean;
   /** How the drain of this old epoch of a reload ended, for its `epoch_exit` line. */
@@ -308,6 +310,7 @@ export class Envoys {
       listenersDraining: false,
       listenPorts: new Set(),
       listenTables: new Set(),
+      listenPaths: new Set(),
       reporters,
       xds,
     };

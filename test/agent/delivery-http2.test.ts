@@ -10,7 +10,7 @@ import {
   type SlowStreamOptions,
   type SlowStreamRead,
 } from "../support/slow-reader.ts";
-import { BODY, RATE } from "./delivery-support.ts";
+import { acrossTwoHotRestarts, BODY, RATE } from "./delivery-support.ts";
 
 const app = upstreamForFile();
 let grpc: GrpcStreamServer;
@@ -187,14 +187,8 @@ describe("an HTTP/2 slow reader on a hot-restart parent", () => {
   it("two hot restarts while the client reads its last window (1 MiB): every byte", async () => {
     const { lc, port } = await serving(app.port, []);
     const download = slowH2Download(port, `/bytes?n=${BODY}`, RATE, { windowSize: 1 << 20 });
-    await download.reached(RATE);
-    lc.signal("SIGHUP");
-    await lc.event("epoch", (e) => e.epoch === 1);
-    lc.signal("SIGHUP"); // waits for epoch 0's drain, then ends it
-    const read = await download.done;
+    const { read, drained } = await acrossTwoHotRestarts(lc, download);
     expect(read).toEqual({ status: 200, expected: BODY, received: BODY, endedBy: "end_stream" });
-    const drained = await lc.event("epoch_drained", (e) => (e.epochs as number[])[0] === 0);
     expect(drained).toMatchObject({ reason: "inflight_zero", inflight_at_stop: 0 });
-    await lc.event("epoch", (e) => e.epoch === 2);
   });
 });

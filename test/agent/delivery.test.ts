@@ -2,6 +2,7 @@
 // stops Envoy, over HTTP/1.1, a unix socket and a reload, and what the stop cannot look at is
 // said. HTTP/2 clients that read slowly by flow control: delivery-http2.test.ts.
 import { execFileSync } from "node:child_process";
+import { Agent, request } from "node:http";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { readTcpTable, TCP_STATE } from "../../agent/envoy/sockets.ts";
@@ -18,7 +19,7 @@ import {
 } from "../support/serving.ts";
 import { slowDownload } from "../support/slow-reader.ts";
 import { tempDir } from "../support/temp.ts";
-import { BODY, RATE } from "./delivery-support.ts";
+import { acrossTwoHotRestarts, BODY, RATE } from "./delivery-support.ts";
 
 const app = upstreamForFile();
 
@@ -130,19 +131,13 @@ describe("a slow reader across a reload", () => {
     const { config, path } = unixSocketConfig(app.port);
     const { lc } = await serving(app.port, [], { config, listener: null });
     const download = slowDownload({ path }, `/bytes?n=${BODY}`, RATE);
-    await download.reached(RATE);
-    lc.signal("SIGHUP");
-    await lc.event("epoch", (e) => e.epoch === 1);
-    lc.signal("SIGHUP"); // waits for epoch 0's drain, then ends it
-    const read = await download.done;
+    const { read, drained } = await acrossTwoHotRestarts(lc, download);
     expect(read).toEqual({ status: 200, expected: BODY, received: BODY, endedBy: "fin" });
-    expect(await lc.event("epoch_drained", (e) => (e.epochs as number[])[0] === 0, 30_000))
-      .toMatchObject({
-        reason: "inflight_zero",
-        inflight_at_stop: 0,
-        bytes_unsent_at_stop: 0,
-      });
-    await lc.event("epoch", (e) => e.epoch === 2);
+    expect(drained).toMatchObject({
+      reason: "inflight_zero",
+      inflight_at_stop: 0,
+      bytes_unsent_at_stop: 0,
+    });
   });
 
   it("SIGHUP then SIGTERM 30 ms later (defaults, hot restart): the reader still gets every byte", async () => {
@@ -182,6 +177,33 @@ describe("what the stop cannot look at", () => {
     expect(terminated).not.toHaveProperty("bytes_unsent_at_stop");
     app.release();
     await held.catch(() => undefined);
+  });
+
+  // A unix socket shows no queue: the parent's unix connections are waited for only while it
+  // writes. An idle pooled one, its last response long written, does not hold the stop.
+  it("a hot-restart parent's idle unix-socket keep-alive: not waited for, named unchecked", async () => {
+    const { config, path } = unixSocketConfig(app.port);
+    const { lc } = await serving(app.port, [], { config, listener: null });
+    const pool = new Agent({ keepAlive: true });
+    const get = () =>
+      new Promise<number>((done, fail) => {
+        request({ socketPath: path, path: "/", agent: pool }, (response) => {
+          response.resume().on("end", () => done(response.statusCode!));
+        }).on("error", fail).end();
+      });
+    expect(await get()).toBe(200);
+    lc.signal("SIGHUP");
+    await lc.event("epoch", (e) => e.epoch === 1);
+    expect(await get()).toBe(200); // on the pooled connection: the parent's
+    lc.signal("SIGTERM");
+    const terminated = await lc.event("terminated");
+    expect(terminated).toMatchObject({
+      reason: "inflight_zero",
+      inflight_at_stop: 0,
+      delivery_unchecked: [expect.stringContaining("epoch 0")],
+    });
+    expect(lc.events.map((e) => e.event)).not.toContain("drain_flushing");
+    pool.destroy();
   });
 
   // No HTTP/3 client here (Node has none): with no QUIC connection open, nothing is out of sight.
