@@ -105,7 +105,7 @@ export function rolloutSection({ rollout, line, chart, notAhead, goals, quickNot
       "relists about every second, and a new pod's Ready depends on where its start falls between relists. The",
     );
     line(
-      "relist is placed by the initial pods' Ready on the watch (a probe a few ms after a relist), so every",
+      "relist is placed by the initial pods' first Ready on the watch (a probe a few ms after a relist), so every",
     );
     line(
       `contender's first new pods meet the same ${delays.length} phases, whatever its warm-up took.`,

@@ -152,7 +152,7 @@ export async function rolloutOnce(options: RolloutOnceOptions): Promise<RolloutR
       intervalMs: 50,
       what: `${options.warmUpAnswers} answers before the rollout`,
     });
-    const relisted = lastReady(oldPods, pods.events);
+    const relisted = firstReady(oldPods, pods.events);
     const wait = untilPhase(relisted, Date.now(), options.restartDelayMs ?? 0);
     await new Promise((done) => setTimeout(done, wait));
     const restartAt = Date.now();
@@ -257,15 +257,20 @@ function isReady(pod: Watched["object"]): boolean {
   );
 }
 
-/** When the last of `pods` was first seen Ready on the watch: a relist, plus a probe's few ms. */
-function lastReady(pods: string[], events: Watched[]): number {
+/**
+ * When the first of `pods` was first seen Ready on the watch: a relist, plus a probe's few ms.
+ * The first, not the last: pods started together on 2 cores answer their probes up to 0.2 s
+ * after the relist that saw them (a probe held until Envoy is LIVE), which would place every
+ * phase that much late.
+ */
+function firstReady(pods: string[], events: Watched[]): number {
   const ready = pods.map((pod) =>
     events.find((e) => e.object.metadata?.name === pod && isReady(e.object))?.at
   );
   if (ready.some((at) => at === undefined)) {
     throw new Error(`the pod watch saw no Ready for every pod of ${pods.join(", ")}`);
   }
-  return Math.max(...(ready as number[]));
+  return Math.min(...(ready as number[]));
 }
 
 /** ms from `now` to the first moment at or after it that is `phaseMs` after a relist. */
