@@ -3,7 +3,13 @@
 // waiting for a client's window, write buffers (unix sockets). What cannot be seen is said.
 import type { Epoch } from "../supervise/envoys.ts";
 import { BUFFER_STATS, type EnvoyBuffers, envoyBuffers, parseStatsJson } from "../envoy/stats.ts";
-import { readTcpTable, type Undelivered, undelivered, unixConnections } from "../envoy/sockets.ts";
+import {
+  readTcpTable,
+  socketInodes,
+  type Undelivered,
+  undelivered,
+  unixConnections,
+} from "../envoy/sockets.ts";
 import { watchWrites, wroteLately } from "./parent-writes.ts";
 
 /** Longest wait for one Envoy's stats in a look at what is undelivered. */
@@ -75,9 +81,12 @@ function adminPath(live: Epoch): string[] {
   return live.admin?.url.startsWith("unix:") ? [live.admin.url.slice("unix:".length)] : [];
 }
 
-/** The connections `live` accepted on its unix-socket listeners (learning their paths). */
-function unixOf(live: Epoch): Promise<number[] | undefined> {
-  return unixConnections(live.process.pid, live.listenPaths, adminPath(live));
+/**
+ * The connections `live` accepted on its unix-socket listeners (learning their paths); `inodes`,
+ * its sockets when this look read them already.
+ */
+function unixOf(live: Epoch, inodes?: Set<number>): Promise<number[] | undefined> {
+  return unixConnections(live.process.pid, live.listenPaths, adminPath(live), "/proc", inodes);
 }
 
 /**
@@ -85,8 +94,12 @@ function unixOf(live: Epoch): Promise<number[] | undefined> {
  * connection left (TCP, as `tcp` read them, or unix) there is nothing they could hold. A unix
  * socket shows no queue: while the parent still writes, its unix connections may carry bytes.
  */
-async function handedOver(live: Epoch, tcp: Undelivered): Promise<Held> {
-  const unix = await unixOf(live);
+async function handedOver(
+  live: Epoch,
+  tcp: Undelivered,
+  inodes: Set<number>,
+): Promise<Held> {
+  const unix = await unixOf(live, inodes);
   const open = tcp.connections + (unix?.length ?? 0);
   if (unix !== undefined && open === 0) return { bytes: 0 };
   const why = `${open} open connections; its admin went to its hot-restart child`;
@@ -108,7 +121,7 @@ async function handedOver(live: Epoch, tcp: Undelivered): Promise<Held> {
  */
 export async function learnListening(live: readonly Epoch[]): Promise<void> {
   for (const l of live) if (!readable(l)) watchWrites(l);
-  await Promise.all([undeliveredBy(live).catch(() => undefined), ...live.map(unixOf)]);
+  await Promise.all([undeliveredBy(live).catch(() => undefined), ...live.map((l) => unixOf(l))]);
 }
 
 /**
@@ -178,23 +191,27 @@ export async function undeliveredBy(
   const tables = running.every((l) => l.listenTables.size > 0)
     ? [...new Set(running.flatMap((l) => [...l.listenTables]))]
     : undefined;
-  const [table, stats] = await Promise.all([
+  const [table, inodes, stats] = await Promise.all([
     readTcpTable("/proc", tables),
+    Promise.all(running.map((l) => socketInodes(l.process.pid))),
     Promise.all(running.map((l) => (readable(l) ? heldBy(l, prefixes) : undefined))),
   ]);
-  if (!table) return undefined;
+  if (!table || inodes.some((i) => i === undefined)) return undefined;
   const each = await Promise.all(
-    running.map((l) =>
+    running.map((l, i) =>
       undelivered(l.process.pid, {
         listenPorts: l.listenPorts,
         listenTables: l.listenTables,
         table,
+        inodes: inodes[i],
       })
     ),
   );
   if (each.some((u) => u === undefined)) return undefined;
   // A hot-restart parent is judged by its connections, as this look read them.
-  const held = await Promise.all(running.map((l, i) => stats[i] ?? handedOver(l, each[i]!)));
+  const held = await Promise.all(
+    running.map((l, i) => stats[i] ?? handedOver(l, each[i]!, inodes[i]!)),
+  );
   const unchecked = held.flatMap((h) => (h.unchecked ? [h.unchecked] : []));
   const unread = new Map(each.flatMap((u) => [...u!.unread ?? []]));
   const sum = each.reduce<Undelivered>((sum, u) => ({

@@ -161,6 +161,8 @@ export interface UndeliveredOptions {
   listenTables?: Set<TcpTableName>;
   /** The table to look in, when the caller read it once for several processes. */
   table?: TcpSocket[];
+  /** The process's socket inodes ({@linkcode socketInodes}), when the caller read them already. */
+  inodes?: Set<number>;
   /** Where procfs is mounted. @default "/proc" */
   proc?: string;
 }
@@ -182,7 +184,7 @@ export async function undelivered(
 ): Promise<Undelivered | undefined> {
   const { listenPorts = new Set<number>(), listenTables, proc = "/proc" } = options;
   const [inodes, table] = await Promise.all([
-    socketInodes(pid, proc),
+    options.inodes ?? socketInodes(pid, proc),
     options.table ?? readTcpTable(proc),
   ]);
   if (!inodes || !table) return undefined;
@@ -243,7 +245,8 @@ export function parseUnixTable(text: string): UnixSocket[] {
 /**
  * The connections `pid` accepted on its unix-socket listeners, by inode (their paths are gathered
  * in `listenPaths`, as {@linkcode undelivered} gathers ports); `exclude` names paths that are not
- * listeners of its traffic (its admin). The kernel shows no queue sizes there.
+ * listeners of its traffic (its admin); `known`, its socket inodes when the caller read them
+ * already. The kernel shows no queue sizes there.
  *
  * @returns undefined where /proc cannot tell
  * @example
@@ -256,9 +259,10 @@ export async function unixConnections(
   listenPaths: Set<string>,
   exclude: readonly string[] = [],
   proc = "/proc",
+  known?: Set<number>,
 ): Promise<number[] | undefined> {
   const [inodes, text] = await Promise.all([
-    socketInodes(pid, proc),
+    known ?? socketInodes(pid, proc),
     readFile(`${proc}/net/unix`, "utf8").catch(() => undefined),
   ]);
   if (!inodes || text === undefined) return undefined;
