@@ -2,19 +2,25 @@
 // how long Envoy's delayed close waits (the bootstrap), so both live apart from the wait.
 import type { Undelivered } from "../envoy/sockets.ts";
 
+/** What a stop says when no reading could be taken at all. */
+export const UNREAD = "kernel send queues and Envoy's buffers (/proc could not be read)";
+
 /**
  * A delivery reading as the stop reports it: the bytes left when every buffer was looked at,
- * else what could not be (never a 0 for what was not seen).
+ * else what could not be (never a 0 for what was not seen, nor silence): `unread` when no reading
+ * could be taken.
  *
  * @example
  * ```ts
  * deliveryReading({ connections: 1, sending: 0, bytes: 0 }); // { bytesUnsent: 0 }
+ * deliveryReading(undefined, "epoch 0: exited"); // { unchecked: ["epoch 0: exited"] }
  * ```
  */
 export function deliveryReading(
   left: Undelivered | undefined,
+  unread = UNREAD,
 ): { bytesUnsent?: number; unchecked?: string[] } {
-  if (!left) return {};
+  if (!left) return { unchecked: [unread] };
   return left.unchecked?.length ? { unchecked: left.unchecked } : { bytesUnsent: left.bytes };
 }
 

@@ -5,6 +5,7 @@ import type { EventLog } from "../lib/log.ts";
 import type { RunOptions } from "../options.ts";
 import type { DrainMetrics } from "./drain-metrics.ts";
 import { drainBegins, undeliveredBy, UnreadResets } from "./delivery.ts";
+import type { Undelivered } from "../envoy/sockets.ts";
 import { DELIVERY_POLL_MS, deliveryReading } from "./delivery-reading.ts";
 import { DrainEnded, freshReading, type Settled, waitDrained } from "./wait.ts";
 import { countNow, drainListeners, type LiveEpochs } from "./epochs.ts";
@@ -213,7 +214,7 @@ async function finishOldEpochs(
     undelivered(old),
   ]);
   const inflight = lost ?? counted;
-  const { bytesUnsent, unchecked } = deliveryReading(left);
+  const { bytesUnsent, unchecked } = readingOf(left, old);
   const cut = {
     inflight_at_stop: inflight,
     ...(bytesUnsent !== undefined ? { bytes_unsent_at_stop: bytesUnsent } : {}),
@@ -290,4 +291,18 @@ export class OldEpochs {
   async finished(): Promise<void> {
     await Promise.all([...this.#unfinished]);
   }
+}
+
+/**
+ * What `old` had left to deliver as `epoch_drained` says it: an epoch that exited before the
+ * reading (unasked, or stopped by a termination that says its own cut) is named as unchecked.
+ */
+function readingOf(
+  left: Undelivered | undefined,
+  old: readonly Epoch[],
+): { bytesUnsent?: number; unchecked?: string[] } {
+  const gone = old.filter((l) => !l.process.running).map((l) => l.info.epoch);
+  if (gone.length === 0) return deliveryReading(left);
+  const rest = left ? deliveryReading(left).unchecked ?? [] : [];
+  return { unchecked: [...rest, `epoch ${gone.join(", ")}: exited before its buffers were read`] };
 }

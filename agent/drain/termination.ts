@@ -138,7 +138,10 @@ async function stopAll({ drain, epochs }: TerminationContext, plan: DrainPlan): 
   const [inflight, left] = fresh
     ? [fresh.inflight]
     : await Promise.all([countNow(epochs, measureMs), epochs.undelivered()]);
-  const reading = fresh ?? { inflight, ...deliveryReading(left) };
+  const gone = epochs.running().length === 0
+    ? "Envoy exited before its buffers were read"
+    : undefined;
+  const reading = fresh ?? { inflight, ...deliveryReading(left, gone) };
   const budget = () => Math.max(200, graceEnd - Date.now());
   const targets = epochs.running();
   const zero = drain.settled?.inflight === 0 ? drain.settled.at : undefined;

@@ -228,10 +228,13 @@ describe("drains that survive what Envoy does", () => {
     lc.signal("SIGHUP");
     await lc.event("epoch_draining");
     process.kill(envoyPid, "SIGKILL");
-    expect(await lc.event("epoch_drained")).toMatchObject({
+    const drained = await lc.event("epoch_drained");
+    expect(drained).toMatchObject({
       reason: "envoy_exited",
       inflight_at_stop: 1,
+      delivery_unchecked: ["epoch 0: exited before its buffers were read"],
     });
+    expect(drained).not.toHaveProperty("bytes_unsent_at_stop");
     expect((await held).reset).toBe(true);
     app.release();
   });

@@ -86,11 +86,14 @@ describe("timers that agree", () => {
       unexpected: true,
       inflight_at_exit: 1,
     });
-    expect(await lc.event("terminated")).toMatchObject({
+    const terminated = await lc.event("terminated");
+    expect(terminated).toMatchObject({
       reason: "envoy_exited",
       inflight_at_stop: 1,
       envoy_exits: ["signal SIGKILL"],
+      delivery_unchecked: ["Envoy exited before its buffers were read"],
     });
+    expect(terminated).not.toHaveProperty("bytes_unsent_at_stop");
     expect((await lc.exited).code).toBe(1);
     expect((await held).reset).toBe(true);
     expect(isAlive(envoyPid)).toBe(false);
