@@ -87,3 +87,44 @@ export function stepsTable({ rollout, line }) {
   }
   line();
 }
+
+/**
+ * Writes, when the runs carry them, the kubelet's relists (from its own metrics) and the host's
+ * busy CPU over each rollout, per contender and workload: whether a contender's pods slowed the
+ * relists that decide its steps.
+ *
+ * @example
+ * relistsTable({ rollout, line });
+ */
+export function relistsTable({ rollout, line }) {
+  const workloads = rollout.summary;
+  if (!rollout.runs.some((r) => r.relists)) return;
+  line(
+    "**The kubelet's relists during the rollouts** (its `kubelet_pleg_relist_interval_seconds` and",
+  );
+  line(
+    "`…_duration_seconds`, restart → `rollout status` returned; median of the rounds), and the share of",
+  );
+  line("the host's 2 cores that was busy then:");
+  line();
+  line(
+    `| contender | ${
+      workloads.map((w) => `\`${w.workload}\`: relists apart (each) | host CPU busy`).join(" | ")
+    } |`,
+  );
+  line(`|---|${workloads.map(() => "---|---|").join("")}`);
+  for (const c of workloads[0].contenders) {
+    const cells = workloads.map((w) => {
+      const runs = rollout.runs.filter((r) =>
+        r.workload === w.workload && r.contender === c.id && r.relists
+      );
+      if (runs.length === 0) return "– | –";
+      const of = (key) => median(runs.map((r) => r.relists[key]));
+      return `${fmt(of("interval_mean_ms"), 1)} ms (${fmt(of("duration_mean_ms"), 1)} ms) | ${
+        Math.round(of("host_cpu_busy") * 100)
+      } %`;
+    });
+    line(`| ${c.label} | ${cells.join(" | ")} |`);
+  }
+  line();
+}

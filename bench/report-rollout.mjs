@@ -1,7 +1,7 @@
 // The "Rollout on a real kubelet" section of docs/benchmarks.md (bench/results/rollout.json,
 // written by bench/rollout.ts), with its chart docs/bench/rollout.svg.
 import { barChart, colorOf, fmt, plural, spread } from "./report-lib.mjs";
-import { median, stepsTable } from "./report-rollout-steps.mjs";
+import { median, relistsTable, stepsTable } from "./report-rollout-steps.mjs";
 
 const seconds = (v) => `${fmt(v / 1000, 1)} s`;
 const rate = (c) => (c.sent ? c.failed_total / c.sent : Number.NaN);
@@ -199,6 +199,7 @@ export function rolloutSection({ rollout, line, chart, notAhead, goals, quickNot
     line();
   }
   stepsTable({ rollout, line });
+  relistsTable({ rollout, line });
   line(
     "lastcall's default output holds no app for its proxy (`inject --hold-app auto`: the generated config only",
   );

@@ -137,7 +137,9 @@ try {
               run.new_pods.map((p) => (p.ready_ms / 1000).toFixed(1)).join(", ")
             } s, pods gone after ${
               run.pods.map((p) => (p.termination_ms / 1000).toFixed(1)).join(", ")
-            } s (${Math.round((Date.now() - started) / 1000)} s in all)`,
+            } s, relists ${run.relists.interval_mean_ms} ms apart (each ${run.relists.duration_mean_ms} ms), host CPU ${
+              Math.round(run.relists.host_cpu_busy * 100)
+            } % (${Math.round((Date.now() - started) / 1000)} s in all)`,
           );
           for (const f of run.load.first_failures.slice(0, 3)) {
             log(`  ${f.kind} ${f.class} at ${f.at_ms} ms: ${f.error}`);

@@ -10,6 +10,7 @@ import { type LoadOptions, type LoadSummary, startLoad } from "../../test/suppor
 import { followLogs, watchApi, type Watched } from "../../test/support/kube-workload.ts";
 import { serviceAnswers } from "../../test/support/kube-service.ts";
 import { ANCHORS } from "./context.ts";
+import { relistReading, type RelistStretch, relistStretch } from "./kubelet-relist.ts";
 import type { PodOptions, RolloutContender, RolloutImages } from "./rollout-pods.ts";
 
 /** What one old pod did from its deletion to its end. */
@@ -39,6 +40,8 @@ export interface RolloutRun {
   pods: PodEnd[];
   /** Each new pod: created (first seen) → Ready (ms). */
   new_pods: Array<{ pod: string; ready_ms: number }>;
+  /** The kubelet's relists and the host's CPU from the restart to `rollout status` returning. */
+  relists: RelistStretch;
   load: Omit<LoadSummary, "failed"> & { failed: number; first_failures: LoadSummary["failed"] };
 }
 
@@ -152,6 +155,8 @@ export async function rolloutOnce(options: RolloutOnceOptions): Promise<RolloutR
       intervalMs: 50,
       what: `${options.warmUpAnswers} answers before the rollout`,
     });
+    // Read before the phase is placed: the reading's kubectl calls would move it.
+    const before = await relistReading(kubectl);
     const relisted = firstReady(oldPods, pods.events);
     const wait = untilPhase(relisted, Date.now(), options.restartDelayMs ?? 0);
     await new Promise((done) => setTimeout(done, wait));
@@ -159,6 +164,7 @@ export async function rolloutOnce(options: RolloutOnceOptions): Promise<RolloutR
     await kubectl(["rollout", "restart", "deployment/demo"]);
     await kubectl(["rollout", "status", "deployment/demo", timeout]);
     const rolledAt = Date.now();
+    const relists = relistStretch(before, await relistReading(kubectl));
     const gone = (name: string) =>
       pods.events.some((e) => e.type === "DELETED" && e.object.metadata.name === name);
     await waitFor(() => (oldPods.every(gone) ? true : undefined), {
@@ -194,6 +200,7 @@ export async function rolloutOnce(options: RolloutOnceOptions): Promise<RolloutR
       all_old_gone_ms: lastGone - restartAt,
       pods: ends,
       new_pods: newPods(oldPods, pods.events),
+      relists,
       load: { ...rest, failed: failed.length, first_failures: failed.slice(0, 30) },
     };
   } finally {
