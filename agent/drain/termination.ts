@@ -138,12 +138,10 @@ async function stopAll({ drain, epochs }: TerminationContext, plan: DrainPlan): 
   const [inflight, left] = fresh
     ? [fresh.inflight]
     : await Promise.all([countNow(epochs, measureMs), epochs.undelivered()]);
-  const gone = epochs.running().length === 0
-    ? "Envoy exited before its buffers were read"
-    : undefined;
+  const targets = epochs.running();
+  const gone = targets.length === 0 ? "Envoy exited before its buffers were read" : undefined;
   const reading = fresh ?? { inflight, ...deliveryReading(left, gone) };
   const budget = () => Math.max(200, graceEnd - Date.now());
-  const targets = epochs.running();
   const zero = drain.settled?.inflight === 0 ? drain.settled.at : undefined;
   const lastZeroToStopMs = zero === undefined ? undefined : Date.now() - zero;
   // The newest epoch of each generation first: its shutdown ends its hot-restart parent (a parent

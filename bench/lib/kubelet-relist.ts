@@ -1,5 +1,6 @@
 // The kubelet's PLEG relists over a stretch of a run, from its own metrics, and the host's CPU.
 import { readFileSync } from "node:fs";
+import { NODE } from "../../test/support/kube.ts";
 
 /** Running totals at one moment: the kubelet's relist histograms and the host's CPU ticks. */
 export interface RelistReading {
@@ -50,8 +51,7 @@ function cpuTicks(): { busy: number; total: number } {
 export async function relistReading(
   kubectl: (args: string[]) => Promise<string>,
 ): Promise<RelistReading> {
-  const node = (await kubectl(["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"])).trim();
-  const text = await kubectl(["get", "--raw", `/api/v1/nodes/${node}/proxy/metrics`]);
+  const text = await kubectl(["get", "--raw", `/api/v1/nodes/${NODE}/proxy/metrics`]);
   const interval = histogram(text, "kubelet_pleg_relist_interval_seconds");
   const duration = histogram(text, "kubelet_pleg_relist_duration_seconds");
   const cpu = cpuTicks();

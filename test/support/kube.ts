@@ -21,7 +21,8 @@ export { BRIDGE };
 export const NODE_IP = "10.246.0.1";
 const POD_CIDR = "10.246.0.0/24";
 const SERVICE_CIDR = "10.246.128.0/24";
-const NODE = "lastcall-node";
+/** The single node's name (the kubelet's `--hostname-override`). */
+export const NODE = "lastcall-node";
 const CNI_PLUGINS = ["bridge", "host-local", "loopback"];
 
 /**
