@@ -10,7 +10,7 @@ import { LiveEpochs } from "./drain/epochs.ts";
 import { HolderBook } from "./drain/holders.ts";
 import type { InflightTracker } from "./drain/in-flight.ts";
 import { OldEpochs } from "./drain/old-epochs.ts";
-import type { DrainRequest } from "./drain/plan.ts";
+import { type DrainRequest, pushesFrom, untilPushes } from "./drain/plan.ts";
 import { DrainWatch } from "./drain/waiting.ts";
 import { identifyEnvoy } from "./envoy/identify.ts";
 import type { EventLog } from "./lib/log.ts";
@@ -121,6 +121,9 @@ export async function prepareRun(a: AgentParts, controls: AgentControls): Promis
     const desk = new ReportDesk(tracker, {
       heartbeatMs: o.heartbeatMs,
       draining: (instance) => drainer.plan !== undefined || old.isDraining(instance),
+      quiet: (instance) =>
+        drainer.plan !== undefined && !old.isDraining(instance) &&
+        Date.now() < pushesFrom(drainer.plan, o.heartbeatMs),
       holders,
     });
     const appStop = new AppStopGate({
@@ -133,9 +136,11 @@ export async function prepareRun(a: AgentParts, controls: AgentControls): Promis
       closing,
     });
     // As a drain begins (whichever began it), the filters and the app's hooks learn of it.
-    void drainer.began.then(() => {
+    void drainer.began.then((plan) => {
       desk.drainStarted();
       appStop.drainBegan();
+      // Before its floor ends no zero can end the drain: the filters push from then on.
+      untilPushes(plan, o.heartbeatMs, closing).then(() => desk.drainStarted(), () => {});
     });
     const reportToken = createReportToken();
     const server = serveStatus(a.status, {

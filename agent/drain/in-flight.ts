@@ -9,6 +9,8 @@ export interface InflightReport {
   /** The process-wide count, read when the report was composed. */
   inflight: number;
   draining: boolean;
+  /** The VM knows of the drain but was told its floor holds: it pushes nothing yet. */
+  quiet?: boolean;
   reason: string;
   /** The probe this report answers (reason `probe`). */
   probe?: number;
@@ -80,6 +82,7 @@ export function parseReport(body: unknown): InflightReport {
     epoch: int("epoch"),
     inflight: int("inflight"),
     draining: r.draining === true,
+    ...(r.quiet === true ? { quiet: true } : {}),
     reason: typeof r.reason === "string" ? r.reason.slice(0, 40) : "unknown",
   };
   if (r.probe !== undefined) report.probe = int("probe");

@@ -1,5 +1,6 @@
 // The plan of one drain: what it waits for and until when, resolved once from the options at
 // the moment it begins (a signal, `POST /drain`, or a reload's old epochs).
+import { delay } from "../lib/async.ts";
 import type { DrainMode, DrainScope } from "../options.ts";
 
 /** The plan of one drain, resolved from the options at the moment of the signal. */
@@ -60,6 +61,52 @@ export interface DrainRequest {
   source?: string;
   /** When the caller started (`?asked_at=`, ms since the epoch): the floor runs from it. */
   askedAt?: number;
+}
+
+/**
+ * How long before a floor ends the filters are told to push, for a filter heartbeat of
+ * `heartbeatMs`: the 10 % of it a VM's report is not held (a VM then learns at its next
+ * heartbeat), and a round trip. 250 ms at the default 1 s.
+ */
+export function pushLeadMs(heartbeatMs: number): number {
+  return heartbeatMs / 10 + 150;
+}
+
+/**
+ * When the drain's filters are to push each move to and from zero: {@linkcode pushLeadMs}
+ * before the floor ends (or the deadline, if sooner). Until then no zero can end the drain, so a
+ * push would only cost Envoy and lastcall a report each (two per request on a quiet pod).
+ *
+ * @example
+ * ```ts
+ * pushesFrom({ ...plan, startedAt: 10_000, minDrainMs: 5000, deadline: 38_000 }, 1000); // 14750
+ * ```
+ */
+export function pushesFrom(plan: DrainPlan, heartbeatMs: number): number {
+  return Math.min(floorAt(plan), plan.deadline) - pushLeadMs(heartbeatMs);
+}
+
+/**
+ * Resolves once the drain's filters are to push ({@linkcode pushesFrom}), or at once when every
+ * app has gone; rejects when `signal` aborts first. A later termination signal may bring the
+ * deadline forward: the plan is read again at least once a second.
+ *
+ * @example
+ * ```ts
+ * await untilPushes(plan, 1000, closing); // then answer the filters' held reports
+ * ```
+ */
+export async function untilPushes(
+  plan: DrainPlan,
+  heartbeatMs: number,
+  signal: AbortSignal,
+): Promise<void> {
+  const cut = plan.floorCut ? AbortSignal.any([signal, plan.floorCut]) : signal;
+  while (Date.now() < pushesFrom(plan, heartbeatMs)) {
+    await delay(Math.min(pushesFrom(plan, heartbeatMs) - Date.now(), 1000), cut).catch((error) => {
+      if (signal.aborted) throw error;
+    });
+  }
 }
 
 /**

@@ -23,6 +23,9 @@ export const REPORT_MAX_BYTES = 16_384;
 /** Response header of `POST /v1/inflight`: `1` when the agent is draining, else `0`. */
 export const DRAINING_HEADER = "x-lastcall-draining";
 
+/** Response header of `POST /v1/inflight` while a drain's floor holds: `1`, push nothing yet. */
+export const QUIET_HEADER = "x-lastcall-quiet";
+
 /** Response header of `POST /v1/inflight`: the probe being answered, when there is one. */
 export const PROBE_HEADER = "x-lastcall-probe";
 
@@ -85,8 +88,9 @@ export function reportCall(controls: ReportControls): ReportCall {
     } catch (error) {
       return reply(400, { error: (error as Error).message });
     }
-    const { draining, probe, holders, vm } = await controls.report(report);
+    const { draining, quiet, probe, holders, vm } = await controls.report(report);
     const headers: Record<string, string> = { [DRAINING_HEADER]: draining ? "1" : "0" };
+    if (quiet) headers[QUIET_HEADER] = "1";
     if (probe !== undefined) headers[PROBE_HEADER] = String(probe);
     if (holders !== undefined) headers[HOLDERS_HEADER] = String(holders);
     if (vm !== undefined) headers[VM_HEADER] = vm;

@@ -8,6 +8,8 @@ import { reportTimeoutMs } from "../envoy/bootstrap.ts";
 export interface ReportAnswer {
   /** Whether the reporting Envoy is being drained. */
   draining: boolean;
+  /** During a drain whose floor holds: the VM is to push nothing yet. */
+  quiet?: boolean;
   /** A probe id: the filter reads its counter afresh and reports it back. */
   probe?: number;
   /** During a drain: how many of its oldest live streams the VM should name (a `holders` report). */
@@ -22,6 +24,8 @@ export interface ReportDeskOptions {
   heartbeatMs: number;
   /** Whether reports of `instance` should be told to drain. */
   draining(instance: string): boolean;
+  /** Whether a drain of `instance` is still before its filters are to push. @default never */
+  quiet?(instance: string): boolean;
   /** Where the VMs' holders are kept; without it none are asked for. */
   holders?: HolderBook;
 }
@@ -85,19 +89,25 @@ export class ReportDesk {
     }
     let probe = this.#tracker.probeFor(instance);
     const wasDraining = this.#options.draining(instance);
-    // A filter VM that does not know of the drain yet (its report came after the drain began
-    // released the held ones) is told at once: held, it would learn a heartbeat period late.
-    const uninformed = wasDraining && !report.draining;
+    // A filter VM that does not know of the drain yet, or that it is to push now (its report
+    // came after the held ones were released), is told at once: held, it would learn a
+    // heartbeat period late.
+    const uninformed = wasDraining &&
+      (!report.draining || (report.quiet === true && !this.#quiet(instance)));
     if (probe === undefined && !uninformed) probe = await this.#hold(instance, wasDraining);
     const draining = this.#options.draining(instance);
+    const quiet = draining && this.#quiet(instance) ? { quiet: true } : {};
     // While a drain waits, each VM names what holds it about once a second, asked in an answer.
     if (draining && book && report.vm && book.wants(instance, report.vm)) {
-      return { draining, probe, holders: MAX_HOLDERS, ...named };
+      return { draining, ...quiet, probe, holders: MAX_HOLDERS, ...named };
     }
-    return { draining, probe, ...named };
+    return { draining, ...quiet, probe, ...named };
   }
 
-  /** A drain began: answer every held heartbeat now, so every filter learns of it at once. */
+  /**
+   * A drain began, or its filters are to push now: answer every held heartbeat at once, so every
+   * filter learns of it in one round trip.
+   */
   drainStarted(): void {
     for (const instance of [...this.#holds.keys()]) {
       // A copy: each release removes its hold from the list (iterating the list itself skipped every other one).
@@ -133,6 +143,10 @@ export class ReportDesk {
         hold.release(this.#tracker.probeFor(instance));
       }
     });
+  }
+
+  #quiet(instance: string): boolean {
+    return this.#options.quiet?.(instance) ?? false;
   }
 
   /** Answers one held heartbeat of `instance` with a fresh probe. */

@@ -11,10 +11,19 @@ const readSlot = __alloc(8, 0);
 
 /** Whether this VM learned from the agent that it drains (sticky: a drain ends with the process). */
 export let draining = false;
+/**
+ * Whether this VM pushes moves to and from zero: it drains, and an answer saying so was not
+ * quiet (sticky too: a late quiet answer must not silence the zero push).
+ */
+export let pushing = false;
 
-/** Records that the agent drains (this VM pushes moves to and from zero from now on). */
-export function learnDraining(): void {
+/**
+ * Records that the agent drains; `quiet` (the drain's floor still holds, so no zero can end it
+ * yet) holds the pushes back until an answer without it.
+ */
+export function learnDraining(quiet: bool): void {
   draining = true;
+  if (!quiet) pushing = true;
 }
 
 /**

@@ -1,7 +1,7 @@
 // The module's proxy-wasm ABI exports: a flat context map and one-line dispatch; only the callbacks
 // the filter acts on.
 import "./abort";
-import { countEnd, countStart, draining } from "./count";
+import { countEnd, countStart, pushing } from "./count";
 import { keepRequest } from "./kept";
 import { liveEnd, liveStart, ownsSlot } from "./live";
 import { Root, forgetRoot, pushTransition } from "./root";
@@ -43,7 +43,7 @@ export function proxy_on_context_create(id: u32, rootId: u32): void {
   countStart();
   liveStart(id);
   if (excluding > 0) streamRoots.set(id, rootId);
-  if (draining) pushTransition(true);
+  if (pushing) pushTransition(true);
 }
 
 /** VM start: nothing to do before configuration. */
@@ -88,7 +88,7 @@ function excludedNow(id: u32): bool {
   uncounted.add(id);
   countEnd(false);
   liveEnd(id);
-  if (draining) pushTransition(false);
+  if (pushing) pushTransition(false);
   return true;
 }
 
@@ -108,5 +108,5 @@ export function proxy_on_delete(id: u32): void {
   }
   countEnd(true);
   liveEnd(id);
-  if (draining) pushTransition(false);
+  if (pushing) pushTransition(false);
 }

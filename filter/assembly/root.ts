@@ -5,7 +5,9 @@ import {
   proxy_set_tick_period_milliseconds,
 } from "./abi";
 import { Config, configErrorLine, parseConfig } from "./config";
-import { defineGauge, defineMetric, draining, learnDraining, readCount, takeFinished } from "./count";
+import {
+  defineGauge, defineMetric, draining, learnDraining, pushing, readCount, takeFinished,
+} from "./count";
 import { appendHolders, parseHolderCount } from "./holders";
 import { Bytes, OUT_PTR, OUT_SIZE, OUT_U32, freeHostBlock, takeHostBytes, utf8 } from "./memory";
 
@@ -60,8 +62,9 @@ export function forgetRoot(root: Root, others: Root[]): void {
 }
 
 /**
- * While this VM knows of a drain, a stream that moved the process-wide count from 0 to 1
- * (`busy`) or from 1 to 0 (`zero`) is reported at once; the count is read right after the move.
+ * While this VM pushes (it knows of a drain whose floor is about to pass), a stream that moved
+ * the process-wide count from 0 to 1 (`busy`) or from 1 to 0 (`zero`) is reported at once; the
+ * count is read right after the move.
  */
 export function pushTransition(started: bool): void {
   const root = reporter;
@@ -95,6 +98,7 @@ const PATH = utf8(":path");
 const STATUS = utf8(":status");
 const OK_STATUS = utf8("200");
 const DRAINING_HEADER = utf8("x-lastcall-draining");
+const QUIET_HEADER = utf8("x-lastcall-quiet");
 const PROBE_HEADER = utf8("x-lastcall-probe");
 const HOLDERS_HEADER = utf8("x-lastcall-holders");
 const VM_HEADER = utf8("x-lastcall-vm");
@@ -111,9 +115,9 @@ function answerHeader(name: ArrayBuffer): bool {
   return false;
 }
 
-// Whether the answer says `x-lastcall-draining: 1` (exactly "1"; absent, "0" or anything else: no).
-function answerSaysDraining(): bool {
-  if (!answerHeader(DRAINING_HEADER)) return false;
+// Whether the answer says `name: 1` (exactly "1"; absent, "0" or anything else: no).
+function answerSays(name: ArrayBuffer): bool {
+  if (!answerHeader(name)) return false;
   const ptr = load<u32>(OUT_PTR) as usize;
   const yes = load<u32>(OUT_SIZE) == 1 && load<u8>(ptr) == 0x31;
   freeHostBlock(ptr);
@@ -234,8 +238,9 @@ export class Root {
 
   /**
    * Handles the agent's answer to a report: counts failures; on 200, learns from
-   * `x-lastcall-draining: 1` that a drain started (this VM acks it once, with the gauge read
-   * then), then answers `x-lastcall-probe: <id>` with a probe report and, once it knows of a drain,
+   * `x-lastcall-draining: 1` that a drain started (`x-lastcall-quiet: 1` beside it: not pushing
+   * yet; this VM acks it once it pushes, with the gauge read then), then answers
+   * `x-lastcall-probe: <id>` with a probe report and, once it knows of a drain,
    * `x-lastcall-holders: <n>` with a holders report. The body is not read.
    */
   onHttpCallResponse(): void {
@@ -253,11 +258,12 @@ export class Root {
       const id = answerId(VM_HEADER);
       if (id != 0) vmId = id.toString();
     }
-    // Every VM acks the drain once, with the count read after it learned: a move to zero this VM
-    // made before it knew (and so did not push) is part of that count.
-    if (answerSaysDraining()) {
-      learnDraining();
-      if (!acked) acked = this.reportNow("drain_ack", 0); // a failed ack goes out with the next answer
+    // Every VM acks the drain once, when it starts pushing, with the count read then: a move to
+    // zero this VM made before (and so did not push) is part of that count.
+    if (answerSays(DRAINING_HEADER)) {
+      learnDraining(answerSays(QUIET_HEADER));
+      // A failed ack goes out with the next answer that lets it push.
+      if (!acked && pushing) acked = this.reportNow("drain_ack", 0);
     }
     const probe = answerId(PROBE_HEADER);
     if (probe != 0) this.reportNow("probe", probe);
@@ -282,7 +288,8 @@ export class Root {
     if (cluster.byteLength == 0) return false;
     const body = new Bytes().str('{"instance":"').buf(config.instanceJson)
       .str('","epoch":').num(config.epoch).str(',"inflight":').num(count)
-      .str(draining ? ',"draining":true,"reason":"' : ',"draining":false,"reason":"').str(reason).str('"');
+      .str(!draining ? ',"draining":false' : pushing ? ',"draining":true' : ',"draining":true,"quiet":true')
+      .str(',"reason":"').str(reason).str('"');
     if (probe != 0) body.str(',"probe":').num(probe);
     if (vmId.length > 0) body.str(',"vm":"').str(vmId).str('"');
     if (holders > 0) appendHolders(body, holders, this.id);

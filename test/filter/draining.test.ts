@@ -1,6 +1,6 @@
 // A VM's drain (docs/filter-protocol.md, "The agent's answer"): its own sticky draining flag
 // learned from the answers to ITS reports, one drain_ack per VM, pushes of moves to and from zero
-// while it knows.
+// while it knows and its last answer was not quiet.
 import { describe, expect, test } from "vitest";
 import { type FilterVm, ProxyWasmHost } from "../support/proxy-wasm-host.ts";
 import { prng } from "./prng.ts";
@@ -88,6 +88,37 @@ describe("draining", () => {
     expect(pushes()).toEqual(["0 busy 1", "1 heartbeat 0", "1 drain_ack 0"]);
     b.endStream(b.createStream());
     expect(pushes().slice(3)).toEqual(["1 busy 1", "1 zero 0"]);
+  });
+
+  test("a quiet drain (its floor holds): the VM names holders but neither acks nor pushes until an answer without x-lastcall-quiet; then it pushes for good", () => {
+    const host = new ProxyWasmHost();
+    const vm = host.createVm();
+    const quiet: [string, string][] = [["x-lastcall-draining", "1"], ["x-lastcall-quiet", "1"]];
+    const held = vm.createStream();
+    vm.tick();
+    host.calls.at(-1)!.respond(200, "", [...quiet, ["x-lastcall-holders", "4"]]);
+    expect(host.calls.slice(1).map(body)).toMatchObject([
+      { inflight: 1, draining: true, quiet: true, reason: "holders" },
+    ]);
+    vm.endStream(held); // 1 → 0 and 0 → 1 → 0 while quiet: nothing pushed
+    vm.endStream(vm.createStream());
+    vm.tick();
+    host.calls.at(-1)!.respond(200, "", [["x-lastcall-draining", "1"], ["x-lastcall-quiet", "0"]]);
+    expect(host.calls.slice(2).map(body)).toEqual([
+      { instance: "", epoch: 0, inflight: 0, draining: true, quiet: true, reason: "heartbeat" },
+      { instance: "", epoch: 0, inflight: 0, draining: true, reason: "drain_ack" },
+    ]);
+    vm.endStream(vm.createStream());
+    vm.tick();
+    host.calls.at(-1)!.respond(200, "", quiet); // a late quiet answer: pushes go on, no second ack
+    vm.endStream(vm.createStream());
+    expect(host.calls.slice(4).map((call) => `${body(call).reason} ${body(call).quiet}`)).toEqual([
+      "busy undefined",
+      "zero undefined",
+      "heartbeat undefined",
+      "busy undefined",
+      "zero undefined",
+    ]);
   });
 
   test("only x-lastcall-draining: 1 on a 200 says draining; the body is not read", () => {

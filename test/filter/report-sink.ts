@@ -22,6 +22,8 @@ export interface SentReport {
   epoch: number;
   inflight: number;
   draining: boolean;
+  /** Present (true) while the VM knows of a drain whose floor holds: it pushes nothing yet. */
+  quiet?: true;
   reason: "heartbeat" | "drain_ack" | "zero" | "busy" | "probe" | "holders";
   /** The probe id answered (probe reports only). */
   probe?: number;

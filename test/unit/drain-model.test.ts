@@ -1,5 +1,5 @@
 // A property-based test of the agent's side of the drain: the real tracker and report desk against
-// a model of the filter and network.
+// a model of the filter and network, the drain quiet (no pushes) for a while or not at all.
 import { setMaxListeners } from "node:events";
 import fc from "fast-check";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
@@ -36,8 +36,10 @@ interface Vm {
   /** Sends nothing, ever (its streams still move the gauge). */
   mute: boolean;
   draining: boolean;
+  /** Told of the drain by an answer that was not quiet: it pushes moves to and from zero. */
+  pushing: boolean;
   streams: number;
-  /** A move of the gauge made while draining, whose read this VM has not done yet. */
+  /** A move of the gauge made while pushing, whose read this VM has not done yet. */
   pending?: 1 | -1;
 }
 
@@ -86,6 +88,11 @@ interface Scenario {
   mute: boolean[];
   before: Step[];
   during: Step[];
+  /**
+   * The step of `during` at which the floor's quiet ends (the filters are told to push); none:
+   * never quiet. Past the last step, it stays quiet to the end.
+   */
+  quietUntil?: number;
 }
 
 const scenario: fc.Arbitrary<Scenario> = fc.record({
@@ -96,6 +103,7 @@ const scenario: fc.Arbitrary<Scenario> = fc.record({
     fc.array(steps(30, 30, 1), { maxLength: 60, size: "max" }),
     fc.array(steps(3, 30, 1), { minLength: 10, maxLength: 200, size: "max" }),
   ).map(([busy, calm]) => [...busy, ...calm]),
+  quietUntil: fc.option(fc.nat(280), { nil: undefined }),
 });
 
 /** Runs one scenario against the tracker `makeTracker` builds; throws on a broken property. */
@@ -106,7 +114,12 @@ async function run(
 ): Promise<void> {
   const tracker = makeTracker();
   let draining = false;
-  const desk = new ReportDesk(tracker, { heartbeatMs: HEARTBEAT_MS, draining: () => draining });
+  let quiet = false;
+  const desk = new ReportDesk(tracker, {
+    heartbeatMs: HEARTBEAT_MS,
+    draining: () => draining,
+    quiet: () => quiet,
+  });
   const procs: Proc[] = PROCESSES.map(({ instance, epoch }) => ({
     instance,
     epoch,
@@ -118,7 +131,13 @@ async function run(
   procs.forEach((p, i) => {
     tracker.expect(p.instance);
     for (let w = 0; w < WORKERS; w++) {
-      p.vms.push({ proc: p, mute: w > 0 && s.mute[i * WORKERS + w]!, draining: false, streams: 0 });
+      p.vms.push({
+        proc: p,
+        mute: w > 0 && s.mute[i * WORKERS + w]!,
+        draining: false,
+        pushing: false,
+        streams: 0,
+      });
     }
   });
   const vms = procs.flatMap((p) => p.vms);
@@ -146,7 +165,7 @@ async function run(
     vm.streams += by;
     vm.proc.gauge += by;
     vm.proc.history.push([++tick, vm.proc.gauge]);
-    if (vm.draining) vm.pending = by;
+    if (vm.pushing) vm.pending = by;
   };
   const send = (vm: Vm, reason: string, probe?: number) => {
     const { proc } = vm;
@@ -158,6 +177,7 @@ async function run(
       epoch: proc.epoch,
       inflight: read.count,
       draining: vm.draining,
+      ...(vm.draining && !vm.pushing ? { quiet: true } : {}),
       reason,
     };
     network.push({ vm, body: probe === undefined ? body : { ...body, probe } });
@@ -262,8 +282,9 @@ async function run(
         const a = pick(answers, st.k);
         if (!a || !a.vm.proc.live) break;
         flushRead(a.vm);
-        if (a.answer.draining && !a.vm.draining) {
-          a.vm.draining = true;
+        if (a.answer.draining) a.vm.draining = true;
+        if (a.answer.draining && !a.answer.quiet && !a.vm.pushing) {
+          a.vm.pushing = true;
           send(a.vm, "drain_ack");
         }
         if (a.answer.probe !== undefined) send(a.vm, "probe", a.answer.probe);
@@ -291,9 +312,14 @@ async function run(
 
   for (const st of s.before) await apply(st);
   draining = true;
+  quiet = s.quietUntil !== undefined;
   desk.drainStarted();
   startWait(1);
-  for (const st of s.during) {
+  for (const [i, st] of s.during.entries()) {
+    if (i === s.quietUntil) {
+      quiet = false;
+      desk.drainStarted();
+    }
     await apply(st);
     if (broken || ended !== undefined) break;
   }

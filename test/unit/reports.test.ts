@@ -24,15 +24,19 @@ const report = (
   ...fields,
 });
 
-/** A desk over a tracker of live `instances`, draining when `drain.on` is set. */
+/** A desk over a tracker of live `instances`, draining when `drain.on` is set (quiet: `drain.quiet`). */
 function desk(...instances: string[]) {
   const tracker = new InflightTracker({ heartbeatMs: HEARTBEAT_MS, now: () => Date.now() });
   for (const id of instances) tracker.expect(id);
-  const drain = { on: false };
+  const drain = { on: false, quiet: false };
   return {
     tracker,
     drain,
-    desk: new ReportDesk(tracker, { heartbeatMs: HEARTBEAT_MS, draining: () => drain.on }),
+    desk: new ReportDesk(tracker, {
+      heartbeatMs: HEARTBEAT_MS,
+      draining: () => drain.on,
+      quiet: () => drain.quiet,
+    }),
   };
 }
 
@@ -199,5 +203,29 @@ describe("ReportDesk.drainStarted", () => {
     expect(new Set(probes).size).toBe(3);
     expect(held.slice(1).every((s) => s.answer!.draining)).toBe(true);
     unheld.abort();
+  });
+});
+
+describe("ReportDesk during a drain's floor (quiet)", () => {
+  it("tells the filters of the drain with quiet, holds their quiet reports, and tells them at once once they are to push", async () => {
+    const { desk: d, drain } = desk("a");
+    drain.on = true;
+    drain.quiet = true;
+    const first = send(d, report("a", "heartbeat", { inflight: 2 }));
+    await flush();
+    expect(first.answer).toEqual({ draining: true, quiet: true, probe: undefined });
+    const held = send(d, report("a", "heartbeat", { draining: true, quiet: true }));
+    await flush();
+    expect(held.answer).toBeUndefined();
+    drain.quiet = false;
+    d.drainStarted();
+    await flush();
+    expect(held.answer).toEqual({ draining: true, probe: undefined });
+    // A quiet VM whose report was not held then is told at once; one that pushes is held again.
+    const late = send(d, report("a", "heartbeat", { draining: true, quiet: true }));
+    const pushing = send(d, report("a", "drain_ack", { draining: true }));
+    await flush();
+    expect(late.answer).toEqual({ draining: true, probe: undefined });
+    expect(pushing.answer).toBeUndefined();
   });
 });

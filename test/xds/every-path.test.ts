@@ -50,7 +50,7 @@ describe.each<XdsVariant>(["sotw", "delta"])("over ADS (%s)", (variant) => {
   it("on the default --min-drain: late arrivals are waited for, the drain ends on the confirmed zero after them", async () => {
     const { lc, port } = await overAds(variant, []);
     lc.signal("SIGTERM");
-    await lc.event("drain_start");
+    const start = await lc.event("drain_start");
     const statuses: number[] = [];
     for (let i = 0; i < 6; i++) {
       statuses.push((await get(port, "/delay?ms=200")).status);
@@ -58,7 +58,11 @@ describe.each<XdsVariant>(["sotw", "delta"])("over ADS (%s)", (variant) => {
     }
     const late = get(port, "/hold");
     await app.until((a) => a.held === 1);
-    await lc.event("min_drain_wait");
+    // Held past the floor's end (min_drain_ms after drain_start): a zero before it ended nothing.
+    await new Promise((done) =>
+      setTimeout(done, Math.max(0, time(start) + Number(start.min_drain_ms) - Date.now() + 200))
+    );
+    expect(lc.events.some((e) => e.event === "drain_wait_done")).toBe(false);
     app.release();
     statuses.push((await late).status);
     const lastResponseAt = Date.now();
