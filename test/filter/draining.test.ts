@@ -1,6 +1,6 @@
 // A VM's drain (docs/filter-protocol.md, "The agent's answer"): its own sticky draining flag
 // learned from the answers to ITS reports, one drain_ack per VM, pushes of moves to and from zero
-// while it knows and its last answer was not quiet.
+// once an answer that says so is not quiet (sticky).
 import { describe, expect, test } from "vitest";
 import { type FilterVm, ProxyWasmHost } from "../support/proxy-wasm-host.ts";
 import { prng } from "./prng.ts";
