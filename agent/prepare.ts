@@ -116,7 +116,7 @@ export async function prepareRun(a: AgentParts, controls: AgentControls): Promis
       log,
       epochs,
       drainMetrics,
-      tellFilters: () => desk.drainStarted(),
+      tellFilters: () => desk.tellFilters(),
     });
     const desk = new ReportDesk(tracker, {
       heartbeatMs: o.heartbeatMs,
@@ -137,10 +137,10 @@ export async function prepareRun(a: AgentParts, controls: AgentControls): Promis
     });
     // As a drain begins (whichever began it), the filters and the app's hooks learn of it.
     void drainer.began.then((plan) => {
-      desk.drainStarted();
+      desk.tellFilters();
       appStop.drainBegan();
       // Before its floor ends no zero can end the drain: the filters push from then on.
-      untilPushes(plan, o.heartbeatMs, closing).then(() => desk.drainStarted(), () => {});
+      untilPushes(plan, o.heartbeatMs, closing).then(() => desk.tellFilters(), () => {});
     });
     const reportToken = createReportToken();
     const server = serveStatus(a.status, {

@@ -108,7 +108,7 @@ export class ReportDesk {
    * A drain began, or its filters are to push now: answer every held heartbeat at once, so every
    * filter learns of it in one round trip.
    */
-  drainStarted(): void {
+  tellFilters(): void {
     for (const instance of [...this.#holds.keys()]) {
       // A copy: each release removes its hold from the list (iterating the list itself skipped every other one).
       for (const hold of [...this.#holds.get(instance) ?? []]) {

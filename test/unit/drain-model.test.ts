@@ -313,12 +313,12 @@ async function run(
   for (const st of s.before) await apply(st);
   draining = true;
   quiet = s.quietUntil !== undefined;
-  desk.drainStarted();
+  desk.tellFilters();
   startWait(1);
   for (const [i, st] of s.during.entries()) {
     if (i === s.quietUntil) {
       quiet = false;
-      desk.drainStarted();
+      desk.tellFilters();
     }
     await apply(st);
     if (broken || ended !== undefined) break;

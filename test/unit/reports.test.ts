@@ -171,7 +171,7 @@ describe("ReportDesk answers at once", () => {
   });
 });
 
-describe("ReportDesk.drainStarted", () => {
+describe("ReportDesk.tellFilters", () => {
   it("answers every held report of every instance at once, saying draining", async () => {
     const { desk: d, drain } = desk("a", "b");
     const held = [
@@ -181,7 +181,7 @@ describe("ReportDesk.drainStarted", () => {
     await flush();
     expect(held.every((s) => s.answer === undefined)).toBe(true);
     drain.on = true;
-    d.drainStarted();
+    d.tellFilters();
     await flush();
     expect(held.map((s) => s.answer)).toEqual(
       held.map(() => ({ draining: true, probe: undefined })),
@@ -196,7 +196,7 @@ describe("ReportDesk.drainStarted", () => {
     const pull = tracker.pull(["a"], unheld.signal); // releases the oldest with a probe
     pull.catch(() => {});
     drain.on = true;
-    d.drainStarted();
+    d.tellFilters();
     await flush();
     const probes = held.map((s) => s.answer?.probe);
     expect(probes.every((p) => p !== undefined)).toBe(true);
@@ -218,7 +218,7 @@ describe("ReportDesk during a drain's floor (quiet)", () => {
     await flush();
     expect(held.answer).toBeUndefined();
     drain.quiet = false;
-    d.drainStarted();
+    d.tellFilters();
     await flush();
     expect(held.answer).toEqual({ draining: true, probe: undefined });
     // A quiet VM whose report was not held then is told at once; one that pushes is held again.
